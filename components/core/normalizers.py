@@ -1,0 +1,495 @@
+r"""Sparse normalizing functions: softmax, sparsemax, 1.5-entmax, α-entmax and top-k softmax.
+
+Every function maps scores ``x`` to a probability vector along ``dim``. α-entmax is
+
+    entmax_α(x) = argmax_{p ∈ Δ} ⟨p, x⟩ + H^T_α(p),
+    H^T_α(p) = (1 / (α(α−1))) Σ_j (p_j − p_j^α),
+
+whose solution is p_i = [(α−1) x_i − τ]_+^{1/(α−1)} with the threshold τ chosen so that Σp = 1.
+α → 1 is softmax, α = 1.5 is ``entmax15`` and α = 2 is ``sparsemax`` (the Euclidean projection of
+x onto the simplex). For α > 1 entries below the threshold get exactly zero probability.
+
+Conventions shared by every function here:
+
+* ``mask`` is boolean and broadcastable to ``x``; True means "may receive probability". Masked
+  entries, and entries equal to −inf, get exactly 0.
+* A row with no unmasked entry returns all zeros, and its gradient is zero (never NaN).
+* fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype.
+* Any ``dim``; non-contiguous inputs are fine.
+
+Root finding. With scaled scores z = (α−1)(x − max x) ≤ 0 the threshold lies in
+τ ∈ [−1, −d^{1−α}]. ``sparsemax`` and ``entmax15`` run safeguarded Newton steps from the left end
+of that bracket (the map τ ↦ Σ_i [z_i − τ]_+^{1/(α−1)} is convex and decreasing for α ≤ 2, so
+these steps never overshoot), and finish with the exact threshold in closed form from the support
+found, verified against the KKT conditions; rows that fail verification go to the sort-based
+algorithm, which is also kept as the internal oracle. General α uses Newton steps on
+log Σ_i p_i inside a bisection bracket with a tolerance-based stop (exact in one step for α → 1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+# Below this α − 1 the general solver uses α − 1 = _MIN_BETA: softmax to within ~1e-6.
+_MIN_BETA = 1e-5
+# Cap on Newton iterations for the exact solvers; rows still unconverged use the sort fallback.
+_EXACT_MAX_ITER = 32
+# The α-gradient switches to its cancellation-free form below this α − 1 (see _alpha_grad).
+_STABLE_ALPHA_GRAD_BELOW = 0.5
+
+
+class EntmaxThreshold(NamedTuple):
+    """Threshold of α-entmax: p_i = [(α−1) x_i − tau]_+^{1/(α−1)}, and root-finder iterations.
+
+    ``tau`` has the shape of ``x`` with ``dim`` of size 1 (``+inf`` for fully masked rows);
+    ``iterations`` counts the solver's passes over each row.
+    """
+
+    tau: Tensor
+    iterations: Tensor
+
+
+# --------------------------------------------------------------------------- input handling
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    if not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def _to_last_dim(x: Tensor, dim: int, mask: Tensor | None) -> Tensor:
+    """Cast to the compute dtype, move ``dim`` last and replace masked entries by −inf."""
+    if not -x.ndim <= dim < max(x.ndim, 1):
+        raise ValueError(f"dim={dim} is out of range for a tensor with {x.ndim} dimensions")
+    x = x.to(_compute_dtype(x))
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension")
+    if mask is not None:
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise ValueError(
+                f"mask must be a boolean tensor, got {type(mask).__name__} "
+                f"{getattr(mask, 'dtype', '')}".rstrip()
+            )
+        try:
+            shape = torch.broadcast_shapes(mask.shape, x.shape)
+        except RuntimeError:
+            shape = None
+        if shape != x.shape:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} is not broadcastable to x of shape "
+                f"{tuple(x.shape)}"
+            )
+        x = x.masked_fill(~mask, float("-inf"))
+    return x.movedim(dim, -1)
+
+
+def _from_last_dim(p: Tensor, dim: int, dtype: torch.dtype) -> Tensor:
+    return p.movedim(-1, dim).to(dtype)
+
+
+def _shift_by_row_max(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Return (x − max, max, live) per row; rows with no finite entry (live False) get max 0."""
+    row_max = x.amax(dim=-1, keepdim=True)
+    live = row_max > float("-inf")
+    row_max = row_max.masked_fill(~live, 0.0)
+    return x - row_max, row_max, live
+
+
+# --------------------------------------------------------------------------- exact solvers
+
+
+def _sparsemax_threshold_sort(z: Tensor) -> Tensor:
+    """Exact sparsemax threshold by sorting: τ = (Σ_{i≤k} z_(i) − 1) / k for the largest valid k."""
+    z_sorted = z.sort(dim=-1, descending=True).values
+    csum = z_sorted.cumsum(dim=-1) - 1
+    k = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)
+    support = (k * z_sorted > csum).sum(dim=-1, keepdim=True).clamp(min=1)
+    return csum.gather(-1, support - 1) / support.to(z.dtype)
+
+
+def _entmax15_threshold_sort(z: Tensor) -> Tensor:
+    """Exact 1.5-entmax threshold by sorting (Peters et al. 2019) for p = [z − τ]_+²."""
+    z_sorted = z.sort(dim=-1, descending=True).values
+    k = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)
+    mean = z_sorted.cumsum(dim=-1) / k
+    mean_sq = (z_sorted * z_sorted).cumsum(dim=-1) / k
+    delta = (1 - k * (mean_sq - mean * mean)) / k
+    tau = mean - delta.clamp(min=0).sqrt()
+    # NaN (from −inf entries) compares False, so masked positions never count as support.
+    support = (tau <= z_sorted).sum(dim=-1, keepdim=True).clamp(min=1)
+    return tau.gather(-1, support - 1)
+
+
+def _fallback_to_sort(z: Tensor, tau: Tensor, done: Tensor, sort_threshold) -> Tensor:
+    """Replace the threshold of the rows not verified as exact by the sort-based one."""
+    if bool(done.all()):
+        return tau
+    rows = ~done.squeeze(-1)
+    tau = tau.clone()
+    tau[rows] = sort_threshold(z[rows])
+    return tau
+
+
+def _sparsemax_threshold(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Exact sparsemax threshold of shifted scores z (row max 0): (τ, p, iterations per row).
+
+    Newton's step on f(τ) = Σ_i [z_i − τ]_+ − 1 from a point left of the root is the closed
+    form on the current support S = {z_i > τ}: τ ← (Σ_S z_i − 1) / |S| (Michelot's algorithm).
+    It never overshoots; once S stops shrinking, τ is the exact threshold of its own support.
+    """
+    tau = torch.full_like(z[..., :1], -1.0)
+    size = torch.full_like(tau, -1.0)
+    iterations = torch.zeros_like(tau, dtype=torch.long)
+    for _ in range(_EXACT_MAX_ITER):
+        gap = (z - tau).clamp_(min=0)  # counts via float sign: bool reductions are slow on CPU
+        new_size = gap.sign().sum(dim=-1, keepdim=True)
+        done = new_size == size
+        if bool(done.all()):
+            return tau, gap, iterations
+        iterations += ~done
+        step = (gap.sum(dim=-1, keepdim=True) - 1) / new_size.clamp(min=1)
+        tau = torch.where(done, tau, tau + step)
+        size = new_size
+    tau = _fallback_to_sort(z, tau, done, _sparsemax_threshold_sort)
+    return tau, (z - tau).clamp_(min=0), iterations
+
+
+def _entmax15_threshold(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Exact threshold for p = [z − τ]_+² (z = (x − max)/2): (τ, √p, iterations per row).
+
+    Newton on the convex decreasing h(τ) = ‖[z − τ]_+‖₂ − 1 from τ = −1 never overshoots.
+    Once the support S = {z_i > τ} survives a step unchanged, the candidate τ_S solving
+    Σ_S (z_i − τ)² = 1 is tried: it is the exact threshold iff every z_i in S exceeds it (the
+    entries outside S are ≤ τ ≤ τ_S already).
+    """
+    tau = torch.full_like(z[..., :1], -1.0)
+    size = torch.full_like(tau, -1.0)
+    done = torch.zeros_like(tau, dtype=torch.bool)
+    iterations = torch.zeros_like(tau, dtype=torch.long)
+    for _ in range(_EXACT_MAX_ITER):
+        gap = (z - tau).clamp_(min=0)
+        new_size = gap.sign().sum(dim=-1, keepdim=True)
+        s1 = gap.sum(dim=-1, keepdim=True)
+        s2 = torch.linalg.vecdot(gap, gap).unsqueeze(-1)
+        iterations += ~done
+        check = (new_size == size) & ~done
+        if bool(check.any()):
+            # Smaller root δ of |S| δ² − 2 s1 δ + s2 − 1 = 0, shifted by τ for accuracy.
+            disc = (s1 * s1 - new_size * (s2 - 1)).clamp(min=0)
+            delta = (s1 - disc.sqrt()) / new_size.clamp(min=1)
+            min_gap = gap.masked_fill(gap == 0, float("inf")).amin(dim=-1, keepdim=True)
+            exact = check & (min_gap > delta)
+            tau = torch.where(exact, tau + delta, tau)
+            done = done | exact
+            if bool(done.all()):
+                return tau, (z - tau).clamp_(min=0), iterations
+        # Newton on the convex h(τ) = ‖[z − τ]_+‖₂ − 1: far fewer steps than on ‖·‖₂² − 1.
+        norm = s2.sqrt()
+        tau = torch.where(done, tau, tau + (s2 - norm) / s1.clamp(min=1e-30))
+        size = new_size
+    tau = _fallback_to_sort(z, tau, done, _entmax15_threshold_sort)
+    return tau, (z - tau).clamp_(min=0), iterations
+
+
+# --------------------------------------------------------------------------- general α solver
+
+
+def _tolerance(dtype: torch.dtype, d: int) -> float:
+    # |Σp − 1| target: a few ulps of the row sum, which carries ~log2(d) rounding steps.
+    eps = torch.finfo(dtype).eps
+    return 4 * eps * max(1, d.bit_length())
+
+
+def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Solve Σ_i [1 + z_i − u]_+^{1/β} = 1 for u ∈ [0, 1 − d^{−β}] (τ = u − 1).
+
+    z = β (x − max) ≤ 0. The unknown u = τ + 1 keeps the problem well conditioned as β → 0.
+    Newton steps on h(u) = ‖[1 + z − u]_+‖_{1/β} − 1 = (Σ_i p_i)^β − 1, which is convex for
+    α ≤ 2, so steps from u = 0 never overshoot; h is linear on each support for sparsemax and
+    tends to β log Σp (linear in u) for softmax, so α near 1 or 2 converges in a few steps. A
+    step that leaves the bisection bracket [lo, hi] is replaced by bisection. Stops when
+    |Σp − 1| ≤ tol for every row.
+
+    Returns (u, p, iterations) with p evaluated at the final u (not yet renormalised).
+    """
+    d = z.shape[-1]
+    tol = _tolerance(z.dtype, d)
+    # Twice the mantissa bits: every bisection step halves the bracket, Newton steps do better.
+    max_iter = 2 * round(-math.log2(torch.finfo(z.dtype).eps))
+    inv_beta_m1 = 1 / beta - 1
+    shape = torch.broadcast_shapes(z[..., :1].shape, beta.shape)
+    lo = torch.zeros(shape, dtype=z.dtype, device=z.device)
+    hi = -torch.expm1(-beta * torch.log(torch.tensor(float(d), dtype=z.dtype))).expand(shape)
+    u = lo.clone()
+    prev_err = torch.full_like(u, float("inf"))
+    done = torch.zeros_like(u, dtype=torch.bool)
+    iterations = torch.zeros_like(u, dtype=torch.long)
+    # Off the support log1p(−1) = −inf, and exp(−inf · (1/β − 1)) is 0 only while α < 2.
+    need_where = not bool((beta < 1).all())
+    for _ in range(max_iter):
+        u_at_p = u
+        gap = (z - u).clamp_(min=-1)  # 1 + gap = p_i^β on the support, 0 off it
+        s = torch.exp(torch.log1p(gap) * inv_beta_m1)  # p_i^{1−β}
+        if need_where:
+            s = torch.where(gap > -1, s, 0.0)
+        p = torch.addcmul(s, s, gap)  # s (1 + gap) = p_i
+        mass = p.sum(dim=-1, keepdim=True)
+        err = mass - 1
+        done = done | (err.abs() <= tol)
+        if bool(done.all()):
+            break
+        iterations += ~done
+        lo = torch.where(err > 0, u, lo)
+        hi = torch.where(err < 0, u, hi)
+        # Newton on h(u) = (Σp)^β − 1 = ‖[1 + z − u]_+‖_{1/β} − 1, h' = −(Σp)^{β−1} Σ p^{1−β}.
+        log_mass = torch.log(mass)
+        step = torch.expm1(beta * log_mass) * torch.exp((1 - beta) * log_mass)
+        newton = u + step / s.sum(dim=-1, keepdim=True)
+        # For α ≤ 2 the norm is convex and the steps climb monotonically to the root; for α > 2
+        # it is not, and a step that does not halve the error is replaced by bisection.
+        slow = (err.abs() > 0.5 * prev_err) & (beta > 1)
+        bisect = (newton <= lo) | (newton >= hi) | slow
+        u = torch.where(done, u, torch.where(bisect, (lo + hi) / 2, newton))
+        prev_err = err.abs()
+    return u_at_p, p, iterations
+
+
+# --------------------------------------------------------------------------- backward helpers
+
+
+def _jacobian_vector_product(s: Tensor, grad: Tensor) -> Tensor:
+    """∂L/∂x for p = entmax_α(x): (diag(s) − s sᵀ/Σs) g with s = p^{2−α} on the support."""
+    s_sum = s.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(s.dtype).tiny)
+    return s * (grad - (s * grad).sum(dim=-1, keepdim=True) / s_sum)
+
+
+def _expm1_minus_x_over_x2(y: Tensor) -> Tensor:
+    """φ(y) = (e^y − 1 − y) / y² for y ≥ 0, without cancellation near 0 (φ(0) = 1/2)."""
+    series = 1 / 2 + y * (1 / 6 + y * (1 / 24 + y * (1 / 120 + y / 720)))
+    small = y < 0.1
+    y_big = torch.where(small, 1.0, y)
+    return torch.where(small, series, (torch.expm1(y_big) - y_big) / (y_big * y_big))
+
+
+def _alpha_grad(p: Tensor, log_p: Tensor, s: Tensor, grad: Tensor, beta: Tensor) -> Tensor:
+    """Σ_i g_i ∂p_i/∂α per row (Correia et al. 2019, Prop. 1), with β = α − 1, ŝ = s/Σs:
+
+        ∂p_i/∂α = (p_i − ŝ_i)/β² − (p_i log p_i − ŝ_i Σ_j p_j log p_j)/β.
+
+    Both terms are O(1/β) and cancel as β → 0, so for small β the same quantity is evaluated as
+    (1/Σs)[⟨gp,1⟩⟨p,ρ⟩ − ⟨gp,ρ⟩ + β(H⟨gp,ρ⟩ − ⟨p,ρ⟩⟨gp,log p⟩)] with gp = g ⊙ p,
+    H = Σ p log p and ρ_i = log²p_i · φ(−β log p_i), which tends to the α = 1 derivative
+    (−p_i log²p_i + p_i Σ_j p_j log²p_j)/2.
+    """
+    s_sum = s.sum(dim=-1, keepdim=True).clamp(min=torch.finfo(s.dtype).tiny)
+    gp = grad * p
+    gp_sum = gp.sum(dim=-1, keepdim=True)
+    gp_log = (gp * log_p).sum(dim=-1, keepdim=True)
+    neg_entropy = (p * log_p).sum(dim=-1, keepdim=True)
+    small = beta < _STABLE_ALPHA_GRAD_BELOW
+
+    def direct() -> Tensor:
+        gs_hat = (grad * s).sum(dim=-1, keepdim=True) / s_sum
+        return (gp_sum - gs_hat) / beta**2 - (gp_log - gs_hat * neg_entropy) / beta
+
+    def stable() -> Tensor:
+        rho = log_p * log_p * _expm1_minus_x_over_x2(-beta * log_p)
+        p_rho = (p * rho).sum(dim=-1, keepdim=True)
+        gp_rho = (gp * rho).sum(dim=-1, keepdim=True)
+        return (gp_sum * p_rho - gp_rho + beta * (neg_entropy * gp_rho - p_rho * gp_log)) / s_sum
+
+    if bool(small.all()):
+        return stable()
+    if not bool(small.any()):
+        return direct()
+    return torch.where(small, stable(), direct())
+
+
+# --------------------------------------------------------------------------- autograd functions
+
+
+class SparsemaxFunction(torch.autograd.Function):
+    """sparsemax(x) = argmin_{p ∈ Δ} ‖p − x‖² = [x − τ]_+ over the last dimension.
+
+    Backward: J = diag(s) − s sᵀ/|S| with s the indicator of the support S.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        z, _, _ = _shift_by_row_max(x)
+        _, p, _ = _sparsemax_threshold(z)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (p,) = ctx.saved_tensors
+        return _jacobian_vector_product((p > 0).to(grad.dtype), grad)
+
+
+class Entmax15Function(torch.autograd.Function):
+    """1.5-entmax(x) = [x/2 − τ]_+² over the last dimension.
+
+    Backward: J = diag(s) − s sᵀ/Σs with s = √p.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        z, _, _ = _shift_by_row_max(x)
+        _, sqrt_p, _ = _entmax15_threshold(z / 2)
+        ctx.save_for_backward(sqrt_p)
+        return sqrt_p.square()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (sqrt_p,) = ctx.saved_tensors
+        return _jacobian_vector_product(sqrt_p, grad)
+
+
+class EntmaxFunction(torch.autograd.Function):
+    """α-entmax(x) = [(α−1)x − τ]_+^{1/(α−1)} over the last dimension, α broadcast per row.
+
+    Backward in x: J = diag(s) − s sᵀ/Σs with s = p^{2−α}; in α: see ``_alpha_grad``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
+        beta = (alpha - 1).clamp(min=_MIN_BETA)
+        shifted, _, live = _shift_by_row_max(x)
+        z = (beta * shifted).masked_fill(~live, 0.0)
+        _, p, _ = _entmax_root(z, beta)
+        p = (p / p.sum(dim=-1, keepdim=True)).masked_fill(~live, 0.0)
+        ctx.save_for_backward(p, alpha)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
+        p, alpha = ctx.saved_tensors
+        beta = (alpha - 1).clamp(min=_MIN_BETA)
+        on = p > 0
+        log_p = torch.where(on, p, 1.0).log()
+        s = torch.where(on, torch.exp((1 - beta) * log_p), 0.0)
+        grad_x = _jacobian_vector_product(s, grad)
+        grad_alpha = None
+        if ctx.needs_input_grad[1]:
+            grad_alpha = _alpha_grad(p, log_p, s, grad, beta).sum_to_size(alpha.shape)
+        return grad_x, grad_alpha
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
+    """Validate α (≥ 1, broadcastable to x with size 1 along dim) and move ``dim`` last."""
+    dtype = _compute_dtype(x)
+    a = alpha.to(dtype) if isinstance(alpha, Tensor) else torch.tensor(alpha, dtype=dtype)
+    a = a.to(x.device)
+    if a.ndim > x.ndim:
+        raise ValueError(
+            f"alpha of shape {tuple(a.shape)} has more dimensions than x of shape {tuple(x.shape)}"
+        )
+    a = a.reshape((1,) * (x.ndim - a.ndim) + tuple(a.shape))
+    d = dim % x.ndim
+    if a.shape[d] != 1:
+        raise ValueError(
+            f"alpha must have size 1 along dim={dim} (one α per row); got alpha of shape "
+            f"{tuple(a.shape)} for x of shape {tuple(x.shape)}"
+        )
+    try:
+        ok = torch.broadcast_shapes(a.shape, x.shape) == x.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"alpha of shape {tuple(a.shape)} is not broadcastable to x of shape {tuple(x.shape)}"
+        )
+    bad = torch.isnan(a) | (a < 1)
+    if bool(bad.any()):
+        raise ValueError(f"alpha must be >= 1 (α = 1 is softmax); got {a[bad].flatten()[0].item()}")
+    return a.movedim(d, -1)
+
+
+def softmax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
+    """Masked softmax: p_i ∝ exp(x_i) over unmasked entries; fully masked rows give zeros."""
+    xl = _to_last_dim(x, dim, mask)
+    live = xl.amax(dim=-1, keepdim=True) > float("-inf")
+    p = torch.softmax(xl.masked_fill(~live, 0.0), dim=-1).masked_fill(~live, 0.0)
+    return _from_last_dim(p, dim, x.dtype)
+
+
+def sparsemax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
+    """sparsemax(x) = argmin_{p ∈ Δ} ‖p − x‖² = [x − τ]_+ (Martins & Astudillo 2016); exact."""
+    p = SparsemaxFunction.apply(_to_last_dim(x, dim, mask))
+    return _from_last_dim(p, dim, x.dtype)
+
+
+def entmax15(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
+    """1.5-entmax(x) = [x/2 − τ]_+² (Peters et al. 2019); exact."""
+    p = Entmax15Function.apply(_to_last_dim(x, dim, mask))
+    return _from_last_dim(p, dim, x.dtype)
+
+
+def entmax(x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
+    """α-entmax(x) = [(α−1)x − τ]_+^{1/(α−1)} for any α ≥ 1 (Correia et al. 2019).
+
+    ``alpha`` is a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (one α per
+    row, per head with shape [1, H, 1, 1], ...); the result is differentiable in x and in α.
+    Float α = 1, 1.5 and 2 dispatch to softmax, ``entmax15`` and ``sparsemax``.
+    """
+    if not isinstance(alpha, Tensor):
+        if alpha == 1:
+            return softmax(x, dim, mask)
+        if alpha == 1.5:
+            return entmax15(x, dim, mask)
+        if alpha == 2:
+            return sparsemax(x, dim, mask)
+    a = _alpha_to_last_dim(alpha, x, dim)
+    p = EntmaxFunction.apply(_to_last_dim(x, dim, mask), a)
+    return _from_last_dim(p, dim, x.dtype)
+
+
+def topk_softmax(x: Tensor, k: int, dim: int = -1, mask: Tensor | None = None) -> Tensor:
+    """Explicit sparse attention (Zhao et al. 2019): softmax over the k largest scores of a row.
+
+    Scores below the k-th largest are masked; ties at the threshold are kept; k is clipped to
+    the number of unmasked entries.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    xl = _to_last_dim(x, dim, mask)
+    top = xl.topk(min(k, xl.shape[-1]), dim=-1).values
+    live = top[..., :1] > float("-inf")
+    # Fewer than k unmasked entries make the k-th value −inf, which keeps all unmasked ones.
+    kept = xl.masked_fill(xl < top[..., -1:], float("-inf")).masked_fill(~live, 0.0)
+    p = torch.softmax(kept, dim=-1).masked_fill(~live, 0.0)
+    return _from_last_dim(p, dim, x.dtype)
+
+
+@torch.no_grad()
+def entmax_threshold(
+    x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None = None
+) -> EntmaxThreshold:
+    """The threshold τ of α-entmax (p_i = [(α−1)x_i − τ]_+^{1/(α−1)}) and solver iterations.
+
+    Uses the same solver as ``entmax`` (the exact ones for float α = 1.5 and 2); for benchmarks
+    and for checking optimality conditions. Not differentiable.
+    """
+    xl = _to_last_dim(x, dim, mask)
+    shifted, row_max, live = _shift_by_row_max(xl)
+    if not isinstance(alpha, Tensor) and alpha == 2:
+        tau, _, iterations = _sparsemax_threshold(shifted)
+        tau = tau + row_max
+    elif not isinstance(alpha, Tensor) and alpha == 1.5:
+        tau, _, iterations = _entmax15_threshold(shifted / 2)
+        tau = tau + row_max / 2
+    else:
+        beta = (_alpha_to_last_dim(alpha, x, dim) - 1).clamp(min=_MIN_BETA)
+        u, _, iterations = _entmax_root((beta * shifted).masked_fill(~live, 0.0), beta)
+        tau = u - 1 + beta * row_max
+    tau = tau.masked_fill(~live, float("inf"))
+    return EntmaxThreshold(tau.movedim(-1, dim), iterations.movedim(-1, dim))
