@@ -34,8 +34,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-# Below this α − 1 the general solver uses α − 1 = _MIN_BETA: softmax to within ~1e-6.
-_MIN_BETA = 1e-5
+# Below this α − 1 the general solver uses α − 1 = _MIN_BETA: softmax to within ~1e-7.
+_MIN_BETA = 1e-7
 # Cap on Newton iterations for the exact solvers; rows still unconverged use the sort fallback.
 _EXACT_MAX_ITER = 32
 # The α-gradient switches to its cancellation-free form below this α − 1 (see _alpha_grad).
@@ -363,14 +363,18 @@ class EntmaxFunction(torch.autograd.Function):
         shifted, _, live = _shift_by_row_max(x)
         z = (beta * shifted).masked_fill(~live, 0.0)
         _, p, _ = _entmax_root(z, beta)
-        p = (p / p.sum(dim=-1, keepdim=True)).masked_fill(~live, 0.0)
+        p = p / p.sum(dim=-1, keepdim=True)
+        softmax_rows = alpha - 1 < _MIN_BETA
+        if bool(softmax_rows.any()):  # the α → 1 limit, exactly
+            p = torch.where(softmax_rows, torch.softmax(shifted, dim=-1), p)
+        p = p.masked_fill(~live, 0.0)
         ctx.save_for_backward(p, alpha)
         return p
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
         p, alpha = ctx.saved_tensors
-        beta = (alpha - 1).clamp(min=_MIN_BETA)
+        beta = (alpha - 1).clamp(min=0)  # both gradients are well defined at α = 1
         on = p > 0
         log_p = torch.where(on, p, 1.0).log()
         s = torch.where(on, torch.exp((1 - beta) * log_p), 0.0)
