@@ -135,13 +135,39 @@ def _fallback_to_sort(z: Tensor, tau: Tensor, done: Tensor, sort_threshold) -> T
     return tau
 
 
-def _sparsemax_threshold(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Exact sparsemax threshold of shifted scores z (row max 0): (τ, p, iterations per row).
+def _pack_candidates(z: Tensor) -> Tensor:
+    """The entries z_i > −1 of each row packed into [..., K] (padded with −inf) when K ≤ d/4.
+
+    With the row max at 0 the threshold never falls below −1, so the other entries are outside
+    the support at every step of every solver: dropping them changes the cost, not the result.
+    Returns z itself when packing would not pay (short rows, or dense candidate sets).
+    """
+    d = z.shape[-1]
+    if d < 128 or z.numel() == 0:
+        return z
+    flat = z.reshape(-1, d)
+    sample = flat[:: max(1, flat.shape[0] // 32)]
+    if float((sample > -1).to(z.dtype).sum(dim=-1).max()) * 4 > d:
+        return z
+    rows, cols = (flat > -1).nonzero(as_tuple=True)
+    counts = torch.bincount(rows, minlength=flat.shape[0])
+    width = int(counts.max())
+    if width * 4 > d:
+        return z
+    start = counts.cumsum(0) - counts
+    packed = flat.new_full((flat.shape[0], max(width, 1)), float("-inf"))
+    packed[rows, torch.arange(rows.numel(), device=z.device) - start[rows]] = flat[rows, cols]
+    return packed.reshape(*z.shape[:-1], packed.shape[-1])
+
+
+def _sparsemax_threshold(z: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact sparsemax threshold of shifted scores z (row max 0) and iterations per row.
 
     Newton's step on f(τ) = Σ_i [z_i − τ]_+ − 1 from a point left of the root is the closed
     form on the current support S = {z_i > τ}: τ ← (Σ_S z_i − 1) / |S| (Michelot's algorithm).
     It never overshoots; once S stops shrinking, τ is the exact threshold of its own support.
     """
+    z = _pack_candidates(z)
     tau = torch.full_like(z[..., :1], -1.0)
     size = torch.full_like(tau, -1.0)
     iterations = torch.zeros_like(tau, dtype=torch.long)
@@ -150,23 +176,23 @@ def _sparsemax_threshold(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         new_size = gap.sign().sum(dim=-1, keepdim=True)
         done = new_size == size
         if bool(done.all()):
-            return tau, gap, iterations
+            return tau, iterations
         iterations += ~done
         step = (gap.sum(dim=-1, keepdim=True) - 1) / new_size.clamp(min=1)
         tau = torch.where(done, tau, tau + step)
         size = new_size
-    tau = _fallback_to_sort(z, tau, done, _sparsemax_threshold_sort)
-    return tau, (z - tau).clamp_(min=0), iterations
+    return _fallback_to_sort(z, tau, done, _sparsemax_threshold_sort), iterations
 
 
-def _entmax15_threshold(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Exact threshold for p = [z − τ]_+² (z = (x − max)/2): (τ, √p, iterations per row).
+def _entmax15_threshold(z: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact threshold for p = [z − τ]_+² (z = (x − max)/2) and iterations per row.
 
     Newton on the convex decreasing h(τ) = ‖[z − τ]_+‖₂ − 1 from τ = −1 never overshoots.
     Once the support S = {z_i > τ} survives a step unchanged, the candidate τ_S solving
     Σ_S (z_i − τ)² = 1 is tried: it is the exact threshold iff every z_i in S exceeds it (the
     entries outside S are ≤ τ ≤ τ_S already).
     """
+    z = _pack_candidates(z)
     tau = torch.full_like(z[..., :1], -1.0)
     size = torch.full_like(tau, -1.0)
     done = torch.zeros_like(tau, dtype=torch.bool)
@@ -187,13 +213,12 @@ def _entmax15_threshold(z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             tau = torch.where(exact, tau + delta, tau)
             done = done | exact
             if bool(done.all()):
-                return tau, (z - tau).clamp_(min=0), iterations
+                return tau, iterations
         # Newton on the convex h(τ) = ‖[z − τ]_+‖₂ − 1: far fewer steps than on ‖·‖₂² − 1.
         norm = s2.sqrt()
         tau = torch.where(done, tau, tau + (s2 - norm) / s1.clamp(min=1e-30))
         size = new_size
-    tau = _fallback_to_sort(z, tau, done, _entmax15_threshold_sort)
-    return tau, (z - tau).clamp_(min=0), iterations
+    return _fallback_to_sort(z, tau, done, _entmax15_threshold_sort), iterations
 
 
 # --------------------------------------------------------------------------- general α solver
@@ -205,7 +230,7 @@ def _tolerance(dtype: torch.dtype, d: int) -> float:
     return 4 * eps * max(1, d.bit_length())
 
 
-def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     """Solve Σ_i [1 + z_i − u]_+^{1/β} = 1 for u ∈ [0, 1 − d^{−β}] (τ = u − 1).
 
     z = β (x − max) ≤ 0. The unknown u = τ + 1 keeps the problem well conditioned as β → 0.
@@ -215,16 +240,17 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     step that leaves the bisection bracket [lo, hi] is replaced by bisection. Stops when
     |Σp − 1| ≤ tol for every row.
 
-    Returns (u, p, iterations) with p evaluated at the final u (not yet renormalised).
+    Rows with no finite entry stop at once. Returns (u, iterations per row).
     """
-    d = z.shape[-1]
+    d = z.shape[-1]  # the bracket needs the full length; the iterations only the candidates
+    z = _pack_candidates(z)
     tol = _tolerance(z.dtype, d)
     # Twice the mantissa bits: every bisection step halves the bracket, Newton steps do better.
     max_iter = 2 * round(-math.log2(torch.finfo(z.dtype).eps))
     inv_beta_m1 = 1 / beta - 1
     shape = torch.broadcast_shapes(z[..., :1].shape, beta.shape)
     lo = torch.zeros(shape, dtype=z.dtype, device=z.device)
-    hi = -torch.expm1(-beta * torch.log(torch.tensor(float(d), dtype=z.dtype))).expand(shape)
+    hi = -torch.expm1(-beta * math.log(d)).expand(shape)
     u = lo.clone()
     prev_err = torch.full_like(u, float("inf"))
     done = torch.zeros_like(u, dtype=torch.bool)
@@ -232,7 +258,6 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     # Off the support log1p(−1) = −inf, and exp(−inf · (1/β − 1)) is 0 only while α < 2.
     need_where = not bool((beta < 1).all())
     for _ in range(max_iter):
-        u_at_p = u
         gap = (z - u).clamp_(min=-1)  # 1 + gap = p_i^β on the support, 0 off it
         s = torch.exp(torch.log1p(gap) * inv_beta_m1)  # p_i^{1−β}
         if need_where:
@@ -240,7 +265,7 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         p = torch.addcmul(s, s, gap)  # s (1 + gap) = p_i
         mass = p.sum(dim=-1, keepdim=True)
         err = mass - 1
-        done = done | (err.abs() <= tol)
+        done = done | (err.abs() <= tol) | (mass == 0)
         if bool(done.all()):
             break
         iterations += ~done
@@ -256,7 +281,7 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         bisect = (newton <= lo) | (newton >= hi) | slow
         u = torch.where(done, u, torch.where(bisect, (lo + hi) / 2, newton))
         prev_err = err.abs()
-    return u_at_p, p, iterations
+    return u, iterations
 
 
 # --------------------------------------------------------------------------- backward helpers
@@ -322,7 +347,8 @@ class SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
         z, _, _ = _shift_by_row_max(x)
-        _, p, _ = _sparsemax_threshold(z)
+        tau, _ = _sparsemax_threshold(z)
+        p = (z - tau).clamp_(min=0)
         ctx.save_for_backward(p)
         return p
 
@@ -341,7 +367,9 @@ class Entmax15Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
         z, _, _ = _shift_by_row_max(x)
-        _, sqrt_p, _ = _entmax15_threshold(z / 2)
+        z = z / 2
+        tau, _ = _entmax15_threshold(z)
+        sqrt_p = (z - tau).clamp_(min=0)
         ctx.save_for_backward(sqrt_p)
         return sqrt_p.square()
 
@@ -361,8 +389,9 @@ class EntmaxFunction(torch.autograd.Function):
     def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
         beta = (alpha - 1).clamp(min=_MIN_BETA)
         shifted, _, live = _shift_by_row_max(x)
-        z = (beta * shifted).masked_fill(~live, 0.0)
-        _, p, _ = _entmax_root(z, beta)
+        z = beta * shifted
+        u, _ = _entmax_root(z, beta)
+        p = torch.exp(torch.log1p((z - u).clamp_(min=-1)) / beta)
         p = p / p.sum(dim=-1, keepdim=True)
         softmax_rows = alpha - 1 < _MIN_BETA
         if bool(softmax_rows.any()):  # the α → 1 limit, exactly
@@ -486,14 +515,14 @@ def entmax_threshold(
     xl = _to_last_dim(x, dim, mask)
     shifted, row_max, live = _shift_by_row_max(xl)
     if not isinstance(alpha, Tensor) and alpha == 2:
-        tau, _, iterations = _sparsemax_threshold(shifted)
+        tau, iterations = _sparsemax_threshold(shifted)
         tau = tau + row_max
     elif not isinstance(alpha, Tensor) and alpha == 1.5:
-        tau, _, iterations = _entmax15_threshold(shifted / 2)
+        tau, iterations = _entmax15_threshold(shifted / 2)
         tau = tau + row_max / 2
     else:
         beta = (_alpha_to_last_dim(alpha, x, dim) - 1).clamp(min=_MIN_BETA)
-        u, _, iterations = _entmax_root((beta * shifted).masked_fill(~live, 0.0), beta)
+        u, iterations = _entmax_root(beta * shifted, beta)
         tau = u - 1 + beta * row_max
     tau = tau.masked_fill(~live, float("inf"))
     return EntmaxThreshold(tau.movedim(-1, dim), iterations.movedim(-1, dim))
