@@ -92,12 +92,62 @@ def _from_last_dim(p: Tensor, dim: int, dtype: torch.dtype) -> Tensor:
     return p.movedim(-1, dim).to(dtype)
 
 
-def _shift_by_row_max(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Return (x − max, max, live) per row; rows with no finite entry (live False) get max 0."""
+def _row_max(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Row max (0 for rows with no finite entry) and whether the row has a finite entry."""
     row_max = x.amax(dim=-1, keepdim=True)
     live = row_max > float("-inf")
-    row_max = row_max.masked_fill(~live, 0.0)
-    return x - row_max, row_max, live
+    return row_max.masked_fill(~live, 0.0), live
+
+
+class _Candidates:
+    """The entries of each row above a per-row floor, packed into [..., K] (padded with −inf).
+
+    The threshold of α-entmax is never below −1 on the scaled scores (α−1)(x − max), so an entry
+    with x_i ≤ max − 1/(α−1) is outside the support at every step of every solver and gets
+    p_i = 0: the solvers, the output and the backward pass only touch the K candidates, and
+    ``scatter`` puts results back in place. With short rows, or when candidates are more than
+    half of some row, the rows are used as they are.
+    """
+
+    def __init__(self, x: Tensor, floor: Tensor) -> None:
+        self.shape = x.shape
+        self.index: tuple[Tensor, Tensor, Tensor] | None = None
+        self.values = x
+        d = x.shape[-1]
+        if d < 128 or x.numel() == 0:
+            return
+        flat = x.reshape(-1, d)
+        floor = floor.expand(*x.shape[:-1], 1).reshape(-1, 1)
+        step = max(1, flat.shape[0] // 32)  # a cheap look at a few rows first
+        if float((flat[::step] > floor[::step]).to(x.dtype).sum(dim=-1).max()) * 2 > d:
+            return
+        rows, cols = (flat > floor).nonzero(as_tuple=True)
+        counts = torch.bincount(rows, minlength=flat.shape[0])
+        width = int(counts.max()) if rows.numel() else 1
+        if width * 2 > d:
+            return
+        slots = torch.arange(rows.numel(), device=x.device) - (counts.cumsum(0) - counts)[rows]
+        self.index = (rows, cols, slots)
+        self.values = self.gather(x, fill=float("-inf"))
+
+    def gather(self, full: Tensor, fill: float = 0.0) -> Tensor:
+        """[..., d] -> [..., K]: the candidates' entries of ``full``."""
+        if self.index is None:
+            return full
+        rows, cols, slots = self.index
+        width = int(slots.max()) + 1 if slots.numel() else 1
+        out = full.new_full((self.shape[:-1].numel(), width), fill)
+        out[rows, slots] = full.reshape(-1, self.shape[-1])[rows, cols]
+        return out.view(*self.shape[:-1], width)
+
+    def scatter(self, packed: Tensor) -> Tensor:
+        """[..., K] -> [..., d]: ``packed`` in place, zeros for the other entries."""
+        if self.index is None:
+            return packed
+        rows, cols, slots = self.index
+        out = packed.new_zeros(self.shape[:-1].numel(), self.shape[-1])
+        out[rows, cols] = packed.reshape(-1, packed.shape[-1])[rows, slots]
+        return out.view(self.shape)
 
 
 # --------------------------------------------------------------------------- exact solvers
@@ -127,37 +177,21 @@ def _entmax15_threshold_sort(z: Tensor) -> Tensor:
 
 def _fallback_to_sort(z: Tensor, tau: Tensor, done: Tensor, sort_threshold) -> Tensor:
     """Replace the threshold of the rows not verified as exact by the sort-based one."""
-    if bool(done.all()):
+    rows = ~done.squeeze(-1) & (z.amax(dim=-1) > float("-inf"))  # rows with no entry are done
+    if not bool(rows.any()):
         return tau
-    rows = ~done.squeeze(-1)
     tau = tau.clone()
     tau[rows] = sort_threshold(z[rows])
     return tau
 
 
-def _pack_candidates(z: Tensor) -> Tensor:
-    """The entries z_i > −1 of each row packed into [..., K] (padded with −inf) when K ≤ d/4.
+def _count_positive(gap: Tensor) -> Tensor:
+    """Number of positive entries per row of ``gap`` ∈ [0, 1] (float; keeps the row dim).
 
-    With the row max at 0 the threshold never falls below −1, so the other entries are outside
-    the support at every step of every solver: dropping them changes the cost, not the result.
-    Returns z itself when packing would not pay (short rows, or dense candidate sets).
+    ceil is the indicator on [0, 1], and float sums are several times faster than boolean
+    reductions on CPU. Gaps z − τ never exceed 1 here because z ≤ 0 and τ ≥ −1.
     """
-    d = z.shape[-1]
-    if d < 128 or z.numel() == 0:
-        return z
-    flat = z.reshape(-1, d)
-    sample = flat[:: max(1, flat.shape[0] // 32)]
-    if float((sample > -1).to(z.dtype).sum(dim=-1).max()) * 4 > d:
-        return z
-    rows, cols = (flat > -1).nonzero(as_tuple=True)
-    counts = torch.bincount(rows, minlength=flat.shape[0])
-    width = int(counts.max())
-    if width * 4 > d:
-        return z
-    start = counts.cumsum(0) - counts
-    packed = flat.new_full((flat.shape[0], max(width, 1)), float("-inf"))
-    packed[rows, torch.arange(rows.numel(), device=z.device) - start[rows]] = flat[rows, cols]
-    return packed.reshape(*z.shape[:-1], packed.shape[-1])
+    return gap.ceil().sum(dim=-1, keepdim=True)
 
 
 def _sparsemax_threshold(z: Tensor) -> tuple[Tensor, Tensor]:
@@ -167,13 +201,12 @@ def _sparsemax_threshold(z: Tensor) -> tuple[Tensor, Tensor]:
     form on the current support S = {z_i > τ}: τ ← (Σ_S z_i − 1) / |S| (Michelot's algorithm).
     It never overshoots; once S stops shrinking, τ is the exact threshold of its own support.
     """
-    z = _pack_candidates(z)
     tau = torch.full_like(z[..., :1], -1.0)
     size = torch.full_like(tau, -1.0)
     iterations = torch.zeros_like(tau, dtype=torch.long)
     for _ in range(_EXACT_MAX_ITER):
-        gap = (z - tau).clamp_(min=0)  # counts via float sign: bool reductions are slow on CPU
-        new_size = gap.sign().sum(dim=-1, keepdim=True)
+        gap = (z - tau).clamp_(min=0)
+        new_size = _count_positive(gap)
         done = new_size == size
         if bool(done.all()):
             return tau, iterations
@@ -190,16 +223,15 @@ def _entmax15_threshold(z: Tensor) -> tuple[Tensor, Tensor]:
     Newton on the convex decreasing h(τ) = ‖[z − τ]_+‖₂ − 1 from τ = −1 never overshoots.
     Once the support S = {z_i > τ} survives a step unchanged, the candidate τ_S solving
     Σ_S (z_i − τ)² = 1 is tried: it is the exact threshold iff every z_i in S exceeds it (the
-    entries outside S are ≤ τ ≤ τ_S already).
+    entries outside S are ≤ τ ≤ τ_S already), i.e. iff the support at τ_S is still S.
     """
-    z = _pack_candidates(z)
     tau = torch.full_like(z[..., :1], -1.0)
     size = torch.full_like(tau, -1.0)
     done = torch.zeros_like(tau, dtype=torch.bool)
     iterations = torch.zeros_like(tau, dtype=torch.long)
     for _ in range(_EXACT_MAX_ITER):
         gap = (z - tau).clamp_(min=0)
-        new_size = gap.sign().sum(dim=-1, keepdim=True)
+        new_size = _count_positive(gap)
         s1 = gap.sum(dim=-1, keepdim=True)
         s2 = torch.linalg.vecdot(gap, gap).unsqueeze(-1)
         iterations += ~done
@@ -207,9 +239,9 @@ def _entmax15_threshold(z: Tensor) -> tuple[Tensor, Tensor]:
         if bool(check.any()):
             # Smaller root δ of |S| δ² − 2 s1 δ + s2 − 1 = 0, shifted by τ for accuracy.
             disc = (s1 * s1 - new_size * (s2 - 1)).clamp(min=0)
-            delta = (s1 - disc.sqrt()) / new_size.clamp(min=1)
-            min_gap = gap.masked_fill(gap == 0, float("inf")).amin(dim=-1, keepdim=True)
-            exact = check & (min_gap > delta)
+            # δ ≥ 0 in exact arithmetic (τ is left of the root); rounding can flip its sign.
+            delta = ((s1 - disc.sqrt()) / new_size.clamp(min=1)).clamp(min=0)
+            exact = check & (_count_positive((gap - delta).clamp_(min=0)) == new_size)
             tau = torch.where(exact, tau + delta, tau)
             done = done | exact
             if bool(done.all()):
@@ -242,8 +274,7 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
 
     Rows with no finite entry stop at once. Returns (u, iterations per row).
     """
-    d = z.shape[-1]  # the bracket needs the full length; the iterations only the candidates
-    z = _pack_candidates(z)
+    d = z.shape[-1]  # K ≤ d candidates (p_i ≤ 1/K at the upper end) tighten the bracket
     tol = _tolerance(z.dtype, d)
     # Twice the mantissa bits: every bisection step halves the bracket, Newton steps do better.
     max_iter = 2 * round(-math.log2(torch.finfo(z.dtype).eps))
@@ -338,6 +369,15 @@ def _alpha_grad(p: Tensor, log_p: Tensor, s: Tensor, grad: Tensor, beta: Tensor)
 # --------------------------------------------------------------------------- autograd functions
 
 
+def _scaled_candidates(
+    x: Tensor, beta: float | Tensor
+) -> tuple[_Candidates, Tensor, Tensor, Tensor]:
+    """Candidates of x for α = 1 + β, their shifted scores x − max, the row max and liveness."""
+    row_max, live = _row_max(x)
+    candidates = _Candidates(x, row_max - 1 / beta)
+    return candidates, candidates.values - row_max, row_max, live
+
+
 class SparsemaxFunction(torch.autograd.Function):
     """sparsemax(x) = argmin_{p ∈ Δ} ‖p − x‖² = [x − τ]_+ over the last dimension.
 
@@ -346,16 +386,18 @@ class SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        z, _, _ = _shift_by_row_max(x)
+        candidates, z, _, _ = _scaled_candidates(x, 1.0)
         tau, _ = _sparsemax_threshold(z)
         p = (z - tau).clamp_(min=0)
+        ctx.candidates = candidates
         ctx.save_for_backward(p)
-        return p
+        return candidates.scatter(p)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (p,) = ctx.saved_tensors
-        return _jacobian_vector_product((p > 0).to(grad.dtype), grad)
+        grad = ctx.candidates.gather(grad)
+        return ctx.candidates.scatter(_jacobian_vector_product((p > 0).to(grad.dtype), grad))
 
 
 class Entmax15Function(torch.autograd.Function):
@@ -366,17 +408,19 @@ class Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        z, _, _ = _shift_by_row_max(x)
-        z = z / 2
+        candidates, shifted, _, _ = _scaled_candidates(x, 0.5)
+        z = shifted / 2
         tau, _ = _entmax15_threshold(z)
         sqrt_p = (z - tau).clamp_(min=0)
+        ctx.candidates = candidates
         ctx.save_for_backward(sqrt_p)
-        return sqrt_p.square()
+        return candidates.scatter(sqrt_p.square())
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (sqrt_p,) = ctx.saved_tensors
-        return _jacobian_vector_product(sqrt_p, grad)
+        grad = ctx.candidates.gather(grad)
+        return ctx.candidates.scatter(_jacobian_vector_product(sqrt_p, grad))
 
 
 class EntmaxFunction(torch.autograd.Function):
@@ -388,7 +432,7 @@ class EntmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
         beta = (alpha - 1).clamp(min=_MIN_BETA)
-        shifted, _, live = _shift_by_row_max(x)
+        candidates, shifted, _, live = _scaled_candidates(x, beta)
         z = beta * shifted
         u, _ = _entmax_root(z, beta)
         p = torch.exp(torch.log1p((z - u).clamp_(min=-1)) / beta)
@@ -397,17 +441,19 @@ class EntmaxFunction(torch.autograd.Function):
         if bool(softmax_rows.any()):  # the α → 1 limit, exactly
             p = torch.where(softmax_rows, torch.softmax(shifted, dim=-1), p)
         p = p.masked_fill(~live, 0.0)
+        ctx.candidates = candidates
         ctx.save_for_backward(p, alpha)
-        return p
+        return candidates.scatter(p)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
         p, alpha = ctx.saved_tensors
+        grad = ctx.candidates.gather(grad)
         beta = (alpha - 1).clamp(min=0)  # both gradients are well defined at α = 1
         on = p > 0
         log_p = torch.where(on, p, 1.0).log()
         s = torch.where(on, torch.exp((1 - beta) * log_p), 0.0)
-        grad_x = _jacobian_vector_product(s, grad)
+        grad_x = ctx.candidates.scatter(_jacobian_vector_product(s, grad))
         grad_alpha = None
         if ctx.needs_input_grad[1]:
             grad_alpha = _alpha_grad(p, log_p, s, grad, beta).sum_to_size(alpha.shape)
@@ -447,12 +493,19 @@ def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
     return a.movedim(d, -1)
 
 
+def _softmax_with_empty_rows(x: Tensor, row_max: Tensor) -> Tensor:
+    """Softmax over the last dim; rows whose max is −inf (nothing unmasked) give zeros."""
+    empty = row_max == float("-inf")
+    if not bool(empty.any()):
+        return torch.softmax(x, dim=-1)
+    # A zero row instead of −inf keeps softmax and its backward free of NaN.
+    return torch.softmax(x.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+
+
 def softmax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
     """Masked softmax: p_i ∝ exp(x_i) over unmasked entries; fully masked rows give zeros."""
     xl = _to_last_dim(x, dim, mask)
-    live = xl.amax(dim=-1, keepdim=True) > float("-inf")
-    p = torch.softmax(xl.masked_fill(~live, 0.0), dim=-1).masked_fill(~live, 0.0)
-    return _from_last_dim(p, dim, x.dtype)
+    return _from_last_dim(_softmax_with_empty_rows(xl, xl.amax(dim=-1, keepdim=True)), dim, x.dtype)
 
 
 def sparsemax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
@@ -496,11 +549,9 @@ def topk_softmax(x: Tensor, k: int, dim: int = -1, mask: Tensor | None = None) -
         raise ValueError(f"k must be a positive integer, got {k!r}")
     xl = _to_last_dim(x, dim, mask)
     top = xl.topk(min(k, xl.shape[-1]), dim=-1).values
-    live = top[..., :1] > float("-inf")
     # Fewer than k unmasked entries make the k-th value −inf, which keeps all unmasked ones.
-    kept = xl.masked_fill(xl < top[..., -1:], float("-inf")).masked_fill(~live, 0.0)
-    p = torch.softmax(kept, dim=-1).masked_fill(~live, 0.0)
-    return _from_last_dim(p, dim, x.dtype)
+    kept = xl.masked_fill(xl < top[..., -1:], float("-inf"))
+    return _from_last_dim(_softmax_with_empty_rows(kept, top[..., :1]), dim, x.dtype)
 
 
 @torch.no_grad()
@@ -513,16 +564,16 @@ def entmax_threshold(
     and for checking optimality conditions. Not differentiable.
     """
     xl = _to_last_dim(x, dim, mask)
-    shifted, row_max, live = _shift_by_row_max(xl)
-    if not isinstance(alpha, Tensor) and alpha == 2:
-        tau, iterations = _sparsemax_threshold(shifted)
-        tau = tau + row_max
-    elif not isinstance(alpha, Tensor) and alpha == 1.5:
-        tau, iterations = _entmax15_threshold(shifted / 2)
-        tau = tau + row_max / 2
-    else:
+    if isinstance(alpha, Tensor) or alpha not in (1.5, 2):
         beta = (_alpha_to_last_dim(alpha, x, dim) - 1).clamp(min=_MIN_BETA)
+        _, shifted, row_max, live = _scaled_candidates(xl, beta)
         u, iterations = _entmax_root(beta * shifted, beta)
-        tau = u - 1 + beta * row_max
+        scaled_tau = u - 1
+    else:
+        beta = alpha - 1
+        _, shifted, row_max, live = _scaled_candidates(xl, beta)
+        solve = _sparsemax_threshold if alpha == 2 else _entmax15_threshold
+        scaled_tau, iterations = solve(beta * shifted)
+    tau = scaled_tau + beta * row_max
     tau = tau.masked_fill(~live, float("inf"))
     return EntmaxThreshold(tau.movedim(-1, dim), iterations.movedim(-1, dim))
