@@ -111,8 +111,10 @@ class _Candidates:
 
     def __init__(self, x: Tensor, floor: Tensor) -> None:
         self.shape = x.shape
-        self.index: tuple[Tensor, Tensor, Tensor] | None = None
         self.values = x
+        # Flat positions of the candidates in the full [rows, d] and the packed [rows, K] views.
+        self.full_index: Tensor | None = None
+        self.packed_index: Tensor | None = None
         d = x.shape[-1]
         if d < 128 or x.numel() == 0:
             return
@@ -121,33 +123,32 @@ class _Candidates:
         step = max(1, flat.shape[0] // 32)  # a cheap look at a few rows first
         if float((flat[::step] > floor[::step]).to(x.dtype).sum(dim=-1).max()) * 2 > d:
             return
-        rows, cols = (flat > floor).nonzero(as_tuple=True)
+        full_index = (flat > floor).view(-1).nonzero().squeeze(1)
+        rows = full_index // d
         counts = torch.bincount(rows, minlength=flat.shape[0])
-        width = int(counts.max()) if rows.numel() else 1
-        if width * 2 > d:
+        self.width = max(int(counts.max()), 1) if rows.numel() else 1
+        if self.width * 2 > d:
             return
         slots = torch.arange(rows.numel(), device=x.device) - (counts.cumsum(0) - counts)[rows]
-        self.index = (rows, cols, slots)
+        self.full_index = full_index
+        self.packed_index = rows * self.width + slots
         self.values = self.gather(x, fill=float("-inf"))
 
     def gather(self, full: Tensor, fill: float = 0.0) -> Tensor:
         """[..., d] -> [..., K]: the candidates' entries of ``full``."""
-        if self.index is None:
+        if self.full_index is None:
             return full
-        rows, cols, slots = self.index
-        width = int(slots.max()) + 1 if slots.numel() else 1
-        out = full.new_full((self.shape[:-1].numel(), width), fill)
-        out[rows, slots] = full.reshape(-1, self.shape[-1])[rows, cols]
-        return out.view(*self.shape[:-1], width)
+        out = full.new_full((*self.shape[:-1], self.width), fill)
+        picked = full.reshape(-1).index_select(0, self.full_index)
+        return out.view(-1).index_copy_(0, self.packed_index, picked).view(out.shape)
 
     def scatter(self, packed: Tensor) -> Tensor:
         """[..., K] -> [..., d]: ``packed`` in place, zeros for the other entries."""
-        if self.index is None:
+        if self.full_index is None:
             return packed
-        rows, cols, slots = self.index
-        out = packed.new_zeros(self.shape[:-1].numel(), self.shape[-1])
-        out[rows, cols] = packed.reshape(-1, packed.shape[-1])[rows, slots]
-        return out.view(self.shape)
+        picked = packed.reshape(-1).index_select(0, self.packed_index)
+        out = packed.new_zeros(self.shape)
+        return out.view(-1).index_copy_(0, self.full_index, picked).view(self.shape)
 
 
 # --------------------------------------------------------------------------- exact solvers
@@ -262,6 +263,22 @@ def _tolerance(dtype: torch.dtype, d: int) -> float:
     return 4 * eps * max(1, d.bit_length())
 
 
+def _entmax_terms(gap: Tensor, inv_beta_m1: Tensor, below_two: bool) -> tuple[Tensor, Tensor]:
+    """s = p^{1−β} and p = (1 + gap)^{1/β} for gap = z − u ∈ [−1, 0]; p = 0 at gap = −1.
+
+    With α < 2 (1/β − 1 > 0) the exponent is floored at ½ log(tiny) (1e-19 in fp32, far below
+    its resolution): exp of −inf, or of an argument near underflow, takes a slow path on CPU,
+    and p = s (1 + gap) is still exactly 0 at gap = −1. With α ≥ 2, s = p^{1−β} ≥ 1 on the
+    support and must be zeroed off it explicitly.
+    """
+    exponent = torch.log1p(gap) * inv_beta_m1
+    if below_two:
+        s = torch.exp(exponent.clamp_(min=0.5 * math.log(torch.finfo(gap.dtype).tiny)))
+    else:
+        s = torch.where(gap > -1, torch.exp(exponent), 0.0)
+    return s, torch.addcmul(s, s, gap)
+
+
 def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     """Solve Σ_i [1 + z_i − u]_+^{1/β} = 1 for u ∈ [0, 1 − d^{−β}] (τ = u − 1).
 
@@ -286,14 +303,9 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     prev_err = torch.full_like(u, float("inf"))
     done = torch.zeros_like(u, dtype=torch.bool)
     iterations = torch.zeros_like(u, dtype=torch.long)
-    # Off the support log1p(−1) = −inf, and exp(−inf · (1/β − 1)) is 0 only while α < 2.
-    need_where = not bool((beta < 1).all())
+    below_two = bool((beta < 1).all())
     for _ in range(max_iter):
-        gap = (z - u).clamp_(min=-1)  # 1 + gap = p_i^β on the support, 0 off it
-        s = torch.exp(torch.log1p(gap) * inv_beta_m1)  # p_i^{1−β}
-        if need_where:
-            s = torch.where(gap > -1, s, 0.0)
-        p = torch.addcmul(s, s, gap)  # s (1 + gap) = p_i
+        s, p = _entmax_terms((z - u).clamp_(min=-1), inv_beta_m1, below_two)
         mass = p.sum(dim=-1, keepdim=True)
         err = mass - 1
         done = done | (err.abs() <= tol) | (mass == 0)
@@ -435,7 +447,7 @@ class EntmaxFunction(torch.autograd.Function):
         candidates, shifted, _, live = _scaled_candidates(x, beta)
         z = beta * shifted
         u, _ = _entmax_root(z, beta)
-        p = torch.exp(torch.log1p((z - u).clamp_(min=-1)) / beta)
+        _, p = _entmax_terms((z - u).clamp_(min=-1), 1 / beta - 1, bool((beta < 1).all()))
         p = p / p.sum(dim=-1, keepdim=True)
         softmax_rows = alpha - 1 < _MIN_BETA
         if bool(softmax_rows.any()):  # the α → 1 limit, exactly
