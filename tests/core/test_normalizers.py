@@ -1023,3 +1023,62 @@ def test_invalid_arguments_raise_value_error():
         ):
             with pytest.raises(ValueError, match="mask"):
                 call()
+
+
+# --------------------------------------------------------------------------- 7. candidate packing
+# Rows of length ≥ 128 whose candidates (x_i > max − 1/(α−1)) fill at most half of every row are
+# solved, returned and differentiated on the packed candidates only.
+
+
+def _packed_case(dtype):
+    x = _randn((2, 3, 5, 300), 2000, dtype, 4.0)
+    mask = _rand_mask(x.shape, 2001, keep=0.8)
+    mask[0, 1, 2] = False  # a fully masked row
+    return x, mask
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, "heads"])
+def test_candidate_packing_is_used_for_long_sparse_rows(alpha):
+    x, mask = _packed_case(F32)
+    a = torch.tensor([1.3, 1.5, 1.9]).view(1, 3, 1, 1) if alpha == "heads" else alpha
+    xm = x.masked_fill(~mask, -math.inf)
+    row_max = xm.amax(-1, keepdim=True).clamp(min=-1e30)
+    candidates = normalizers_module._Candidates(xm, row_max - 1 / (torch.as_tensor(a) - 1))
+    assert candidates.full_index is not None
+    assert candidates.values.shape[-1] * 2 <= x.shape[-1]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "heads"])
+def test_packed_path_matches_oracle_with_gradients(name, dtype):
+    x, mask = _packed_case(dtype)
+    gout = _randn(x.shape, 2002, dtype)
+    alpha = torch.tensor([1.3, 1.5, 1.9], dtype=dtype).view(1, 3, 1, 1)
+    functions = {
+        "sparsemax": (lambda v, a: sparsemax(v, mask=mask), 2.0),
+        "entmax15": (lambda v, a: entmax15(v, mask=mask), 1.5),
+        "heads": (lambda v, a: entmax(v, a, mask=mask), alpha),
+    }
+    fn, spec = functions[name]
+    xg, ag = x.clone().requires_grad_(), alpha.clone().requires_grad_()
+    p = fn(xg, ag)
+    (p * gout).sum().backward()
+
+    x64 = x.to(F64).masked_fill(~mask, -1e4)  # the oracle has no mask; −1e4 is far out of support
+    x64.requires_grad_()
+    a64 = alpha.to(F64).expand(2, 3, 5, 1).clone().requires_grad_()
+    references = {  # the package's own autograd gives the reference gradients
+        "sparsemax": lambda: ref_sparsemax(x64),
+        "entmax15": lambda: ref_entmax15(x64),
+        "heads": lambda: ref_entmax_bisect(x64, a64, n_iter=100),
+    }
+    ref = references[name]().masked_fill(~mask, 0.0)
+    (ref * gout.to(F64)).sum().backward()
+
+    assert bool((p[0, 1, 2] == 0).all()) and bool((xg.grad[0, 1, 2] == 0).all())
+    _assert_entmax_close(p, ref, spec if name != "heads" else 1.9, x)
+    grad_tol = 1e-4 if dtype == F32 else 1e-9
+    assert _max_err(xg.grad.masked_fill(~mask, 0.0), x64.grad.masked_fill(~mask, 0.0)) <= grad_tol
+    if name == "heads":
+        expected = a64.grad.sum(dim=(0, 2), keepdim=True)
+        assert _max_err(ag.grad, expected) <= (1e-3 if dtype == F32 else 1e-8)
