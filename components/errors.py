@@ -1,0 +1,10 @@
+"""The project's one exception type.
+
+Every error caused by bad input (a params key, a data file, a checksum, a NaN loss, a device
+request) is raised as :class:`LearnableSparsityError` with a message naming the offending
+key / file / value, so that callers and tests can catch exactly these and let bugs through.
+"""
+
+
+class LearnableSparsityError(ValueError):
+    """Bad input or an unrecoverable run condition; the message names what is at fault."""
