@@ -14,15 +14,13 @@ root-finder iterations. Prints a table and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from timing import median_ms, write_json
 
 from components.core import normalizers as ours
 
@@ -37,16 +35,6 @@ HEADS = 8
 ROWS = 4096
 K = 8
 ALPHA = 1.5
-
-
-def _median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up: allocator, lazy init
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def _time_function(
@@ -73,8 +61,8 @@ def _time_function(
         return time.perf_counter() - start
 
     with torch.no_grad():
-        fwd = _median_ms(forward, repeats)
-    fwd_bwd = _median_ms(forward_backward, repeats)
+        fwd = median_ms(forward, repeats)
+    fwd_bwd = median_ms(forward_backward, repeats)
     backward_only()
     bwd = 1e3 * statistics.median(backward_only() for _ in range(repeats))
     return {"forward_ms": fwd, "backward_ms": bwd, "forward_backward_ms": fwd_bwd}
@@ -176,19 +164,7 @@ def main() -> None:
     )
     print("|" + "|".join("-" * w for w in (7, 30, 10, 10, 10, 9, 9, 9, 10, 7)) + "|")
     results = run(args.lengths, args.repeats, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "results": results,
-    }
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(args.out)
-    print(f"wrote {args.out}")
+    write_json(args.out, results)
 
 
 if __name__ == "__main__":
