@@ -136,7 +136,7 @@ def k_best_bit_vectors(t: Tensor, k: int) -> tuple[Tensor, Tensor]:
     the next bit costs at least the current k-th cheapest set (no later set can enter).
 
     Returns ``configs`` [B, k, D] ({0,1} floats) and ``valid`` [B, k] (False on slots beyond
-    2^D when 2^D < k).
+    2^D when 2^D < k; those repeat the best configuration and get probability 0 downstream).
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
