@@ -1,0 +1,364 @@
+"""Tests for ``components.data.download`` against a loopback HTTP server with Range support.
+
+The server (127.0.0.1, a free port) serves ``server.files`` (URL path → bytes), records every
+request's path and Range header in ``server.requests``, and for a path in ``server.drop_after``
+sends only that many bytes of its first response before closing the connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import random
+import re
+import socket
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from components.data.download import CORPORA, CorpusSpec, download, fetch_corpus
+from components.errors import LearnableSparsityError
+
+PAYLOAD = random.Random(0).randbytes(300_000)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        server = self.server
+        header = self.headers.get("Range")
+        server.requests.append((self.path, header))
+        data = server.files.get(self.path)
+        if data is None:
+            self.send_error(404)
+            return
+        start = 0
+        if header is not None:
+            match = re.fullmatch(r"bytes=(\d+)-", header)
+            assert match, header
+            start = int(match.group(1))
+            if start >= len(data):
+                self.send_error(416)
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        cut = server.drop_after.pop(self.path, None)
+        self.wfile.write(body if cut is None else body[:cut])
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.files: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str | None]] = []
+        self.drop_after: dict[str, int] = {}
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    httpd = _Server()
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------- download()
+
+
+def test_download_verifies_and_records_the_checksum(server: _Server, tmp_path: Path) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    dest = tmp_path / "cache" / "corpus.bin"
+    assert download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False) == dest
+    assert dest.read_bytes() == PAYLOAD
+    assert (tmp_path / "cache" / "corpus.bin.sha256").read_text().strip() == _sha(PAYLOAD)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["corpus.bin", "corpus.bin.sha256"]
+
+
+def test_checksum_mismatch_names_file_and_both_digests(server: _Server, tmp_path: Path) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    dest = tmp_path / "corpus.bin"
+    wrong = "0" * 64
+    with pytest.raises(LearnableSparsityError) as err:
+        download(server.url("/corpus.bin"), dest, wrong, progress=False)
+    message = str(err.value)
+    assert "corpus.bin" in message and wrong in message and _sha(PAYLOAD) in message
+    assert not dest.exists()
+    assert (tmp_path / "corpus.bin.corrupt").read_bytes() == PAYLOAD
+
+
+def test_interrupted_download_resumes_with_a_range_request(
+    server: _Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    server.drop_after["/corpus.bin"] = 100_000
+    dest = tmp_path / "corpus.bin"
+    with caplog.at_level(logging.WARNING):
+        download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
+    assert dest.read_bytes() == PAYLOAD
+    assert server.requests == [("/corpus.bin", None), ("/corpus.bin", "bytes=100000-")]
+    assert "closed after byte 100000 of 300000" in caplog.text
+    assert not (tmp_path / "corpus.bin.part").exists()
+
+
+def test_partial_file_is_kept_for_the_next_call(server: _Server, tmp_path: Path) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    server.drop_after["/corpus.bin"] = 12_345
+    dest = tmp_path / "corpus.bin"
+    with pytest.raises(LearnableSparsityError, match="keeps the first 12345 bytes"):
+        download(server.url("/corpus.bin"), dest, progress=False, attempts=1)
+    assert not dest.exists()
+    download(server.url("/corpus.bin"), dest, progress=False)
+    assert dest.read_bytes() == PAYLOAD
+    assert server.requests[-1] == ("/corpus.bin", "bytes=12345-")
+
+
+def test_complete_partial_file_refused_by_the_server_restarts(
+    server: _Server, tmp_path: Path
+) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    (tmp_path / "corpus.bin.part").write_bytes(PAYLOAD)  # complete, but never renamed
+    download(server.url("/corpus.bin"), tmp_path / "corpus.bin", _sha(PAYLOAD), progress=False)
+    assert server.requests == [("/corpus.bin", "bytes=300000-"), ("/corpus.bin", None)]
+    assert (tmp_path / "corpus.bin").read_bytes() == PAYLOAD
+
+
+def test_corrupted_cache_entry_is_downloaded_again(server: _Server, tmp_path: Path) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    dest = tmp_path / "corpus.bin"
+    download(server.url("/corpus.bin"), dest, progress=False)
+    dest.write_bytes(b"bit rot")
+    download(server.url("/corpus.bin"), dest, progress=False)  # verified against the record
+    assert dest.read_bytes() == PAYLOAD
+    assert (tmp_path / "corpus.bin.corrupt").read_bytes() == b"bit rot"
+    assert len(server.requests) == 2
+
+
+def test_cache_hit_makes_no_request(server: _Server, tmp_path: Path) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    dest = tmp_path / "corpus.bin"
+    download(server.url("/corpus.bin"), dest, progress=False)
+    download(server.url("/corpus.bin"), dest, progress=False)
+    download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
+    assert len(server.requests) == 1
+
+
+def test_recorded_digest_guards_later_downloads(server: _Server, tmp_path: Path) -> None:
+    server.files["/corpus.bin"] = PAYLOAD
+    dest = tmp_path / "corpus.bin"
+    download(server.url("/corpus.bin"), dest, progress=False)  # no digest given: recorded
+    dest.unlink()
+    server.files["/corpus.bin"] = PAYLOAD[::-1]  # the source changed under the same URL
+    with pytest.raises(LearnableSparsityError, match=r"corpus\.bin\.sha256 by an earlier download"):
+        download(server.url("/corpus.bin"), dest, progress=False)
+
+
+def test_unreachable_host_suggests_the_local_source(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/corpus.bin"
+    with pytest.raises(LearnableSparsityError) as err:
+        download(url, tmp_path / "corpus.bin", progress=False, timeout=5)
+    assert url in str(err.value) and "`local` corpus source" in str(err.value)
+
+
+def test_http_error_is_named(server: _Server, tmp_path: Path) -> None:
+    with pytest.raises(LearnableSparsityError, match=r"/missing\.bin failed: HTTP 404"):
+        download(server.url("/missing.bin"), tmp_path / "missing.bin", progress=False)
+
+
+# --------------------------------------------------------------------------- fetch_corpus()
+
+
+def _served(spec: CorpusSpec, server: _Server, contents: dict[str, bytes]) -> CorpusSpec:
+    """``spec`` with every file served by ``server`` (``contents``: file name → bytes)."""
+    for name, data in contents.items():
+        server.files[f"/{spec.name}/{name}"] = data
+    files = tuple(replace(f, url=server.url(f"/{spec.name}/{f.name}")) for f in spec.files)
+    return replace(spec, files=files)
+
+
+def _tar_gz(members: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _zip(members: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
+def _lines(*lines: str) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def test_fetch_kftt_tarball_layout(server: _Server, tmp_path: Path) -> None:
+    root = "kftt-data-1.0/data"
+    members = {}
+    for split, n in (("train.cln", 3), ("dev", 2), ("test", 1)):
+        for lang in ("ja", "en"):
+            members[f"{root}/tok/kyoto-{split}.{lang}"] = _lines(
+                *(f"{split} {lang} {i}" for i in range(n))
+            )
+            members[f"{root}/orig/kyoto-{split}.{lang}"] = _lines("untokenized decoy")
+    members[f"{root}/tok/kyoto-train.en"] = _lines("uncleaned decoy")
+    spec = _served(CORPORA["kftt_ja_en"], server, {"kftt-data-1.0.tar.gz": _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    assert corpus == {
+        "train": [(f"train.cln ja {i}", f"train.cln en {i}") for i in range(3)],
+        "valid": [("dev ja 0", "dev en 0"), ("dev ja 1", "dev en 1")],
+        "test": [("test ja 0", "test en 0")],
+    }
+    assert (tmp_path / "kftt_ja_en" / "kftt-data-1.0.tar.gz.sha256").is_file()
+    fetch_corpus(spec, tmp_path, progress=False)  # from the cache
+    assert len(server.requests) == 1
+
+
+def _wit3_doc(texts: list[str]) -> str:
+    segments = "".join(f'<seg id="{i}"> {t} </seg>\n' for i, t in enumerate(texts, start=1))
+    return f'<mteval>\n<srcset>\n<doc docid="1">\n<talkid>1</talkid>\n{segments}</doc>\n</srcset>'
+
+
+def _train_tags(lang: str, n: int) -> str:
+    lines = ["<url>http://www.ted.com/talks/x</url>", "<keywords>talks</keywords>"]
+    lines += ["<speaker>Someone</speaker>", "<talkid>1</talkid>"]
+    lines += [f"<title>title {lang}</title>", f"<description>about {lang}</description>"]
+    return _lines(*lines, *(f"sentence {lang} {i}" for i in range(1, n + 1)), "</doc>")
+
+
+def test_fetch_iwslt17_zip_layout(server: _Server, tmp_path: Path) -> None:
+    members = {f"de-en/train.tags.de-en.{lang}": _train_tags(lang, 4) for lang in ("de", "en")}
+    docs = ["IWSLT17.TED.dev2010"] + [f"IWSLT17.TED.tst{year}" for year in range(2010, 2016)]
+    for doc in docs:
+        for lang in ("de", "en"):
+            members[f"de-en/{doc}.de-en.{lang}.xml"] = _wit3_doc([f"{doc} {lang} &amp; more"])
+    spec = _served(CORPORA["iwslt17_de_en"], server, {"de-en.zip": _zip(members)})
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    assert corpus["train"] == [(f"sentence de {i}", f"sentence en {i}") for i in range(1, 5)]
+    assert corpus["valid"] == [("IWSLT17.TED.dev2010 de & more", "IWSLT17.TED.dev2010 en & more")]
+    assert [source for source, _ in corpus["test"]] == [f"{doc} de & more" for doc in docs[1:]]
+
+
+def test_fetch_iwslt14_fairseq_split(server: _Server, tmp_path: Path) -> None:
+    members = {f"de-en/train.tags.de-en.{lang}": _train_tags(lang, 48) for lang in ("de", "en")}
+    docs = CORPORA["iwslt14_de_en"].extractor.test_docs  # type: ignore[attr-defined]
+    for doc in docs:
+        for lang in ("de", "en"):
+            members[f"de-en/{doc}.de-en.{lang}.xml"] = _wit3_doc([f"{doc} {lang}"])
+    spec = _served(CORPORA["iwslt14_de_en"], server, {"de-en.tgz": _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    # title + description + 48 sentences = 50 training pairs; every 23rd goes to valid
+    assert corpus["valid"] == [
+        ("sentence de 21", "sentence en 21"),
+        ("sentence de 44", "sentence en 44"),
+    ]
+    assert len(corpus["train"]) == 48
+    assert corpus["train"][:3] == [
+        ("title de", "title en"),
+        ("about de", "about en"),
+        ("sentence de 1", "sentence en 1"),
+    ]
+    assert [source for source, _ in corpus["test"]] == [f"{doc} de" for doc in docs]
+
+
+def test_fetch_iwslt15_plain_files(server: _Server, tmp_path: Path) -> None:
+    contents = {
+        f"{name}.{lang}": _lines(*(f"{name} {lang} {i}" for i in range(2))).encode()
+        for name in ("train", "tst2012", "tst2013")
+        for lang in ("en", "vi")
+    }
+    contents["train.vi"] = _lines("train vi 0", "").encode()  # an empty target line
+    spec = _served(CORPORA["iwslt15_en_vi"], server, contents)
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    assert corpus["train"] == [("train en 0", "train vi 0")]  # the pair with an empty side dropped
+    assert corpus["test"] == [("tst2013 en 0", "tst2013 vi 0"), ("tst2013 en 1", "tst2013 vi 1")]
+
+
+def test_fetch_wmt16_parquet_shards(server: _Server, tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+
+    def parquet(rows: list[tuple[str, str]]) -> bytes:
+        table = pa.table({"translation": [{"ro": ro, "en": en} for ro, en in rows]})
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer)
+        return buffer.getvalue()
+
+    spec = CORPORA["wmt16_ro_en"]
+    contents = {
+        "train-00000-of-00001.parquet": parquet([("Bună ziua .", "Hello .")] * 3),
+        "validation-00000-of-00001.parquet": parquet([("da", "yes")]),
+        "test-00000-of-00001.parquet": parquet([("nu", "no"), ("", "empty source")]),
+    }
+    assert sorted(contents) == sorted(f.name for f in spec.files)
+    corpus = fetch_corpus(_served(spec, server, contents), tmp_path, progress=False)
+    assert corpus == {
+        "train": [("Bună ziua .", "Hello .")] * 3,
+        "valid": [("da", "yes")],
+        "test": [("nu", "no")],
+    }
+
+
+def test_unknown_corpus_lists_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(LearnableSparsityError, match=r"unknown corpus 'wmt99'.*kftt_ja_en"):
+        fetch_corpus("wmt99", tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(CORPORA))
+def test_registry_entries_are_complete(name: str) -> None:
+    spec = CORPORA[name]
+    assert spec.name == name
+    assert name.endswith(f"_{spec.source_lang}_{spec.target_lang}")
+    assert set(spec.expected_sizes) == {"train", "valid", "test"}
+    names = [f.name for f in spec.files]
+    assert len(names) == len(set(names))
+    for remote in spec.files:
+        assert remote.url.startswith(("https://", "http://")) and remote.sha256 is None
+    extractor = spec.extractor
+    referenced = getattr(extractor, "archive", None)
+    if referenced is not None:
+        assert referenced in names
+    else:  # loose files: every split names two downloaded files
+        splits = extractor.splits  # type: ignore[attr-defined]
+        assert set(splits) == {"train", "valid", "test"}
+        used = {n for value in splits.values() for n in value}
+        assert used == set(names)
