@@ -1,0 +1,1 @@
+"""Transformer encoder-decoder for NMT with pluggable (sparse) attention, training and search."""

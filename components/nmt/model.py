@@ -1,0 +1,399 @@
+r"""Transformer encoder-decoder (Vaswani et al. 2017) whose attention normalizer is a parameter.
+
+Every attention block (encoder self-, decoder self- and decoder context attention) is the shared
+``components.core.attention.MultiHeadAttention`` with the normalizer named in the config, so
+softmax, sparsemax, 1.5-entmax, α-entmax with a learned α per head (Correia et al. 2019) and
+top-k softmax (Zhao et al. 2019) are one model class with one switch.
+
+Embeddings: x_t = √d · E[y_t] + PE(t), with sinusoidal positions
+PE(t, 2i) = sin(t / 10000^{2i/d}), PE(t, 2i+1) = cos(t / 10000^{2i/d}).
+
+Layers (``pre_norm=True``, the default), each sublayer f with its own LayerNorm:
+    x ← x + Dropout(f(LN(x)))        and a final LN after the last layer of each stack;
+(``pre_norm=False``, the original post-norm Transformer):
+    x ← LN(x + Dropout(f(x))).
+Pre-norm is the default because the AST experiments ran on OpenNMT-py, whose Transformer is
+pre-norm, and pre-norm trains stably without long warm-up at the small smoke-profile scale;
+post-norm (fairseq's default, used by the Explicit Sparse Transformer) is one flag away.
+
+Feed-forward: FFN(x) = W₂ Dropout(ReLU(W₁ x + b₁)) + b₂ (OpenNMT-py's dropout placement).
+Output: logits = h Wᵀ with W the target embedding when ``share_embeddings`` (one joint
+vocabulary for source, target and output projection), else a separate projection.
+
+Decoder self-attention needs no padding mask: targets are right-padded and the causal mask
+already hides every later (hence every padded) position from a real one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from components.core.attention import ALPHA_MAX, ALPHA_MIN, NORMALIZERS, KVCache
+from components.core.attention import MultiHeadAttention as Attention
+from components.errors import LearnableSparsityError
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters; the defaults are the base Transformer used in the papers.
+
+    ``normalizer`` (one of softmax, sparsemax, entmax15, entmax_alpha, topk) is used by every
+    attention block; ``topk_k`` is k for "topk"; ``alpha_init`` is the initial α of every head
+    for "entmax_alpha", or None for AST's random init α = 1 + sigmoid(a), a ~ N(0, 1) per head.
+    ``pad_id``, ``bos_id`` and ``eos_id`` must be distinct.
+    """
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    enc_layers: int = 6
+    dec_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    normalizer: str = "softmax"
+    topk_k: int = 8
+    alpha_init: float | None = 1.5
+    share_embeddings: bool = False
+    pre_norm: bool = True
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    max_positions: int = 1024
+
+    def __post_init__(self) -> None:
+        positive = (
+            "src_vocab",
+            "tgt_vocab",
+            "d_model",
+            "n_heads",
+            "d_ff",
+            "enc_layers",
+            "dec_layers",
+            "topk_k",
+            "max_positions",
+        )
+        for key in positive:
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LearnableSparsityError(f"{key} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads != 0:
+            raise LearnableSparsityError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        if self.d_model % 2 != 0:
+            raise LearnableSparsityError(
+                f"d_model must be even for sinusoidal positions, got {self.d_model}"
+            )
+        if self.normalizer not in NORMALIZERS:
+            raise LearnableSparsityError(
+                f"normalizer must be one of {', '.join(NORMALIZERS)}; got {self.normalizer!r}"
+            )
+        for key in ("dropout", "attention_dropout"):
+            value = getattr(self, key)
+            if not 0 <= value < 1:
+                raise LearnableSparsityError(f"{key} must lie in [0, 1), got {value!r}")
+        if self.alpha_init is not None and not ALPHA_MIN < self.alpha_init < ALPHA_MAX:
+            raise LearnableSparsityError(
+                f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {self.alpha_init!r}"
+            )
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise LearnableSparsityError(
+                f"share_embeddings needs src_vocab == tgt_vocab, got {self.src_vocab} and "
+                f"{self.tgt_vocab}"
+            )
+        for key in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, key)
+            if not 0 <= value < min(self.src_vocab, self.tgt_vocab):
+                raise LearnableSparsityError(f"{key}={value} is outside the vocabulary")
+        if len({self.pad_id, self.bos_id, self.eos_id}) != 3:
+            raise LearnableSparsityError(
+                f"pad_id, bos_id and eos_id must be distinct, got {self.pad_id}, "
+                f"{self.bos_id}, {self.eos_id}"
+            )
+
+
+@dataclass(frozen=True)
+class DecoderCache:
+    """Incremental-decoding state: per decoder layer, (self-attention cache, context cache).
+
+    The self-attention caches grow by one position per decoded token; the context caches are
+    static (the encoder memory projected once).
+    """
+
+    layers: tuple[tuple[KVCache, KVCache], ...]
+
+    @property
+    def length(self) -> int:
+        """Number of target positions decoded so far."""
+        return self.layers[0][0].key.shape[2]
+
+    def reorder(self, beam_indices: Tensor) -> DecoderCache:
+        """The cache whose batch entry b is entry ``beam_indices[b]`` of this one."""
+        return DecoderCache(
+            tuple((s.reorder(beam_indices), c.reorder(beam_indices)) for s, c in self.layers)
+        )
+
+
+def attention_block(config: TransformerConfig) -> Attention:
+    """A fresh attention block with the config's normalizer, k, initial α and dropout."""
+    return Attention(
+        config.d_model,
+        config.n_heads,
+        config.normalizer,
+        k=config.topk_k,
+        alpha_init=1.5 if config.alpha_init is None else config.alpha_init,
+        dropout=config.attention_dropout,
+    )
+
+
+def sinusoidal_positions(length: int, d_model: int) -> Tensor:
+    """PE [length, d_model]: PE(t, 2i) = sin(t / 10000^{2i/d}), PE(t, 2i+1) = cos(same)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(1e4) / d_model)
+    )
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = torch.sin(position * inv_freq)
+    pe[:, 1::2] = torch.cos(position * inv_freq)
+    return pe
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = W₂ Dropout(ReLU(W₁ x + b₁)) + b₂."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(config.d_model, config.d_ff)
+        self.w2 = nn.Linear(config.d_ff, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(torch.relu(self.w1(x))))
+
+
+class Residual(nn.Module):
+    """Residual connection around a sublayer f: x ← after(x, f(before(x))).
+
+    pre-norm: before(x) = LN(x), after = x + Dropout(f);  post-norm: before(x) = x,
+    after = LN(x + Dropout(f)).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.pre_norm = config.pre_norm
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def before(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def after(self, x: Tensor, fx: Tensor) -> Tensor:
+        x = x + self.dropout(fx)
+        return x if self.pre_norm else self.norm(x)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention over the (unpadded) source positions, then the feed-forward block."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attn = attention_block(config)
+        self.ffn = FeedForward(config)
+        self.res_attn = Residual(config)
+        self.res_ffn = Residual(config)
+
+    def forward(
+        self, x: Tensor, src_mask: Tensor, return_probs: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        attn = self.self_attn(
+            self.res_attn.before(x), key_padding_mask=src_mask, return_probs=return_probs
+        )
+        x = self.res_attn.after(x, attn.output)
+        x = self.res_ffn.after(x, self.ffn(self.res_ffn.before(x)))
+        return x, attn.probs
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, context attention over the memory, then the feed-forward block."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attn = attention_block(config)
+        self.context_attn = attention_block(config)
+        self.ffn = FeedForward(config)
+        self.res_self = Residual(config)
+        self.res_context = Residual(config)
+        self.res_ffn = Residual(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: tuple[KVCache, KVCache] | None,
+        use_cache: bool,
+        return_probs: bool,
+    ) -> tuple[Tensor, tuple[KVCache, KVCache] | None, Tensor | None, Tensor | None]:
+        """Returns (x, (self cache, context cache) or None, self probs, context probs)."""
+        self_cache, context_cache = cache if cache is not None else (None, None)
+        sa = self.self_attn(
+            self.res_self.before(x),
+            causal=True,
+            cache=self_cache,
+            use_cache=use_cache,
+            return_probs=return_probs,
+        )
+        x = self.res_self.after(x, sa.output)
+        ca = self.context_attn(
+            self.res_context.before(x),
+            memory,
+            key_padding_mask=src_mask,
+            cache=context_cache,
+            use_cache=use_cache,
+            return_probs=return_probs,
+        )
+        x = self.res_context.after(x, ca.output)
+        x = self.res_ffn.after(x, self.ffn(self.res_ffn.before(x)))
+        new_cache = (sa.cache, ca.cache) if sa.cache is not None else None
+        return x, new_cache, sa.probs, ca.probs
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; see the module docstring for the equations.
+
+    Attention probabilities for analysis: pass a dict as ``attention`` to ``encode``, ``decode``
+    or ``forward`` and it is filled with one [batch, heads, queries, keys] tensor per block,
+    under the keys "encoder.self.layer{i}", "decoder.self.layer{i}", "decoder.context.layer{i}"
+    (the same keys as ``alphas()``).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=config.pad_id)
+        self.tgt_embed = (
+            self.src_embed
+            if config.share_embeddings
+            else nn.Embedding(config.tgt_vocab, d, padding_idx=config.pad_id)
+        )
+        self.register_buffer(
+            "positions", sinusoidal_positions(config.max_positions, d), persistent=False
+        )
+        self.embed_dropout = nn.Dropout(config.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(config) for _ in range(config.enc_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(config) for _ in range(config.dec_layers))
+        # Pre-norm stacks end un-normalized: one final LayerNorm each (identity for post-norm).
+        self.encoder_norm = nn.LayerNorm(d) if config.pre_norm else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if config.pre_norm else nn.Identity()
+        self.output_proj = (
+            None if config.share_embeddings else nn.Linear(d, config.tgt_vocab, bias=False)
+        )
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform linear weights, zero biases, N(0, d^-1/2) embeddings (zero pad row);
+        α logits ~ N(0, 1) when ``alpha_init`` is None."""
+        random_alpha = self.config.alpha_init is None
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=self.config.d_model**-0.5)
+                with torch.no_grad():
+                    module.weight[self.config.pad_id].zero_()
+            elif random_alpha and isinstance(module, Attention) and module.alpha_logit is not None:
+                nn.init.normal_(module.alpha_logit)
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int) -> Tensor:
+        """√d · E[tokens] + PE(offset + t), then dropout."""
+        end = offset + tokens.shape[1]
+        if end > self.config.max_positions:
+            raise LearnableSparsityError(
+                f"sequence of length {end} exceeds max_positions={self.config.max_positions}"
+            )
+        x = embedding(tokens) * math.sqrt(self.config.d_model) + self.positions[offset:end]
+        return self.embed_dropout(x)
+
+    def encode(
+        self, src: Tensor, attention: dict[str, Tensor] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Source ids [batch, src_len] → (memory [batch, src_len, d], src_mask [batch, src_len]).
+
+        ``src_mask`` is True on real (non-pad) source tokens.
+        """
+        src_mask = src != self.config.pad_id
+        x = self._embed(self.src_embed, src, 0)
+        for i, layer in enumerate(self.encoder):
+            x, probs = layer(x, src_mask, attention is not None)
+            if attention is not None:
+                attention[f"encoder.self.layer{i}"] = probs
+        return self.encoder_norm(x), src_mask
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: DecoderCache | None = None,
+        *,
+        use_cache: bool = False,
+        attention: dict[str, Tensor] | None = None,
+    ) -> tuple[Tensor, DecoderCache | None]:
+        """Target-side logits [batch, tgt_len, tgt_vocab] and the updated cache.
+
+        Full decoding: ``tgt_in`` is the whole shifted target ([bos] + y) and ``cache`` None.
+        Incremental decoding: the first call passes the first token(s) with ``use_cache=True``;
+        later calls pass only the new token(s) and the returned cache, whose length is the
+        position offset of ``tgt_in``. The cache is returned when ``use_cache`` or ``cache``.
+        """
+        offset = 0 if cache is None else cache.length
+        use_cache = use_cache or cache is not None
+        x = self._embed(self.tgt_embed, tgt_in, offset)
+        new_layers = []
+        for i, layer in enumerate(self.decoder):
+            layer_cache = None if cache is None else cache.layers[i]
+            x, layer_cache, self_probs, context_probs = layer(
+                x, memory, src_mask, layer_cache, use_cache, attention is not None
+            )
+            new_layers.append(layer_cache)
+            if attention is not None:
+                attention[f"decoder.self.layer{i}"] = self_probs
+                attention[f"decoder.context.layer{i}"] = context_probs
+        h = self.decoder_norm(x)
+        weight = self.tgt_embed.weight if self.output_proj is None else self.output_proj.weight
+        logits = h @ weight.T
+        return logits, (DecoderCache(tuple(new_layers)) if use_cache else None)
+
+    def forward(
+        self, src: Tensor, tgt_in: Tensor, attention: dict[str, Tensor] | None = None
+    ) -> Tensor:
+        """Teacher-forced logits [batch, tgt_len, tgt_vocab] for ``tgt_in`` = [bos] + y."""
+        memory, src_mask = self.encode(src, attention)
+        logits, _ = self.decode(tgt_in, memory, src_mask, attention=attention)
+        return logits
+
+    def attention_blocks(self) -> dict[str, Attention]:
+        """Every attention block by key: "encoder.self.layer{i}", "decoder.self.layer{i}" and
+        "decoder.context.layer{i}"."""
+        blocks = {f"encoder.self.layer{i}": layer.self_attn for i, layer in enumerate(self.encoder)}
+        for i, layer in enumerate(self.decoder):
+            blocks[f"decoder.self.layer{i}"] = layer.self_attn
+            blocks[f"decoder.context.layer{i}"] = layer.context_attn
+        return blocks
+
+    def alphas(self) -> dict[str, Tensor]:
+        """Current α per head ([n_heads], detached) of every block; empty unless entmax_alpha."""
+        return {
+            key: block.alpha
+            for key, block in self.attention_blocks().items()
+            if block.alpha is not None
+        }

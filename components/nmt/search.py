@@ -1,0 +1,130 @@
+r"""Batched beam search with incremental decoding for the NMT Transformer.
+
+A hypothesis y (ending in eos) is ranked by its length-normalized log-probability
+    score(y) = log P(y | x) / lp(|y|),    lp(n) = ((5 + n) / 6)^α    (GNMT, Wu et al. 2016),
+where |y| counts the generated tokens including eos; α = 0 ranks by log P(y | x) itself.
+GNMT's form is the one of OpenNMT-py (the AST experiments) and tensor2tensor (α = 0.6 in the
+EST En-Vi setup).
+
+Search, per sentence with K beams: each step scores all K·V one-token extensions of the live
+beams, takes the 2K best; those ending in eos among the first K become finished hypotheses, the
+K best others stay live (their caches follow them via ``DecoderCache.reorder``). pad and bos are
+never generated. The output length is at most max_len = ⌊a · src_len + b⌋ tokens plus eos (eos is
+forced at that step). A sentence stops when its best finished score cannot be beaten by any
+live beam: log-probabilities only decrease and lp only grows, so a live beam with log P = s can
+at best reach s / lp(max_len + 1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from components.errors import LearnableSparsityError
+from components.nmt.model import Transformer
+
+
+class SearchOutput(NamedTuple):
+    """Best hypothesis per sentence (ids without bos/eos) and its normalized score, [batch]."""
+
+    tokens: list[list[int]]
+    scores: Tensor
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty ((5 + length) / 6)^α."""
+    return ((5 + length) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    *,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+) -> SearchOutput:
+    """Translate ``src`` [batch, src_len] (pad-padded ids) with beam search; model in eval mode.
+
+    ``alpha`` is the length-penalty exponent (0 disables it); each output has at most
+    ⌊max_len_a · src_len + max_len_b⌋ tokens before eos (also capped by max_positions − 1).
+    """
+    config = model.config
+    if model.training:
+        raise LearnableSparsityError("beam_search needs model.eval(): dropout randomizes search")
+    if beam_size < 1:
+        raise LearnableSparsityError(f"beam_size must be a positive integer, got {beam_size}")
+    if alpha < 0:
+        raise LearnableSparsityError(f"length penalty alpha must be >= 0, got {alpha}")
+    B, K, V, device = src.shape[0], beam_size, config.tgt_vocab, src.device
+
+    memory, src_mask = model.encode(src)
+    memory = memory.repeat_interleave(K, dim=0)
+    src_mask = src_mask.repeat_interleave(K, dim=0)
+    src_len = (src != config.pad_id).sum(1)
+    max_len = (max_len_a * src_len.double() + max_len_b).floor().long()
+    max_len = max_len.clamp(0, config.max_positions - 1)
+    best_possible_lp = length_penalty(max_len + 1, alpha)
+
+    tokens = torch.full((B * K, 1), config.bos_id, dtype=torch.long, device=device)
+    scores = torch.full((B, K), -math.inf, device=device)
+    scores[:, 0] = 0.0  # all beams start identical: expand only the first
+    best_scores = torch.full((B,), -math.inf, device=device)
+    best_tokens = torch.full((B, int(max_len.max()) + 1), config.pad_id, device=device)
+    best_lengths = torch.zeros(B, dtype=torch.long, device=device)
+    batch_offsets = (torch.arange(B, device=device) * K)[:, None]
+    cache = None
+
+    for step in range(int(max_len.max()) + 1):
+        logits, cache = model.decode(tokens[:, -1:], memory, src_mask, cache, use_cache=True)
+        log_p = torch.log_softmax(logits[:, -1].float(), dim=-1).view(B, K, V)
+        log_p[..., config.pad_id] = -math.inf
+        log_p[..., config.bos_id] = -math.inf
+        at_limit = step == max_len
+        log_p[at_limit] = log_p[at_limit].masked_fill(
+            torch.arange(V, device=device) != config.eos_id, -math.inf
+        )
+
+        cand_scores, cand = (scores[:, :, None] + log_p).view(B, K * V).topk(2 * K, dim=1)
+        cand_beam, cand_token = cand // V, cand % V
+        is_eos = cand_token == config.eos_id
+
+        # Finished: eos candidates among the K best; keep the best per sentence.
+        finished = is_eos[:, :K] & torch.isfinite(cand_scores[:, :K])
+        normalized = cand_scores[:, :K] / length_penalty(step + 1, alpha)
+        normalized = normalized.masked_fill(~finished, -math.inf)
+        top_finished, top_rank = normalized.max(dim=1)
+        improved = top_finished > best_scores
+        if improved.any():
+            origin = (batch_offsets[:, 0] + cand_beam.gather(1, top_rank[:, None])[:, 0])[improved]
+            best_scores[improved] = top_finished[improved]
+            best_tokens[improved, :step] = tokens[origin, 1:]
+            best_lengths[improved] = step
+
+        # Live: the K best non-eos candidates (at most K of the 2K end in eos).
+        live_rank = torch.argsort(is_eos.long() * 2 * K + torch.arange(2 * K, device=device))
+        live_rank = live_rank[:, :K]
+        scores = cand_scores.gather(1, live_rank)
+        origin = (batch_offsets + cand_beam.gather(1, live_rank)).view(-1)
+        tokens = torch.cat([tokens[origin], cand_token.gather(1, live_rank).view(-1, 1)], dim=1)
+        cache = cache.reorder(origin)
+
+        done = best_scores >= scores.max(dim=1).values / best_possible_lp
+        if done.all():
+            break
+        scores = scores.masked_fill(done[:, None], -math.inf)
+
+    hyps = [best_tokens[b, : best_lengths[b]].tolist() for b in range(B)]
+    return SearchOutput(hyps, best_scores)
+
+
+def greedy_decode(
+    model: Transformer, src: Tensor, *, max_len_a: float = 1.2, max_len_b: int = 10
+) -> SearchOutput:
+    """Greedy decoding: beam search with one beam and no length penalty (raw log P scores)."""
+    return beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=max_len_a, max_len_b=max_len_b)
