@@ -86,75 +86,73 @@ def _solve_equality_qp(configs: Tensor, active: Tensor, t: Tensor) -> Tensor:
 def _active_set(
     t: Tensor, oracle: MapOracle, max_iter: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Run the active-set method on t [B, D]; returns configs, p, iterations and convergence."""
+    """Run the active-set method on t [B, D]; returns configs, p, iterations and convergence.
+
+    The state holds W slots per example (inactive slots are identity rows of the KKT system and
+    are reused by later additions); W grows only when some example needs a new slot, so the
+    systems stay about as wide as the largest active set rather than D + 2.
+    """
     B, D = t.shape
-    C = D + 2  # at most D + 1 affinely independent structures, plus the one being added
-    configs = t.new_zeros(B, C, D)
-    configs[:, 0] = oracle(t)
-    active = torch.zeros(B, C, dtype=torch.bool, device=t.device)
-    active[:, 0] = True
-    p = t.new_zeros(B, C)
-    p[:, 0] = 1.0
+    capacity = D + 2  # at most D + 1 affinely independent structures, plus the one being added
+    configs = oracle(t)[:, None, :]
+    active = torch.ones(B, 1, dtype=torch.bool, device=t.device)
+    p = t.new_ones(B, 1)
     iterations = torch.zeros(B, dtype=torch.long, device=t.device)
     converged = torch.zeros(B, dtype=torch.bool, device=t.device)
+    rows = torch.arange(B, device=t.device)
     scale = 1.0 + t.abs().amax(-1) ** 2 + D
-    gap_scale = 1.0 + t.abs().amax(-1)
+    quantum = _GAP_TOL * (1.0 + t.abs().amax(-1, keepdim=True))
 
     for _ in range(max_iter):
-        live = (~converged).nonzero(as_tuple=True)[0]
-        if live.numel() == 0:
+        live = ~converged
+        if not bool(live.any()):
             break
-        iterations[live] += 1
-        # Active slots first, then solve on the narrowest width that holds every live set plus
-        # one free slot: the KKT systems shrink from D + 3 to (support + 2) rows.
-        order = (~active[live]).to(torch.int8).argsort(dim=-1, stable=True)
-        width = min(C, int(active[live].sum(-1).max()) + 1)
-        order = order[:, :width]
-        cfg = configs[live].gather(1, order[..., None].expand(-1, -1, D))
-        act, p_live, t_live = active[live].gather(1, order), p[live].gather(1, order), t[live]
-        p_hat = _solve_equality_qp(cfg, act, t_live)
+        iterations += live.long()
+        p_hat = _solve_equality_qp(configs, active, t)
 
         # Infeasible rows: move towards p_hat until the first weight hits 0 and drop it.
-        negative = act & (p_hat < -_TOL)
-        infeasible = negative.any(-1)
-        ratio = torch.where(negative, p_live / (p_live - p_hat).clamp(min=1e-300), 2.0)
+        negative = active & (p_hat < -_TOL)
+        infeasible = live & negative.any(-1)
+        ratio = torch.where(negative, p / (p - p_hat).clamp(min=1e-300), 2.0)
         step, blocking = ratio.min(-1)
-        stepped = p_live + step[:, None] * (p_hat - p_live)
-        n = torch.arange(live.numel(), device=t.device)
-        stepped[n, blocking] = 0.0
-        dropped = act.clone()
-        dropped[n, blocking] = False
+        stepped = p + step[:, None] * (p_hat - p)
+        stepped[rows, blocking] = 0.0
+        dropped = active.clone()
+        dropped[rows, blocking] = False
 
         # Feasible rows: accept p_hat, ask the oracle for the most violated structure.
         p_ok = p_hat.clamp(min=0.0)
-        mu = torch.einsum("nc,ncd->nd", p_ok, cfg)
-        gap = t_live - mu
+        mu = torch.einsum("bw,bwd->bd", p_ok, configs)
         # Gaps that are equal in exact arithmetic (0 on coordinates μ already fits, λ on every
         # fractional coordinate under a budget) differ by round-off; snapping them to a grid
         # keeps the oracle from breaking those ties by noise, so the path and p are locally
         # smooth in t (a finite-difference step does not change the support).
-        quantum = _GAP_TOL * gap_scale[live, None]
-        gap = torch.round(gap / quantum) * quantum
+        gap = torch.round((t - mu) / quantum) * quantum
         best = oracle(gap)
         violation = (best * gap).sum(-1) - (mu * gap).sum(-1)
-        already = ((cfg == best[:, None, :]).all(-1) & act).any(-1)
-        done = ~infeasible & ((violation <= _TOL * scale[live]) | already)
-        add = ~infeasible & ~done
-        free_slot = (~act).to(torch.int8).argmax(-1)
-        if bool((add & act.all(-1)).any()):
-            raise RuntimeError("SparseMAP active set exceeded D + 2 structures (degenerate input)")
+        already = ((configs == best[:, None, :]).all(-1) & active).any(-1)
+        done = live & ~infeasible & ((violation <= _TOL * scale) | already)
+        add = live & ~infeasible & ~done
 
-        new_p = torch.where(infeasible[:, None], stepped, p_ok)
-        new_act = torch.where(infeasible[:, None], dropped, act)
-        add_rows = add.nonzero(as_tuple=True)[0]
-        new_act[add_rows, free_slot[add_rows]] = True
-        cfg[add_rows, free_slot[add_rows]] = best[add_rows]
         # A structure whose weight the feasible solve set to 0 leaves the set.
-        new_act &= ~(~infeasible[:, None] & act & (p_ok <= 0))
-        configs[live] = nn.functional.pad(cfg, (0, 0, 0, C - width))
-        active[live] = nn.functional.pad(new_act, (0, C - width))
-        p[live] = nn.functional.pad(new_p * new_act, (0, C - width))
-        converged[live] = done
+        kept = active & ~(p_ok <= 0)
+        feasible = live & ~infeasible
+        p = torch.where(infeasible[:, None], stepped, torch.where(feasible[:, None], p_ok, p))
+        active = torch.where(
+            infeasible[:, None], dropped, torch.where(feasible[:, None], kept, active)
+        )
+        if bool((add & active.all(-1)).any()):
+            if configs.shape[1] == capacity:
+                raise RuntimeError("SparseMAP active set exceeded D + 2 structures (degenerate)")
+            configs = nn.functional.pad(configs, (0, 0, 0, 1))
+            active = nn.functional.pad(active, (0, 1))
+            p = nn.functional.pad(p, (0, 1))
+        add_rows = add.nonzero(as_tuple=True)[0]
+        free_slot = (~active[add_rows]).to(torch.int8).argmax(-1)
+        active[add_rows, free_slot] = True
+        configs[add_rows, free_slot] = best[add_rows]
+        p = p * active
+        converged |= done
 
     return configs, p, iterations, converged
 
