@@ -62,23 +62,24 @@ def budget_map(budget: int) -> MapOracle:
     return oracle
 
 
-def _kkt_matrix(configs: Tensor, active: Tensor) -> Tensor:
-    """[[Q, a], [aᵀ, 0]] with Q = A Aᵀ on active slots and the identity on inactive ones."""
-    n, C, _ = configs.shape
-    a = active.to(configs.dtype)
-    Q = configs @ configs.transpose(1, 2) * (a[:, :, None] * a[:, None, :])
-    Q = Q + torch.diag_embed(1 - a)
-    kkt = configs.new_zeros(n, C + 1, C + 1)
-    kkt[:, :C, :C] = Q
+def _kkt_matrix(gram: Tensor, active: Tensor) -> Tensor:
+    """[[Q, a], [aᵀ, 0]] with Q the Gram matrix A Aᵀ on active slots, identity on inactive ones."""
+    n, C, _ = gram.shape
+    a = active.to(gram.dtype)
+    kkt = gram.new_zeros(n, C + 1, C + 1)
+    kkt[:, :C, :C] = gram * (a[:, :, None] * a[:, None, :]) + torch.diag_embed(1 - a)
     kkt[:, :C, C] = a
     kkt[:, C, :C] = a
     return kkt
 
 
-def _solve_equality_qp(configs: Tensor, active: Tensor, t: Tensor) -> Tensor:
-    """argmin_{p: Σp = 1, p = 0 off the active set} ½‖Aᵀp − t‖² (no sign constraint), [n, C]."""
-    rhs = torch.cat([(configs @ t[:, :, None])[..., 0] * active, t.new_ones(t.shape[0], 1)], 1)
-    solution = torch.linalg.solve(_kkt_matrix(configs, active), rhs)
+def _solve_equality_qp(gram: Tensor, scores: Tensor, active: Tensor) -> Tensor:
+    """argmin_{p: Σp = 1, p = 0 off the active set} ½‖Aᵀp − t‖² (no sign constraint), [n, C].
+
+    ``gram`` = A Aᵀ and ``scores`` = A t over the slots (only active slots are read).
+    """
+    rhs = torch.cat([scores * active, scores.new_ones(scores.shape[0], 1)], 1)
+    solution = torch.linalg.solve(_kkt_matrix(gram, active), rhs)
     return solution[:, :-1] * active
 
 
@@ -95,6 +96,9 @@ def _active_set(
     B, D = t.shape
     capacity = D + 2  # at most D + 1 affinely independent structures, plus the one being added
     configs = oracle(t)[:, None, :]
+    # Gram matrix and scores ⟨a_z, t⟩ of the slots, updated when a structure enters a slot.
+    gram = (configs * configs).sum(-1, keepdim=True)
+    scores = (configs[:, 0] * t).sum(-1, keepdim=True)
     active = torch.ones(B, 1, dtype=torch.bool, device=t.device)
     p = t.new_ones(B, 1)
     iterations = torch.zeros(B, dtype=torch.long, device=t.device)
@@ -108,7 +112,7 @@ def _active_set(
         if not bool(live.any()):
             break
         iterations += live.long()
-        p_hat = _solve_equality_qp(configs, active, t)
+        p_hat = _solve_equality_qp(gram, scores, active)
 
         # Infeasible rows: move towards p_hat until the first weight hits 0 and drop it.
         negative = active & (p_hat < -_TOL)
@@ -122,7 +126,7 @@ def _active_set(
 
         # Feasible rows: accept p_hat, ask the oracle for the most violated structure.
         p_ok = p_hat.clamp(min=0.0)
-        mu = torch.einsum("bw,bwd->bd", p_ok, configs)
+        mu = (p_ok[..., None] * configs).sum(1)
         # Gaps that are equal in exact arithmetic (0 on coordinates μ already fits, λ on every
         # fractional coordinate under a budget) differ by round-off; snapping them to a grid
         # keeps the oracle from breaking those ties by noise, so the path and p are locally
@@ -130,7 +134,11 @@ def _active_set(
         gap = torch.round((t - mu) / quantum) * quantum
         best = oracle(gap)
         violation = (best * gap).sum(-1) - (mu * gap).sum(-1)
-        already = ((configs == best[:, None, :]).all(-1) & active).any(-1)
+        # ⟨a_z, best⟩ per slot; binary vectors are equal iff it matches both squared norms.
+        products = (configs * best[:, None, :]).sum(-1)
+        norms = torch.diagonal(gram, dim1=1, dim2=2)
+        equal = (products == norms) & (products == (best * best).sum(-1, keepdim=True))
+        already = (equal & active).any(-1)
         done = live & ~infeasible & ((violation <= _TOL * scale) | already)
         add = live & ~infeasible & ~done
 
@@ -145,12 +153,21 @@ def _active_set(
             if configs.shape[1] == capacity:
                 raise RuntimeError("SparseMAP active set exceeded D + 2 structures (degenerate)")
             configs = nn.functional.pad(configs, (0, 0, 0, 1))
+            gram = nn.functional.pad(gram, (0, 1, 0, 1))
+            scores = nn.functional.pad(scores, (0, 1))
             active = nn.functional.pad(active, (0, 1))
             p = nn.functional.pad(p, (0, 1))
         add_rows = add.nonzero(as_tuple=True)[0]
         free_slot = (~active[add_rows]).to(torch.int8).argmax(-1)
         active[add_rows, free_slot] = True
         configs[add_rows, free_slot] = best[add_rows]
+        products = nn.functional.pad(products, (0, gram.shape[1] - products.shape[1]))[add_rows]
+        products[torch.arange(add_rows.numel(), device=t.device), free_slot] = (
+            best[add_rows] * best[add_rows]
+        ).sum(-1)
+        gram[add_rows, free_slot] = products
+        gram[add_rows, :, free_slot] = products
+        scores[add_rows, free_slot] = (best[add_rows] * t[add_rows]).sum(-1)
         p = p * active
         converged |= done
 
@@ -169,7 +186,7 @@ class SparseMAPFunction(torch.autograd.Function):
     def backward(ctx, grad_p: Tensor) -> tuple[Tensor, None, None]:
         configs, p = ctx.saved_tensors
         support = p > 0
-        kkt = _kkt_matrix(configs, support)
+        kkt = _kkt_matrix(configs @ configs.transpose(1, 2), support)
         rhs = torch.cat([grad_p.to(p.dtype) * support, p.new_zeros(p.shape[0], 1)], 1)
         v = torch.linalg.solve(kkt, rhs)[:, :-1] * support
         grad_t = torch.einsum("bc,bcd->bd", v, configs)
