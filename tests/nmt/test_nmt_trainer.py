@@ -1,0 +1,192 @@
+"""The training loop: resume after an interruption continues identically; checkpoints; history."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from components.errors import LearnableSparsityError
+from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.trainer import TrainingSettings, load_weights, train, validation_nll
+
+
+def copy_task(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        source = [rng.randrange(4, 20) for _ in range(rng.randrange(2, 8))]
+        examples.append((source, source[::-1]))
+    return examples
+
+
+TRAIN, VALID = copy_task(120, 0), copy_task(20, 1)
+
+
+def settings(**overrides) -> TrainingSettings:
+    values = {
+        "max_steps": 12,
+        "max_tokens": 120,
+        "warmup": 4,
+        "peak_lr": 3e-3,
+        "log_every": 2,
+        "validate_every": 5,
+        "checkpoint_every": 4,
+        "keep_checkpoints": 2,
+        "seed": 3,
+    }
+    values.update(overrides)
+    return TrainingSettings(**values)
+
+
+def fresh_model(normalizer: str = "entmax_alpha") -> Transformer:
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        src_vocab=20,
+        tgt_vocab=20,
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        enc_layers=1,
+        dec_layers=1,
+        normalizer=normalizer,
+        dropout=0.1,
+        alpha_init=None,
+        topk_k=2,
+    )
+    return Transformer(config)
+
+
+class SimulatedInterruptError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "entmax_alpha"])
+def test_resume_after_interruption_continues_identically(normalizer: str, tmp_path: Path) -> None:
+    straight = fresh_model(normalizer)
+    history = train(straight, TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "a", variant="v")
+
+    def interrupt(step: int, metrics: dict) -> None:
+        if step == 10:
+            raise SimulatedInterruptError
+
+    interrupted = fresh_model(normalizer)
+    with pytest.raises(SimulatedInterruptError):
+        train(
+            interrupted,
+            TRAIN,
+            VALID,
+            settings(),
+            checkpoint_dir=tmp_path / "b",
+            variant="v",
+            on_log=interrupt,
+        )
+    resumed = fresh_model(normalizer)  # a new process: fresh weights, state from the checkpoint
+    history_b = train(resumed, TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "b", variant="v")
+
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+    def timeless(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in row.items() if k != "tokens_per_second"} for row in rows]
+
+    # Steps 2..8 come from the checkpoint at step 8, steps 10 and 12 from the resumed run.
+    assert [row["step"] for row in history_b.train] == [2, 4, 6, 8, 10, 12]
+    assert timeless(history_b.train) == timeless(history.train)
+    assert history_b.valid == history.valid
+    if normalizer == "entmax_alpha":
+        assert history_b.alphas == history.alphas
+        first, last = history.alphas[0]["alphas"], history.alphas[-1]["alphas"]
+        assert first.keys() == last.keys() and first != last
+
+
+def test_history_checkpoints_and_averaging(tmp_path: Path) -> None:
+    model = fresh_model("softmax")
+    logged: list[tuple[int, dict]] = []
+    history = train(
+        model,
+        TRAIN,
+        VALID,
+        settings(),
+        checkpoint_dir=tmp_path,
+        variant="v",
+        on_log=lambda step, metrics: logged.append((step, metrics)),
+    )
+    assert [row["step"] for row in history.valid] == [5, 10, 12]
+    assert history.valid[-1]["valid_nll"] == pytest.approx(validation_nll(model, VALID, 120))
+    assert all(row["tokens_per_second"] > 0 and row["lr"] > 0 for row in history.train)
+    assert history.alphas == []
+    assert {step for step, _ in logged} >= {2, 4, 12}
+    assert sorted(p.name for p in tmp_path.glob("step*.pt")) == ["step12.pt", "step8.pt"]
+    final = load_weights(tmp_path)
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(final[name], value)
+    averaged = load_weights(tmp_path, average_last=2)
+    step8 = torch.load(tmp_path / "step8.pt")["model"]
+    for name in final:
+        if final[name].is_floating_point():
+            torch.testing.assert_close(averaged[name], (final[name] + step8[name]) / 2)
+
+
+def test_loss_decreases_on_the_copy_task(tmp_path: Path) -> None:
+    history = train(
+        fresh_model("sparsemax"),
+        TRAIN,
+        VALID,
+        settings(max_steps=40, log_every=10),
+        checkpoint_dir=tmp_path,
+        variant="v",
+    )
+    assert history.train[-1]["loss"] < history.train[0]["loss"] - 0.3
+
+
+def test_changed_settings_are_refused_on_resume(tmp_path: Path) -> None:
+    train(
+        fresh_model("softmax"),
+        TRAIN,
+        VALID,
+        settings(max_steps=4),
+        checkpoint_dir=tmp_path,
+        variant="v",
+    )
+    with pytest.raises(LearnableSparsityError, match="peak_lr"):
+        train(
+            fresh_model("softmax"),
+            TRAIN,
+            VALID,
+            settings(peak_lr=1e-2),
+            checkpoint_dir=tmp_path,
+            variant="v",
+        )
+    # max_steps may grow: training continues from step 4.
+    history = train(
+        fresh_model("softmax"),
+        TRAIN,
+        VALID,
+        settings(max_steps=6),
+        checkpoint_dir=tmp_path,
+        variant="v",
+    )
+    assert history.train[-1]["step"] == 6
+
+
+def test_nan_loss_names_step_and_variant(tmp_path: Path) -> None:
+    model = fresh_model("softmax")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    with pytest.raises(LearnableSparsityError, match=r"step 1 of variant 'smoke/softmax'"):
+        train(model, TRAIN, VALID, settings(), checkpoint_dir=tmp_path, variant="smoke/softmax")
+
+
+def test_bad_settings_name_the_key() -> None:
+    with pytest.raises(LearnableSparsityError, match="max_tokens"):
+        settings(max_tokens=0)
+    with pytest.raises(LearnableSparsityError, match="peak_lr"):
+        settings(peak_lr=0.0)
+    with pytest.raises(LearnableSparsityError, match="needs examples"):
+        train(fresh_model(), [], VALID, settings(), checkpoint_dir=Path("unused"), variant="v")
