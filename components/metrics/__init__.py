@@ -1,0 +1,1 @@
+"""Evaluation metrics: translation (BLEU, chrF via sacreBLEU, with signatures)."""
