@@ -1,0 +1,364 @@
+"""MLflow helpers: one parent run per stage invocation, one child run per grid cell.
+
+Usage pattern (driver, then Ray tasks)::
+
+    uri = tracking_uri(Path.cwd())
+    prepare(uri, experiment)                  # once, before fanning out
+    with stage_run(uri, experiment, "train_nmt", params) as stage:
+        run_id = stage.child(cell_key, cell_params)   # children are created by the driver
+        ...                                           # hand (uri, run_id) to the Ray task
+    # in the task:
+    with RunLogger(uri, run_id) as run:
+        run.log_metrics({metric_name("alpha", block, "head0"): 1.3}, step)
+
+The default store is a SQLite file whose path must be absolute (workers and DVC's temporary
+experiment copies run in other directories); its experiments keep their artifacts in
+``<directory of the DB>/mlartifacts/<experiment>``. A server (``http://...``) decides for itself.
+Many tasks writing to one SQLite file can meet "database is locked": every write is retried with
+exponential backoff, and metrics are buffered and written in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from components.errors import LearnableSparsityError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# MLflow's limits (mlflow.utils.validation).
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_TAGS_PER_BATCH = 100
+MAX_PARAM_VALUE_CHARS = 6000
+MAX_NAME_CHARS = 250
+STATUSES = ("FINISHED", "FAILED", "KILLED")
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+PARENT_TAG = "mlflow.parentRunId"
+
+_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
+_RETRY_ATTEMPTS = 10
+_RETRY_FIRST_DELAY_S = 0.1
+_RETRY_MAX_DELAY_S = 5.0
+
+
+def tracking_uri(root: Path) -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else the SQLite file ``root/mlflow.db`` (absolute)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlflow.db').resolve()}"
+
+
+def prepare(uri: str, experiment: str) -> str:
+    """Create the store (a new SQLite DB migrates its schema) and ``experiment``; its id.
+
+    Call it once in the driver before fanning out: tasks that open a fresh SQLite DB at the same
+    time race in the migration. Idempotent. A new experiment of a SQLite store gets the absolute
+    artifact location ``<DB directory>/mlartifacts/<experiment>``.
+    """
+    if not isinstance(experiment, str) or not experiment.strip():
+        raise LearnableSparsityError(
+            f"mlflow.experiment must be a non-empty name, got {experiment!r}"
+        )
+    database = _sqlite_path(uri)
+    location = None
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        folder = re.sub(r"[^A-Za-z0-9_-]", "_", experiment)
+        location = (database.parent / "mlartifacts" / folder).as_uri()
+    client = MlflowClient(uri)
+    found = _retry(client.get_experiment_by_name, experiment)
+    if found is None:
+        try:
+            return _retry(client.create_experiment, experiment, artifact_location=location)
+        except MlflowException as error:
+            if error.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            # Created meanwhile by another driver.
+            found = _retry(client.get_experiment_by_name, experiment)
+    if found.lifecycle_stage != "active":
+        raise LearnableSparsityError(
+            f"MLflow experiment {experiment!r} (id {found.experiment_id}) in {uri} is deleted; "
+            f"restore it (mlflow experiments restore --experiment-id {found.experiment_id}) "
+            "or choose another mlflow.experiment"
+        )
+    return found.experiment_id
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:////abs/path`` URI; None for a server or other DB."""
+    scheme, colon, _ = uri.partition(":")
+    scheme = scheme if colon else ""
+    if scheme in ("", "file"):
+        raise LearnableSparsityError(
+            f"tracking URI {uri!r} is a file store, which MLflow 3.17 refuses; use "
+            "sqlite:////absolute/path/mlflow.db or a server (MLFLOW_TRACKING_URI=http://host:5000)"
+        )
+    if scheme != "sqlite":
+        return None
+    path = Path(uri.removeprefix("sqlite:///"))
+    if not uri.startswith("sqlite:///") or not path.is_absolute():
+        raise LearnableSparsityError(
+            f"tracking URI {uri!r} must name the SQLite file by an absolute path "
+            "(sqlite:////absolute/path/mlflow.db): tasks and DVC experiments run elsewhere"
+        )
+    return path
+
+
+def metric_name(*parts: str) -> str:
+    """A valid MLflow metric name from ``parts`` joined by "/", e.g. ``alpha/enc.l0/head3``.
+
+    Characters other than letters, digits, ``_ - . /`` and space become ``_``; empty and ``.``
+    path segments are dropped and ``..`` ones become ``__`` (MLflow refuses names that are not
+    normalised paths).
+    """
+    return _sanitise("/".join(str(part) for part in parts), "metric")
+
+
+def _sanitise(text: str, kind: str) -> str:
+    segments = [s for s in _BAD_NAME_CHARS.sub("_", text).split("/") if s not in ("", ".")]
+    name = "/".join("_" * len(s) if set(s) == {"."} else s for s in segments)
+    _check_name(name, kind, text)
+    return name
+
+
+def _check_name(name: str, kind: str, original: str) -> None:
+    """Raise unless ``name`` is one MLflow accepts for a metric (or param) key."""
+    valid = (
+        name
+        and len(name) <= MAX_NAME_CHARS
+        and not _BAD_NAME_CHARS.search(name)
+        and "/".join(s for s in name.split("/") if s not in ("", ".", "..")) == name
+    )
+    if not valid:
+        raise LearnableSparsityError(
+            f"{kind} name {original!r} is not valid in MLflow (1 to {MAX_NAME_CHARS} of the "
+            "characters A-Z a-z 0-9 _ - . / and space, no empty, '.' or '..' path segments); "
+            "build it with pipelines.tracking.metric_name"
+        )
+
+
+def flatten_params(params: Mapping[str, Any]) -> dict[str, str]:
+    """Nested ``params`` as MLflow params: dotted names, values as text within MLflow's limit.
+
+    ``{"nmt": {"model": {"d_model": 64}}}`` becomes ``{"nmt.model.d_model": "64"}``; a value
+    longer than 6000 characters (a long list) is cut and ends with a note of its full size.
+    """
+    flat: dict[str, str] = {}
+
+    def walk(node: Mapping[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping) and value:
+                walk(value, f"{name}.")
+            else:
+                flat[_sanitise(name, "param")] = _param_value(value)
+
+    walk(params, "")
+    return flat
+
+
+def _param_value(value: Any) -> str:
+    text = str(value)
+    if len(text) <= MAX_PARAM_VALUE_CHARS:
+        return text
+    items = f"{len(value)} items, " if isinstance(value, list | tuple) else ""
+    note = f" ... [truncated: {items}{len(text)} characters]"
+    return text[: MAX_PARAM_VALUE_CHARS - len(note)] + note
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a busy database or an unavailable server."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if (
+            getattr(seen, "error_code", None) == "TEMPORARILY_UNAVAILABLE"
+            or type(seen).__name__ == "OperationalError"
+            or "database is locked" in str(seen)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _retry(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)``, retried with jittered exponential backoff while transient."""
+    delay, attempt = _RETRY_FIRST_DELAY_S, 1
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            if attempt == _RETRY_ATTEMPTS or not _transient(error):
+                raise
+            log.warning("MLflow busy (%s); attempt %d failed, retrying", error, attempt)
+            time.sleep(delay * random.uniform(1.0, 2.0))
+            delay, attempt = min(2 * delay, _RETRY_MAX_DELAY_S), attempt + 1
+
+
+def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class RunLogger:
+    """Logs to one existing MLflow run; picklable, so it can be used in (or sent to) a Ray task.
+
+    Metrics are buffered and written ``flush_every`` points at a time (and on :meth:`flush` /
+    :meth:`finish`). As a context manager it finishes the run: FINISHED, or FAILED when the
+    block raises (KILLED on KeyboardInterrupt, e.g. a cancelled task).
+    """
+
+    def __init__(self, uri: str, run_id: str, flush_every: int = 200) -> None:
+        if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
+            raise LearnableSparsityError(f"flush_every must be an int >= 1, got {flush_every!r}")
+        self.uri, self.run_id, self.flush_every = uri, run_id, flush_every
+        self._buffer: list[Metric] = []
+        self._client: MlflowClient | None = None
+
+    @property
+    def client(self) -> MlflowClient:
+        """The MLflow client of this process (created on first use, never pickled)."""
+        if self._client is None:
+            self._client = MlflowClient(self.uri)
+        return self._client
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is None:
+            self.finish("FINISHED")
+        else:
+            self.finish("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Buffer ``metrics`` at ``step`` (timestamped now); names as made by metric_name."""
+        timestamp = int(time.time() * 1000)
+        for key, value in metrics.items():
+            _check_name(key, "metric", key)
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise LearnableSparsityError(
+                    f"metric {key!r} at step {step} is {value!r}, not a number"
+                ) from None
+            self._buffer.append(Metric(key, number, timestamp, int(step)))
+        if len(self._buffer) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered metrics (batches of at most 1000)."""
+        while self._buffer:
+            batch = self._buffer[:MAX_METRICS_PER_BATCH]
+            _retry(self.client.log_batch, self.run_id, metrics=batch)
+            del self._buffer[: len(batch)]
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log nested ``params`` flattened (see :func:`flatten_params`)."""
+        entries = [Param(key, value) for key, value in flatten_params(params).items()]
+        for batch in _chunks(entries, MAX_PARAMS_TAGS_PER_BATCH):
+            _retry(self.client.log_batch, self.run_id, params=batch)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Set tags on the run (values as text)."""
+        entries = [RunTag(key, str(value)) for key, value in tags.items()]
+        for batch in _chunks(entries, MAX_PARAMS_TAGS_PER_BATCH):
+            _retry(self.client.log_batch, self.run_id, tags=batch)
+
+    def log_dict(self, data: dict, artifact_file: str) -> None:
+        """Save ``data`` as the artifact ``artifact_file`` (JSON, or YAML by extension)."""
+        _retry(self.client.log_dict, self.run_id, data, artifact_file)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """Copy the file or directory ``path`` into the run's artifacts (under artifact_path)."""
+        if not Path(path).exists():
+            raise LearnableSparsityError(f"artifact {path} does not exist")
+        _retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """Save a matplotlib ``figure`` as the artifact ``artifact_file`` (format by extension)."""
+        _retry(self.client.log_figure, self.run_id, figure, artifact_file)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """Flush the metrics, then end the run with ``status`` (FAILED if the flush fails)."""
+        if status not in STATUSES:
+            raise LearnableSparsityError(f"run status must be one of {STATUSES}, got {status!r}")
+        try:
+            self.flush()
+        except BaseException:
+            _retry(self.client.set_terminated, self.run_id, "FAILED")
+            raise
+        _retry(self.client.set_terminated, self.run_id, status)
+
+
+class StageRun(RunLogger):
+    """The parent run of one stage invocation (made by :func:`stage_run`); picklable.
+
+    The driver creates the children with :meth:`child`, so tasks never create runs
+    concurrently. When the stage run ends, children still RUNNING (a task never started, or
+    its worker died) are ended with the stage's status.
+    """
+
+    def __init__(self, uri: str, run_id: str, experiment_id: str, stage: str) -> None:
+        super().__init__(uri, run_id)
+        self.experiment_id, self.stage = experiment_id, stage
+        self.children: list[str] = []
+
+    def child(self, name: str, params: Mapping[str, Any]) -> str:
+        """Create a nested RUNNING run ``name`` with ``params``; its run id, for a task."""
+        tags = {PARENT_TAG: self.run_id, "stage": self.stage}
+        run = _retry(self.client.create_run, self.experiment_id, tags=tags, run_name=name)
+        run_id = run.info.run_id
+        self.children.append(run_id)
+        RunLogger(self.uri, run_id).log_params(params)
+        return run_id
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the children left RUNNING, then this run, with ``status``."""
+        for run_id in self.children:
+            if _retry(self.client.get_run, run_id).info.status == "RUNNING":
+                _retry(self.client.set_terminated, run_id, status)
+        super().finish(status)
+
+
+def _git_commit() -> str | None:
+    """HEAD of the git checkout around the working directory, if there is one."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+@contextmanager
+def stage_run(
+    uri: str, experiment: str, stage: str, params: Mapping[str, Any]
+) -> Iterator[StageRun]:
+    """The parent run of one invocation of ``stage``: named ``stage``, tagged with the stage and
+    the git commit, with ``params`` flattened; FINISHED, or FAILED if the block raises."""
+    experiment_id = prepare(uri, experiment)
+    tags = {"stage": stage}
+    commit = _git_commit()
+    if commit:
+        tags[GIT_COMMIT_TAG] = commit
+    client = MlflowClient(uri)
+    run = _retry(client.create_run, experiment_id, tags=tags, run_name=stage)
+    with StageRun(uri, run.info.run_id, experiment_id, stage) as handle:
+        handle.log_params(params)
+        yield handle

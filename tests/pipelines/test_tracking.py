@@ -1,0 +1,229 @@
+"""MLflow helpers: URIs, experiments, parent/child runs, concurrent metric logging, artifacts."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
+
+from components.errors import LearnableSparsityError
+from pipelines.runner import Resources, run_grid
+from pipelines.tracking import (
+    MAX_PARAM_VALUE_CHARS,
+    PARENT_TAG,
+    RunLogger,
+    flatten_params,
+    metric_name,
+    prepare,
+    stage_run,
+    tracking_uri,
+)
+
+POINTS = 1000  # steps per task; two metrics each: 2000 points per task
+
+
+@pytest.fixture(autouse=True)
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run every test in an empty directory, away from the repository (as DVC's temp copies)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# Ray tasks: top-level functions (conftest puts this folder on the workers' PYTHONPATH).
+
+
+def log_points(task: dict) -> dict:
+    with RunLogger(task["uri"], task["run_id"], flush_every=50) as run:
+        for step in range(task["points"]):
+            run.log_metrics(
+                {"loss": task["offset"] + step, metric_name("alpha", "head0"): step}, step
+            )
+    return {"run_id": task["run_id"]}
+
+
+def log_then_fail(task: dict) -> dict:
+    with RunLogger(task["uri"], task["run_id"]) as run:
+        run.log_metrics({"loss": 1.5}, step=0)
+        raise RuntimeError("diverged")
+
+
+def test_tracking_uri_defaults_to_an_absolute_sqlite_file(
+    monkeypatch: pytest.MonkeyPatch, elsewhere: Path
+) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = tracking_uri(Path("."))
+    assert uri == f"sqlite:///{elsewhere.resolve()}/mlflow.db"
+    assert uri.startswith("sqlite:////")
+
+
+def test_tracking_uri_environment_variable_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
+    assert tracking_uri(Path(".")) == "http://tracking:5000"
+
+
+def test_prepare_is_idempotent_and_keeps_artifacts_beside_the_db(mlflow_uri: str) -> None:
+    first = prepare(mlflow_uri, "idempotent exp")
+    assert prepare(mlflow_uri, "idempotent exp") == first
+    experiment = MlflowClient(mlflow_uri).get_experiment(first)
+    database = Path(mlflow_uri.removeprefix("sqlite:///"))
+    expected = database.parent / "mlartifacts" / "idempotent_exp"
+    assert experiment.artifact_location == expected.as_uri()
+
+
+@pytest.mark.parametrize("uri", ["file:///tmp/mlruns", "/tmp/mlruns", "sqlite:///mlflow.db"])
+def test_prepare_refuses_stores_that_do_not_work_here(uri: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=re.escape(uri)):
+        prepare(uri, "anything")
+
+
+def test_metric_names_are_sanitised() -> None:
+    assert metric_name("alpha", "encoder.self.layer0", "head3") == "alpha/encoder.self.layer0/head3"
+    assert metric_name("alpha/enc:0 (self)", "head 3") == "alpha/enc_0 _self_/head 3"
+    assert metric_name("/a//b/./c/../", "α") == "a/b/c/__/_"
+    with pytest.raises(LearnableSparsityError, match="metric name '/'"):
+        metric_name("/")
+    with pytest.raises(LearnableSparsityError, match=r"metric name 'x{300}'"):
+        metric_name("x" * 300)
+
+
+def test_params_are_flattened_and_long_values_truncated() -> None:
+    params = {
+        "nmt": {"model": {"d_model": 64, "alpha_init": None}, "variants": ["softmax", "topk"]},
+        "seeds": list(range(3000)),
+        "empty": {},
+    }
+    flat = flatten_params(params)
+    assert set(flat) == {
+        "nmt.model.d_model",
+        "nmt.model.alpha_init",
+        "nmt.variants",
+        "seeds",
+        "empty",
+    }
+    assert flat["nmt.model.d_model"] == "64"
+    assert flat["nmt.model.alpha_init"] == "None"
+    assert flat["nmt.variants"] == "['softmax', 'topk']"
+    assert flat["empty"] == "{}"
+    seeds = flat["seeds"]
+    assert len(seeds) == MAX_PARAM_VALUE_CHARS
+    assert seeds.startswith("[0, 1, 2, 3")
+    assert seeds.endswith(f"... [truncated: 3000 items, {len(str(params['seeds']))} characters]")
+
+
+def test_parallel_tasks_lose_no_metric(ray_local: None, mlflow_uri: str) -> None:
+    client = MlflowClient(mlflow_uri)
+    prepare(mlflow_uri, "concurrent")
+    with stage_run(mlflow_uri, "concurrent", "train", {"ray": {"task_cpus": 1}}) as stage:
+        tasks = [
+            {
+                "uri": mlflow_uri,
+                "run_id": stage.child(f"cell{i}", {"cell": {"seed": i}}),
+                "points": POINTS,
+                "offset": 10_000 * i,
+            }
+            for i in range(2)
+        ]
+        run_grid(log_points, tasks, resources=Resources(num_cpus=1), description="log")
+    parent = client.get_run(stage.run_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.info.run_name == "train"
+    assert parent.data.tags["stage"] == "train"
+    assert parent.data.params == {"ray.task_cpus": "1"}
+    for i, task in enumerate(tasks):
+        child = client.get_run(task["run_id"])
+        assert child.info.status == "FINISHED"
+        assert child.info.run_name == f"cell{i}"
+        assert child.data.tags[PARENT_TAG] == stage.run_id
+        assert child.data.params == {"cell.seed": str(i)}
+        loss = client.get_metric_history(task["run_id"], "loss")
+        alpha = client.get_metric_history(task["run_id"], "alpha/head0")
+        assert sorted((m.step, m.value) for m in loss) == [
+            (step, 10_000 * i + step) for step in range(POINTS)
+        ]
+        assert sorted((m.step, m.value) for m in alpha) == [(s, s) for s in range(POINTS)]
+
+
+def test_a_task_exception_marks_its_child_and_the_stage_failed(
+    ray_local: None, mlflow_uri: str
+) -> None:
+    client = MlflowClient(mlflow_uri)
+    prepare(mlflow_uri, "failing")
+    with (
+        pytest.raises(LearnableSparsityError, match="RuntimeError: diverged"),
+        stage_run(mlflow_uri, "failing", "train", {}) as stage,
+    ):
+        failing = stage.child("diverges", {})
+        never_started = stage.child("never started", {})
+        task = {"uri": mlflow_uri, "run_id": failing}
+        run_grid(log_then_fail, [task], resources=Resources(), description="fail")
+    assert client.get_run(failing).info.status == "FAILED"
+    assert [m.value for m in client.get_metric_history(failing, "loss")] == [1.5]
+    assert client.get_run(never_started).info.status == "FAILED"
+    assert client.get_run(stage.run_id).info.status == "FAILED"
+
+
+def test_artifacts_are_kept_beside_the_db_and_retrievable(mlflow_uri: str, elsewhere: Path) -> None:
+    client = MlflowClient(mlflow_uri)
+    prepare(mlflow_uri, "artifacts")
+    source = elsewhere / "notes.txt"
+    source.write_text("hello\n")
+    figure = Figure()
+    figure.add_subplot().plot([0, 1], [1, 0])
+    with stage_run(mlflow_uri, "artifacts", "report", {}) as stage:
+        with RunLogger(mlflow_uri, stage.child("cell", {})) as run:
+            run.log_dict({"bleu": 27.5}, "metrics.json")
+            run.log_artifact(source)
+            run.log_artifact(source, "texts")
+            run.log_figure(figure, "figures/curve.png")
+            run.set_tags({"cells": 1})
+        stage.log_artifact(source)
+    assert client.get_run(run.run_id).data.tags["cells"] == "1"
+    database = Path(mlflow_uri.removeprefix("sqlite:///"))
+    artifacts = database.parent / "mlartifacts" / "artifacts" / run.run_id / "artifacts"
+    stored = sorted(str(p.relative_to(artifacts)) for p in artifacts.rglob("*") if p.is_file())
+    assert stored == ["figures/curve.png", "metrics.json", "notes.txt", "texts/notes.txt"]
+    downloaded = Path(client.download_artifacts(run.run_id, "metrics.json", str(elsewhere)))
+    assert json.loads(downloaded.read_text()) == {"bleu": 27.5}
+    figure_file = Path(client.download_artifacts(run.run_id, "figures/curve.png", str(elsewhere)))
+    assert figure_file.read_bytes().startswith(b"\x89PNG")
+    assert [a.path for a in client.list_artifacts(stage.run_id)] == ["notes.txt"]
+    assert not (elsewhere / "mlruns").exists()
+
+
+def test_a_busy_database_is_retried(mlflow_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    prepare(mlflow_uri, "busy")
+    failures = iter([True, True])
+    log_batch = MlflowClient.log_batch
+
+    def locked_twice(self: MlflowClient, *args, **kwargs) -> None:
+        if next(failures, False):
+            raise MlflowException("database is locked", TEMPORARILY_UNAVAILABLE)
+        log_batch(self, *args, **kwargs)
+
+    with stage_run(mlflow_uri, "busy", "train", {}) as stage:
+        run_id = stage.child("cell", {})
+        monkeypatch.setattr(MlflowClient, "log_batch", locked_twice)
+        with RunLogger(mlflow_uri, run_id, flush_every=5) as run:
+            for step in range(10):
+                run.log_metrics({"loss": step}, step)
+    assert next(failures, None) is None  # both simulated lock errors were met
+    history = MlflowClient(mlflow_uri).get_metric_history(run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(10))
+
+
+def test_bad_metrics_and_statuses_name_the_value(mlflow_uri: str) -> None:
+    run = RunLogger(mlflow_uri, "no-such-run")
+    with pytest.raises(LearnableSparsityError, match="metric name 'bad:name'"):
+        run.log_metrics({"bad:name": 1.0}, step=0)
+    with pytest.raises(LearnableSparsityError, match="metric 'loss' at step 3 is 'high'"):
+        run.log_metrics({"loss": "high"}, step=3)  # type: ignore[dict-item]
+    with pytest.raises(LearnableSparsityError, match="got 'DONE'"):
+        run.finish("DONE")
+    with pytest.raises(LearnableSparsityError, match="flush_every must be an int >= 1, got 0"):
+        RunLogger(mlflow_uri, "no-such-run", flush_every=0)
