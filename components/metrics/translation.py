@@ -26,6 +26,7 @@ class Score:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The score as a JSON-ready dict (name, score, signature, details)."""
         return asdict(self)
 
 
@@ -68,7 +69,7 @@ def corpus_chrf(hypotheses: list[str], references: list[str]) -> Score:
     return Score("chrf", float(result.score), str(metric.get_signature()))
 
 
-def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[str, dict]:
+def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[str, dict[str, Any]]:
     """BLEU, tokenized BLEU and chrF as JSON-ready dicts keyed by metric name."""
     scores = (corpus_bleu, tokenized_bleu, corpus_chrf)
     return {s.name: s.to_dict() for s in (f(hypotheses, references) for f in scores)}

@@ -56,6 +56,12 @@ def test_detokenized_bleu_is_sacrebleu_default() -> None:
     assert score.details["sys_len"] == 11 and len(score.details["precisions"]) == 4
 
 
+def test_chrf_is_sacrebleu_chrf2() -> None:
+    score = corpus_chrf(HYPS, REFS)
+    assert score.score == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score)
+    assert "nc:6" in score.signature and "nw:0" in score.signature
+
+
 def test_metrics_dict_and_errors() -> None:
     metrics = translation_metrics(HYPS, REFS)
     assert set(metrics) == {"bleu", "tokenized_bleu", "chrf"}

@@ -1,0 +1,336 @@
+r"""Training and inference throughput of the attention variants (EST, Zhao et al. 2019, Table 4).
+
+Zhao et al. (2019, Table 4) compare the Transformer with softmax, sparsemax, 1.5-entmax,
+α-entmax and top-k attention at one model size: training speed and inference speed (beam search,
+128 sentences per batch) in tokens per second. Here every variant is the same
+``components.nmt.model.Transformer`` with a different ``normalizer``, so the comparison isolates
+the attention normalizer; α-entmax runs with the model's own per-head α (its parameters).
+
+What is counted:
+
+* training — tokens = non-pad target tokens (y + eos, the tokens the loss is averaged over) of
+  the timed updates; each update is ``train_step`` (forward, label-smoothed loss, backward,
+  gradient clipping, Adam step). ``source_tokens`` counts the non-pad source tokens too.
+* inference — tokens = generated target tokens, excluding bos and eos (the lengths of the
+  hypotheses ``beam_search`` returns); ``source_tokens`` counts the non-pad source tokens.
+
+Throughput = tokens / seconds of wall-clock time (``time.perf_counter``), with
+``torch.cuda.synchronize`` at both ends of the timed region when the model is on CUDA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from components.errors import LearnableSparsityError
+from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.search import beam_search
+from components.nmt.training import Batch, build_optimizer, train_step
+
+# Table 4 row order: variant name -> row label (top-k's label gets its k).
+VARIANT_LABELS: dict[str, str] = {
+    "softmax": "Transformer (softmax)",
+    "sparsemax": "Sparsemax",
+    "entmax15": "1.5-entmax",
+    "entmax_alpha": "α-entmax",
+    "topk": "top-k",
+}
+PHASES = ("train", "inference")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Tokens processed in ``seconds`` of wall-clock time.
+
+    ``tokens`` are the counted target tokens (see the module docstring), ``source_tokens`` the
+    non-pad source tokens, ``steps`` the timed updates (training) or ``beam_search`` calls
+    (inference), ``sentences`` the sentence pairs (training) or source sentences (inference)
+    processed in the timed region.
+    """
+
+    tokens: int
+    source_tokens: int
+    sentences: int
+    steps: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Counted target tokens per second."""
+        return self.tokens / self.seconds
+
+    @property
+    def total_tokens_per_second(self) -> float:
+        """Source plus counted target tokens per second."""
+        return (self.source_tokens + self.tokens) / self.seconds
+
+    @property
+    def sentences_per_second(self) -> float:
+        """Sentences per second."""
+        return self.sentences / self.seconds
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The fields and the three rates as a JSON-ready dict."""
+        return {
+            **dataclasses.asdict(self),
+            "tokens_per_second": self.tokens_per_second,
+            "total_tokens_per_second": self.total_tokens_per_second,
+            "sentences_per_second": self.sentences_per_second,
+        }
+
+
+def _device(model: Transformer) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def _timer(device: torch.device) -> Iterator[list[float]]:
+    """Yields a one-element list that holds the elapsed seconds once the block has run."""
+    elapsed: list[float] = []
+    _synchronize(device)
+    start = time.perf_counter()
+    yield elapsed
+    _synchronize(device)
+    elapsed.append(time.perf_counter() - start)
+
+
+def _check_count(key: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise LearnableSparsityError(f"{key} must be an integer >= {minimum}, got {value!r}")
+
+
+def training_throughput(
+    model: Transformer,
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    warmup_steps: int,
+    peak_lr: float = 5e-4,
+    warmup: int = 4000,
+    label_smoothing: float = 0.1,
+    clip_norm: float = 0.0,
+) -> Throughput:
+    """Training throughput: ``warmup_steps`` untimed, then ``steps`` timed ``train_step`` updates.
+
+    The updates cycle over ``batches`` (moved to the model's device beforehand) with a fresh
+    ``build_optimizer(model, peak_lr, warmup)`` optimizer. tokens = non-pad target tokens
+    (y + eos) of the timed updates. The measurement leaves the model as it found it: its
+    parameters and buffers are restored, gradients cleared and its train/eval mode kept.
+    """
+    _check_count("steps", steps, 1)
+    _check_count("warmup_steps", warmup_steps, 0)
+    if not batches:
+        raise LearnableSparsityError("training_throughput needs at least one batch")
+    device, pad_id, was_training = _device(model), model.config.pad_id, model.training
+    on_device = [Batch(*(t.to(device) for t in batch)) for batch in batches]
+    saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    optimizer, scheduler = build_optimizer(model, peak_lr, warmup)
+    variant = model.config.normalizer
+
+    def update(step: int) -> Batch:
+        batch = on_device[step % len(on_device)]
+        train_step(
+            model,
+            batch,
+            optimizer,
+            scheduler,
+            clip_norm,
+            label_smoothing,
+            step=step,
+            variant=variant,
+        )
+        return batch
+
+    try:
+        for step in range(warmup_steps):
+            update(step)
+        timed: list[Batch] = []
+        with _timer(device) as elapsed:
+            for step in range(warmup_steps, warmup_steps + steps):
+                timed.append(update(step))
+    finally:
+        model.load_state_dict(saved)
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return Throughput(
+        tokens=sum(int((b.tgt_out != pad_id).sum()) for b in timed),
+        source_tokens=sum(int((b.src != pad_id).sum()) for b in timed),
+        sentences=sum(b.src.shape[0] for b in timed),
+        steps=steps,
+        seconds=elapsed[0],
+    )
+
+
+def _pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out.to(device)
+
+
+def inference_throughput(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    *,
+    batch_size: int = 128,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    warmup_batches: int = 1,
+) -> Throughput:
+    """Inference throughput of batched ``beam_search`` in eval mode without gradients.
+
+    ``sources`` (source ids without padding) are sorted by length (stable) and cut into batches
+    of ``batch_size`` sentences (128 in Zhao et al.), padded and moved to the model's device
+    before timing; the first ``warmup_batches`` batches are decoded once untimed. tokens = the
+    generated target tokens, excluding bos and eos: the summed lengths of the hypotheses
+    ``beam_search`` returns. The model's train/eval mode is restored afterwards.
+    """
+    _check_count("batch_size", batch_size, 1)
+    _check_count("beam_size", beam_size, 1)
+    _check_count("warmup_batches", warmup_batches, 0)
+    if not sources:
+        raise LearnableSparsityError("inference_throughput needs at least one source sentence")
+    for i, source in enumerate(sources):
+        if not source:
+            raise LearnableSparsityError(f"source sentence {i} is empty")
+    device, pad_id, was_training = _device(model), model.config.pad_id, model.training
+    ordered = sorted(sources, key=len)
+    padded = [
+        _pad(ordered[i : i + batch_size], pad_id, device)
+        for i in range(0, len(ordered), batch_size)
+    ]
+
+    def search(src: Tensor) -> list[list[int]]:
+        return beam_search(
+            model, src, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b
+        ).tokens
+
+    model.eval()
+    try:
+        for src in padded[:warmup_batches]:
+            search(src)
+        with _timer(device) as elapsed:
+            hypotheses = [hyp for src in padded for hyp in search(src)]
+    finally:
+        model.train(was_training)
+    return Throughput(
+        tokens=sum(map(len, hypotheses)),
+        source_tokens=sum(map(len, sources)),
+        sentences=len(sources),
+        steps=len(padded),
+        seconds=elapsed[0],
+    )
+
+
+def _comparable(model: Transformer) -> TransformerConfig:
+    """The config with the attention-only settings blanked: equal for equally sized models."""
+    return dataclasses.replace(model.config, normalizer="softmax", topk_k=1, alpha_init=1.5)
+
+
+def compare_variants(
+    models: Mapping[str, Transformer],
+    batches: Sequence[Batch],
+    sources: Sequence[Sequence[int]],
+    *,
+    train_steps: int,
+    warmup_steps: int,
+    batch_size: int = 128,
+    beam_size: int = 5,
+    alpha: float = 0.6,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+) -> dict[str, dict[str, Throughput]]:
+    """Training and inference throughput of each variant on identical inputs, one by one.
+
+    ``models`` maps variant names (keys of ``VARIANT_LABELS``, "softmax" required) to models
+    whose normalizer is that variant and whose configs agree in everything else except top-k's
+    k and the initial α, on one device. Training uses ``training_throughput``'s optimizer
+    defaults (no clipping). Returns {variant: {"train": …, "inference": …}}.
+    """
+    if "softmax" not in models:
+        raise LearnableSparsityError(f"the softmax baseline is missing, got {sorted(models)}")
+    reference = _comparable(models["softmax"])
+    devices = {str(_device(model)) for model in models.values()}
+    if len(devices) != 1:
+        raise LearnableSparsityError(f"all variants must be on one device, got {sorted(devices)}")
+    for name, model in models.items():
+        if name not in VARIANT_LABELS:
+            raise LearnableSparsityError(
+                f"unknown variant {name!r}; expected one of {', '.join(VARIANT_LABELS)}"
+            )
+        if model.config.normalizer != name:
+            raise LearnableSparsityError(
+                f"variant {name!r} has normalizer {model.config.normalizer!r}"
+            )
+        if _comparable(model) != reference:
+            raise LearnableSparsityError(
+                f"variant {name!r} differs from softmax in more than the attention normalizer"
+            )
+    return {
+        name: {
+            "train": training_throughput(
+                model, batches, steps=train_steps, warmup_steps=warmup_steps
+            ),
+            "inference": inference_throughput(
+                model,
+                sources,
+                batch_size=batch_size,
+                beam_size=beam_size,
+                alpha=alpha,
+                max_len_a=max_len_a,
+                max_len_b=max_len_b,
+            ),
+        }
+        for name, model in models.items()
+    }
+
+
+def speed_table(rows: Mapping[str, Mapping[str, Throughput]], *, topk_k: int | None = None) -> str:
+    """Markdown table in the layout of EST Table 4, rows in the paper's order.
+
+    ``rows`` maps variant names (keys of ``VARIANT_LABELS``) to {"train": …, "inference": …};
+    "softmax" is required, since the ratio columns divide each variant's tokens/s by the softmax
+    tokens/s of the same run (shown as "—" if softmax counted no tokens). Missing variants are
+    left out; the top-k row's label shows ``topk_k`` when given.
+    """
+    if "softmax" not in rows:
+        raise LearnableSparsityError(f"speed_table needs the softmax row, got {sorted(rows)}")
+    for name, phases in rows.items():
+        if name not in VARIANT_LABELS:
+            raise LearnableSparsityError(
+                f"unknown variant {name!r}; expected one of {', '.join(VARIANT_LABELS)}"
+            )
+        missing = [phase for phase in PHASES if phase not in phases]
+        if missing:
+            raise LearnableSparsityError(f"variant {name!r} lacks {', '.join(missing)} throughput")
+    baseline = {phase: rows["softmax"][phase].tokens_per_second for phase in PHASES}
+    lines = [
+        "| Model | Train tokens/s | Train ratio | Inference tokens/s | Inference ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, label in VARIANT_LABELS.items():
+        if name not in rows:
+            continue
+        if name == "topk" and topk_k is not None:
+            label = f"{label} (k={topk_k})"
+        cells = [label]
+        for phase in PHASES:
+            speed = rows[name][phase].tokens_per_second
+            ratio = f"{speed / baseline[phase]:.2f}" if baseline[phase] > 0 else "—"
+            cells += [f"{speed:,.0f}", ratio]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
