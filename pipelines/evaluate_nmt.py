@@ -27,7 +27,7 @@ from pipelines.corpora import OUT as CORPORA
 from pipelines.io import read_corpus, write_json
 from pipelines.nmt_grid import Cell
 from pipelines.params import load_params
-from pipelines.runner import run_grid
+from pipelines.runner import run_params_grid, task_resources
 
 STAGE = "evaluate_nmt"
 RESULTS = Path("results/evaluate_nmt")
@@ -76,7 +76,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params()
     cells = nmt_grid.grid(params)
-    resources = nmt_grid.resources(params)
+    resources = task_resources(params)
     decode = params.get("nmt.decode", dict)
     for key in ("beam_size", "batch_sentences", "average_last", "max_len_b"):
         if params.get(f"nmt.decode.{key}", int) < 1:
@@ -96,14 +96,7 @@ def main() -> None:
             }
             for cell in cells
         ]
-        results = run_grid(
-            evaluate_cell,
-            tasks,
-            resources=resources,
-            description=STAGE,
-            address=params.get("ray.address", (str, type(None))),
-            num_cpus=params.get("ray.num_cpus", int),
-        )
+        results = run_params_grid(evaluate_cell, tasks, params, STAGE)
         shutil.rmtree(RESULTS / "cells", ignore_errors=True)
         for result in results:
             directory = RESULTS / "cells" / result["key"]

@@ -45,3 +45,10 @@ def fingerprint(*parts: Any) -> str:
     """A short, stable digest of JSON-serialisable ``parts`` (settings, data digests)."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def code_digest(paths: tuple[str, ...]) -> str:
+    """Digest of the source files ``paths`` (relative to the project root): part of a grid
+    cell's fingerprint, so that a change of the code it runs retrains the cell."""
+    root = Path(__file__).resolve().parents[1]
+    return fingerprint(*(hashlib.sha256((root / path).read_bytes()).hexdigest() for path in paths))

@@ -17,7 +17,6 @@ from pipelines.bpe import OUT as BPE
 from pipelines.corpora import OUT as CORPORA
 from pipelines.io import Pairs, fingerprint, read_json
 from pipelines.params import Params
-from pipelines.runner import Resources
 
 MODELS = Path("models/nmt")
 # The code a trained model depends on: a change retrains every cell (see ``code_digest``).
@@ -80,12 +79,6 @@ def grid(params: Params) -> list[Cell]:
     return [Cell(c, v, s) for c in corpora for v in variants for s in seeds]
 
 
-def resources(params: Params) -> Resources:
-    """CPUs and GPUs per task, from ``ray.task_cpus`` / ``ray.task_gpus``."""
-    number = (int, float)
-    return Resources(params.get("ray.task_cpus", number), params.get("ray.task_gpus", number))
-
-
 def device(num_gpus: float) -> torch.device:
     """cuda when the task was given a GPU (an error if torch sees none), else cpu."""
     if num_gpus <= 0:
@@ -116,9 +109,3 @@ def data_digest(cell: Cell) -> dict[str, str]:
     """What a trained model depends on besides its settings: the corpus and BPE files."""
     meta = read_json(cell.corpus_dir / "meta.json")
     return {"corpus": fingerprint(meta["sha256"]), "bpe": sha256_of(cell.bpe_model)}
-
-
-def code_digest() -> str:
-    """Digest of ``MODEL_CODE`` (paths relative to the project root)."""
-    root = Path(__file__).resolve().parents[1]
-    return fingerprint(*(sha256_of(root / path) for path in MODEL_CODE))

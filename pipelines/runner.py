@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from components.errors import LearnableSparsityError
+from pipelines.params import Params
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,26 @@ def _connect_cluster(address: str, source: str) -> None:
     except ConnectionError as error:
         raise LearnableSparsityError(f"{hint} ({error})") from None
     log.info("connected to the Ray cluster at %s: %s", address, ray.cluster_resources())
+
+
+def task_resources(params: Params) -> Resources:
+    """CPUs and GPUs per grid task, from params ``ray.task_cpus`` / ``ray.task_gpus``."""
+    number = (int, float)
+    return Resources(params.get("ray.task_cpus", number), params.get("ray.task_gpus", number))
+
+
+def run_params_grid(
+    task: Callable[[dict], dict], cells: Sequence[dict], params: Params, description: str
+) -> list[dict]:
+    """:func:`run_grid` on the Ray of params ``ray`` (address, local CPUs, resources per task)."""
+    return run_grid(
+        task,
+        cells,
+        resources=task_resources(params),
+        description=description,
+        address=params.get("ray.address", (str, type(None))),
+        num_cpus=params.get("ray.num_cpus", int),
+    )
 
 
 def run_grid(

@@ -1,11 +1,12 @@
 """DVC stage ``speed``: training and inference tokens/s of the attention variants (EST Table 4).
 
-All variants share ``nmt.model`` (one model size) and the same initial weights (same seed), run
-one after the other in this process on the same batches of ``speed.corpus`` (training: token
-batches of the train split; inference: batched beam search over the first
-``speed.infer_sentences`` test sources). Untrained weights are fine: throughput depends on the
-shapes, and beam search is capped by ``max_len_a``/``max_len_b`` (the number of generated tokens
-is counted, so early stopping does not flatter a variant).
+All variants share ``nmt.model`` (one model size) and the same initial weights (same seed). They
+run one after the other in this process, ``speed.rounds`` times in turn; each variant's median
+round is reported, which damps the noise of a shared machine. Training: token batches of the
+train split of ``speed.corpus``; inference: batched beam search over its first
+``speed.infer_sentences`` test sources. Untrained weights are fine: throughput depends on the
+shapes, and beam search is capped by ``max_len_a``/``max_len_b`` (the generated tokens are what
+is counted, so stopping early does not flatter a variant).
 
 Outputs: ``results/speed/speed.json`` (DVC metrics: per variant tokens/s and the ratio to the
 softmax of the same run) and ``results/speed/speed.md`` (the table); both go to MLflow.
@@ -14,14 +15,22 @@ softmax of the same run) and ``results/speed/speed.md`` (the table); both go to 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from components.data.atomic import atomic_write_text
 from components.data.bpe import BpeModel
 from components.errors import LearnableSparsityError
-from components.nmt.speed import PHASES, VARIANT_LABELS, compare_variants, speed_table
+from components.nmt.speed import (
+    PHASES,
+    VARIANT_LABELS,
+    Throughput,
+    compare_variants,
+    speed_table,
+)
 from components.nmt.trainer import batches_of, collate_examples
 from pipelines import nmt_grid, tracking
 from pipelines.bpe import OUT as BPE
@@ -32,6 +41,12 @@ from pipelines.params import load_params
 STAGE = "speed"
 RESULTS = Path("results/speed")
 log = logging.getLogger(__name__)
+
+
+def _median(throughputs: Iterable[Throughput]) -> Throughput:
+    """The measurement with the median tokens/s (the upper one of an even count)."""
+    ordered = sorted(throughputs, key=lambda t: t.tokens_per_second)
+    return ordered[len(ordered) // 2]
 
 
 def main() -> None:
@@ -45,7 +60,15 @@ def main() -> None:
             f"{params.source}: speed.variants must include softmax and only name "
             f"{list(VARIANT_LABELS)}, got {variants!r}"
         )
-    for key in ("threads", "train_steps", "max_tokens", "infer_sentences", "batch_sentences"):
+    counts = (
+        "rounds",
+        "threads",
+        "train_steps",
+        "max_tokens",
+        "infer_sentences",
+        "batch_sentences",
+    )
+    for key in counts:
         if params.get(f"speed.{key}", int) < 1:
             raise LearnableSparsityError(f"{params.source}: speed.{key} must be >= 1")
     corpus = params.get("speed.corpus", str)
@@ -74,20 +97,28 @@ def main() -> None:
         settings["train_steps"],
         len(test),
     )
-    rows = compare_variants(
-        models,
-        batches,
-        [source for source, _ in test],
-        train_steps=settings["train_steps"],
-        warmup_steps=settings["warmup_steps"],
-        batch_size=settings["batch_sentences"],
-        beam_size=settings["beam_size"],
-    )
+    rounds = [
+        compare_variants(
+            models,
+            batches,
+            [source for source, _ in test],
+            train_steps=settings["train_steps"],
+            warmup_steps=settings["warmup_steps"],
+            batch_size=settings["batch_sentences"],
+            beam_size=settings["beam_size"],
+        )
+        for _ in tqdm(range(settings["rounds"]), desc="speed rounds")
+    ]
+    rows = {
+        variant: {phase: _median(r[variant][phase] for r in rounds) for phase in PHASES}
+        for variant in variants
+    }
     baseline = {phase: rows["softmax"][phase].tokens_per_second for phase in PHASES}
     result = {
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "threads": torch.get_num_threads(),
         "corpus": corpus,
+        "rounds": settings["rounds"],
         "rows": [
             {
                 "variant": variant,
@@ -97,6 +128,9 @@ def main() -> None:
                     f"{phase}_ratio_to_softmax": rows[variant][phase].tokens_per_second
                     / baseline[phase]
                     for phase in PHASES
+                },
+                "tokens_per_second_each_round": {
+                    phase: [r[variant][phase].tokens_per_second for r in rounds] for phase in PHASES
                 },
             }
             for variant in variants

@@ -28,10 +28,10 @@ from components.data.atomic import atomic_write_text
 from components.data.bpe import BpeModel
 from components.nmt.trainer import TrainingSettings, train
 from pipelines import nmt_grid, tracking
-from pipelines.io import fingerprint, read_corpus, read_json, write_json
+from pipelines.io import code_digest, fingerprint, read_corpus, read_json, write_json
 from pipelines.nmt_grid import Cell
 from pipelines.params import load_params
-from pipelines.runner import run_grid
+from pipelines.runner import run_params_grid, task_resources
 
 STAGE = "train_nmt"
 RESULTS = Path("results/train_nmt")
@@ -78,7 +78,12 @@ def train_cell(task: dict) -> dict:
             summary["final_alphas"] = history.alphas[-1]["alphas"]
         run.log_metrics({k: v for k, v in summary.items() if isinstance(v, float)}, step=0)
         run.log_dict(asdict(history), "history.json")
-    result = {"key": cell.key, "summary": summary, "history": asdict(history)}
+    result = {
+        "key": cell.key,
+        "summary": summary,
+        "history": asdict(history),
+        "mlflow_run_id": task["run_id"],
+    }
     write_json(cell.checkpoint_dir / DONE, {"fingerprint": task["fingerprint"], **result})
     return result
 
@@ -102,7 +107,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params()
     cells = nmt_grid.grid(params)
-    resources = nmt_grid.resources(params)
+    resources = task_resources(params)
     model_params = params.get("nmt.model", dict)
     train_params = params.get("nmt.train", dict)
     params.build("nmt.train", TrainingSettings, seed=0)  # validate before fanning out
@@ -115,7 +120,11 @@ def main() -> None:
         tasks, reused = [], []
         for cell in cells:
             digest = fingerprint(
-                model_params, train_params, asdict(cell), nmt_grid.data_digest(cell)
+                model_params,
+                train_params,
+                asdict(cell),
+                nmt_grid.data_digest(cell),
+                code_digest(nmt_grid.MODEL_CODE),
             )
             done = cell.checkpoint_dir / DONE
             if done.exists() and read_json(done)["fingerprint"] == digest:
@@ -139,14 +148,7 @@ def main() -> None:
                 }
             )
         log.info("%d cells to train, %d reused", len(tasks), len(reused))
-        trained = run_grid(
-            train_cell,
-            tasks,
-            resources=resources,
-            description=STAGE,
-            address=params.get("ray.address", (str, type(None))),
-            num_cpus=params.get("ray.num_cpus", int),
-        )
+        trained = run_params_grid(train_cell, tasks, params, STAGE)
         by_key = {r["key"]: r for r in [*reused, *trained]}
         results = [by_key[cell.key] for cell in cells]
         _remove_stale_models({cell.key for cell in cells})

@@ -88,6 +88,51 @@ def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
     assert {row["variant"] for row in speed["rows"]} == set(VARIANTS)
 
 
+def test_head_analysis_outputs(repro: tuple[Path, str, str]) -> None:
+    repo, _, _ = repro
+    heads = json.loads((repo / "results/analyze_heads/heads.json").read_text())
+    assert sorted(heads) == sorted(f"smoke/{v}/seed0" for v in VARIANTS)
+    softmax = heads["smoke/softmax/seed0"]["mean_density"]
+    assert softmax and all(value == 1.0 for value in softmax.values())
+    assert all(0 < value <= 1 for value in heads["smoke/sparsemax/seed0"]["mean_density"].values())
+    assert all(0 <= js <= 1 for js in heads["smoke/entmax15/seed0"]["js"].values())
+    assert set(heads["smoke/entmax_alpha/seed0"]["alpha"]) == {
+        "encoder.self",
+        "decoder.self",
+        "decoder.context",
+    }
+    figures = repo / "reports/figures/heads/smoke/seed0"
+    assert (figures / "js_per_layer.png").stat().st_size > 0
+    assert (figures / "alpha_trajectories_encoder_self.png").stat().st_size > 0
+    assert len(list((repo / "results/analyze_heads/plots/alpha").glob("*.csv"))) == 3 * 2
+
+
+def test_latent_variable_experiments_and_tables(repro: tuple[Path, str, str]) -> None:
+    repo, _, _ = repro
+    expected = {
+        "ssvae": ({"dense", "sparsemax", "sfe"}, "accuracy"),
+        "signal_game": ({"dense", "sparsemax", "sfe_zero_one"}, "communication_success"),
+        "bitvector_vae": ({"topk_sparsemax", "sparsemap", "gumbel"}, "nll_bits_per_dim"),
+    }
+    for experiment, (methods, metric) in expected.items():
+        results = json.loads((repo / f"results/train_lvm/{experiment}.json").read_text())
+        assert set(results["methods"]) == methods and results["profile"] == "ci"
+        for method, seeds in results["methods"].items():
+            assert len(seeds) == 1 and seeds[0][metric] >= 0
+            calls = seeds[0]["decoder_calls"]
+            if method in ("sfe", "sfe_zero_one", "gumbel"):
+                assert calls == 1
+            if method == "dense":
+                assert calls == (10 if experiment == "ssvae" else 16)
+        assert (repo / f"reports/figures/lvm/{experiment}").is_dir()
+    tables = (repo / "reports/tables.md").read_text()
+    assert "ci profile" in tables and "not comparable to the publication" in tables
+    for name in ("Sparsemax", "SparseMAP", "Communication success".lower()):
+        assert name.lower() in tables.lower()
+    index = (repo / "reports/index.md").read_text()
+    assert "figures/heads/smoke/seed0/js_per_layer.png" in index and "http" not in index
+
+
 def test_mlflow_has_a_parent_run_per_stage_and_a_child_per_cell(
     repro: tuple[Path, str, str],
 ) -> None:
@@ -96,8 +141,9 @@ def test_mlflow_has_a_parent_run_per_stage_and_a_child_per_cell(
     experiment = client.get_experiment_by_name("learnable-sparsity")
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = {r.info.run_name: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
-    assert {"train_nmt", "evaluate_nmt"} <= set(parents)
-    for stage in ("train_nmt", "evaluate_nmt"):
+    assert {"train_nmt", "evaluate_nmt", "analyze_heads", "speed"} <= set(parents)
+    assert {f"train_lvm/{e}" for e in ("ssvae", "signal_game", "bitvector_vae")} <= set(parents)
+    for stage in ("train_nmt", "evaluate_nmt", "analyze_heads"):
         parent = parents[stage]
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
         assert sorted(c.info.run_name for c in children) == sorted(

@@ -202,6 +202,10 @@ def train(
         if on_log is not None:
             on_log(step, {"valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))})
 
+    if step == 0 and _alphas(model):
+        # The initial α (random in AST) anchors the trajectories: "first towards softmax, then
+        # sparser" is measured from here.
+        history.alphas.append({"step": 0, "alphas": _alphas(model)})
     model.train()
     window: list[dict[str, float]] = []
     window_start = time.perf_counter()

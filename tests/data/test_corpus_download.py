@@ -1,9 +1,4 @@
-"""Tests for ``components.data.download`` against a loopback HTTP server with Range support.
-
-The server (127.0.0.1, a free port) serves ``server.files`` (URL path → bytes), records every
-request's path and Range header in ``server.requests``, and for a path in ``server.drop_after``
-sends only that many bytes of its first response before closing the connection.
-"""
+"""Tests for ``components.data.download`` against the loopback HTTP server of conftest.py."""
 
 from __future__ import annotations
 
@@ -11,81 +6,22 @@ import hashlib
 import io
 import logging
 import random
-import re
 import socket
 import tarfile
-import threading
 import zipfile
-from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from components.data.download import CORPORA, CorpusSpec, download, fetch_corpus
 from components.errors import LearnableSparsityError
 
+if TYPE_CHECKING:
+    from tests.data.conftest import LoopbackServer
+
 PAYLOAD = random.Random(0).randbytes(300_000)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-
-    def do_GET(self) -> None:
-        server = self.server
-        header = self.headers.get("Range")
-        server.requests.append((self.path, header))
-        data = server.files.get(self.path)
-        if data is None:
-            self.send_error(404)
-            return
-        start = 0
-        if header is not None:
-            match = re.fullmatch(r"bytes=(\d+)-", header)
-            assert match, header
-            start = int(match.group(1))
-            if start >= len(data):
-                self.send_error(416)
-                return
-            self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        else:
-            self.send_response(200)
-        body = data[start:]
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        cut = server.drop_after.pop(self.path, None)
-        self.wfile.write(body if cut is None else body[:cut])
-        self.wfile.flush()
-        self.close_connection = True
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.files: dict[str, bytes] = {}
-        self.requests: list[tuple[str, str | None]] = []
-        self.drop_after: dict[str, int] = {}
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}{path}"
-
-
-@pytest.fixture
-def server() -> Iterator[_Server]:
-    httpd = _Server()
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    try:
-        yield httpd
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
 
 
 def _sha(data: bytes) -> str:
@@ -95,7 +31,7 @@ def _sha(data: bytes) -> str:
 # --------------------------------------------------------------------------- download()
 
 
-def test_download_verifies_and_records_the_checksum(server: _Server, tmp_path: Path) -> None:
+def test_download_verifies_and_records_the_checksum(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "cache" / "corpus.bin"
     assert download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False) == dest
@@ -104,7 +40,9 @@ def test_download_verifies_and_records_the_checksum(server: _Server, tmp_path: P
     assert sorted(p.name for p in dest.parent.iterdir()) == ["corpus.bin", "corpus.bin.sha256"]
 
 
-def test_checksum_mismatch_names_file_and_both_digests(server: _Server, tmp_path: Path) -> None:
+def test_checksum_mismatch_names_file_and_both_digests(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "corpus.bin"
     wrong = "0" * 64
@@ -117,8 +55,9 @@ def test_checksum_mismatch_names_file_and_both_digests(server: _Server, tmp_path
 
 
 def test_interrupted_download_resumes_with_a_range_request(
-    server: _Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    server: LoopbackServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+
     server.files["/corpus.bin"] = PAYLOAD
     server.drop_after["/corpus.bin"] = 100_000
     dest = tmp_path / "corpus.bin"
@@ -130,7 +69,7 @@ def test_interrupted_download_resumes_with_a_range_request(
     assert not (tmp_path / "corpus.bin.part").exists()
 
 
-def test_partial_file_is_kept_for_the_next_call(server: _Server, tmp_path: Path) -> None:
+def test_partial_file_is_kept_for_the_next_call(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     server.drop_after["/corpus.bin"] = 12_345
     dest = tmp_path / "corpus.bin"
@@ -143,7 +82,7 @@ def test_partial_file_is_kept_for_the_next_call(server: _Server, tmp_path: Path)
 
 
 def test_complete_partial_file_refused_by_the_server_restarts(
-    server: _Server, tmp_path: Path
+    server: LoopbackServer, tmp_path: Path
 ) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     (tmp_path / "corpus.bin.part").write_bytes(PAYLOAD)  # complete, but never renamed
@@ -152,7 +91,7 @@ def test_complete_partial_file_refused_by_the_server_restarts(
     assert (tmp_path / "corpus.bin").read_bytes() == PAYLOAD
 
 
-def test_corrupted_cache_entry_is_downloaded_again(server: _Server, tmp_path: Path) -> None:
+def test_corrupted_cache_entry_is_downloaded_again(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "corpus.bin"
     download(server.url("/corpus.bin"), dest, progress=False)
@@ -163,7 +102,7 @@ def test_corrupted_cache_entry_is_downloaded_again(server: _Server, tmp_path: Pa
     assert len(server.requests) == 2
 
 
-def test_cache_hit_makes_no_request(server: _Server, tmp_path: Path) -> None:
+def test_cache_hit_makes_no_request(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "corpus.bin"
     download(server.url("/corpus.bin"), dest, progress=False)
@@ -172,7 +111,7 @@ def test_cache_hit_makes_no_request(server: _Server, tmp_path: Path) -> None:
     assert len(server.requests) == 1
 
 
-def test_recorded_digest_guards_later_downloads(server: _Server, tmp_path: Path) -> None:
+def test_recorded_digest_guards_later_downloads(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "corpus.bin"
     download(server.url("/corpus.bin"), dest, progress=False)  # no digest given: recorded
@@ -192,7 +131,7 @@ def test_unreachable_host_suggests_the_local_source(tmp_path: Path) -> None:
     assert url in str(err.value) and "`local` corpus source" in str(err.value)
 
 
-def test_http_error_is_named(server: _Server, tmp_path: Path) -> None:
+def test_http_error_is_named(server: LoopbackServer, tmp_path: Path) -> None:
     with pytest.raises(LearnableSparsityError, match=r"/missing\.bin failed: HTTP 404"):
         download(server.url("/missing.bin"), tmp_path / "missing.bin", progress=False)
 
@@ -200,7 +139,7 @@ def test_http_error_is_named(server: _Server, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- fetch_corpus()
 
 
-def _served(spec: CorpusSpec, server: _Server, contents: dict[str, bytes]) -> CorpusSpec:
+def _served(spec: CorpusSpec, server: LoopbackServer, contents: dict[str, bytes]) -> CorpusSpec:
     """``spec`` with every file served by ``server`` (``contents``: file name → bytes)."""
     for name, data in contents.items():
         server.files[f"/{spec.name}/{name}"] = data
@@ -231,7 +170,7 @@ def _lines(*lines: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def test_fetch_kftt_tarball_layout(server: _Server, tmp_path: Path) -> None:
+def test_fetch_kftt_tarball_layout(server: LoopbackServer, tmp_path: Path) -> None:
     root = "kftt-data-1.0/data"
     members = {}
     for split, n in (("train.cln", 3), ("dev", 2), ("test", 1)):
@@ -265,7 +204,7 @@ def _train_tags(lang: str, n: int) -> str:
     return _lines(*lines, *(f"sentence {lang} {i}" for i in range(1, n + 1)), "</doc>")
 
 
-def test_fetch_iwslt17_zip_layout(server: _Server, tmp_path: Path) -> None:
+def test_fetch_iwslt17_zip_layout(server: LoopbackServer, tmp_path: Path) -> None:
     members = {f"de-en/train.tags.de-en.{lang}": _train_tags(lang, 4) for lang in ("de", "en")}
     docs = ["IWSLT17.TED.dev2010"] + [f"IWSLT17.TED.tst{year}" for year in range(2010, 2016)]
     for doc in docs:
@@ -278,7 +217,7 @@ def test_fetch_iwslt17_zip_layout(server: _Server, tmp_path: Path) -> None:
     assert [source for source, _ in corpus["test"]] == [f"{doc} de & more" for doc in docs[1:]]
 
 
-def test_fetch_iwslt14_fairseq_split(server: _Server, tmp_path: Path) -> None:
+def test_fetch_iwslt14_fairseq_split(server: LoopbackServer, tmp_path: Path) -> None:
     members = {f"de-en/train.tags.de-en.{lang}": _train_tags(lang, 48) for lang in ("de", "en")}
     docs = CORPORA["iwslt14_de_en"].extractor.test_docs  # type: ignore[attr-defined]
     for doc in docs:
@@ -300,7 +239,7 @@ def test_fetch_iwslt14_fairseq_split(server: _Server, tmp_path: Path) -> None:
     assert [source for source, _ in corpus["test"]] == [f"{doc} de" for doc in docs]
 
 
-def test_fetch_iwslt15_plain_files(server: _Server, tmp_path: Path) -> None:
+def test_fetch_iwslt15_plain_files(server: LoopbackServer, tmp_path: Path) -> None:
     contents = {
         f"{name}.{lang}": _lines(*(f"{name} {lang} {i}" for i in range(2))).encode()
         for name in ("train", "tst2012", "tst2013")
@@ -313,7 +252,7 @@ def test_fetch_iwslt15_plain_files(server: _Server, tmp_path: Path) -> None:
     assert corpus["test"] == [("tst2013 en 0", "tst2013 vi 0"), ("tst2013 en 1", "tst2013 vi 1")]
 
 
-def test_fetch_wmt16_parquet_shards(server: _Server, tmp_path: Path) -> None:
+def test_fetch_wmt16_parquet_shards(server: LoopbackServer, tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
 

@@ -100,8 +100,10 @@ def test_resume_after_interruption_continues_identically(normalizer: str, tmp_pa
     assert history_b.valid == history.valid
     if normalizer == "entmax_alpha":
         assert history_b.alphas == history.alphas
+        assert [row["step"] for row in history.alphas] == [0, 2, 4, 6, 8, 10, 12]
+        initial = {k: v.tolist() for k, v in fresh_model(normalizer).alphas().items()}
         first, last = history.alphas[0]["alphas"], history.alphas[-1]["alphas"]
-        assert first.keys() == last.keys() and first != last
+        assert first == initial and first.keys() == last.keys() and first != last
 
 
 def test_history_checkpoints_and_averaging(tmp_path: Path) -> None:

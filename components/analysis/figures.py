@@ -1,0 +1,169 @@
+"""Figures of the attention-head analyses (Correia et al. 2019, chapter 4).
+
+Every function builds and returns a ``matplotlib.figure.Figure`` without pyplot (no global
+state, no GUI backend): ``fig.savefig`` renders it with Agg. Nothing is saved here.
+Attention types are "encoder.self", "decoder.context" and "decoder.self"; layers and heads are
+0-based as in the block keys of ``Transformer`` (e.g. "encoder.self.layer0").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from components.analysis.heads import ATTENTION_TYPES, alpha_trajectories, split_block
+from components.errors import LearnableSparsityError
+
+TITLES = {
+    "encoder.self": "encoder self-attention",
+    "decoder.context": "context attention",
+    "decoder.self": "decoder self-attention",
+}
+
+
+def _by_type(keys: Collection[str]) -> dict[str, list[tuple[int, str]]]:
+    """Attention type → sorted [(layer, block key)], types in ``ATTENTION_TYPES`` order."""
+    grouped: dict[str, list[tuple[int, str]]] = {}
+    for key in keys:
+        kind, layer = split_block(key)
+        grouped.setdefault(kind, []).append((layer, key))
+    return {kind: sorted(grouped[kind]) for kind in ATTENTION_TYPES if kind in grouped}
+
+
+def alpha_trajectory_figures(
+    history: Sequence[Mapping[str, object]], flagged: Collection[tuple[str, int]] = ()
+) -> dict[str, Figure]:
+    """α of every head over training: one figure per attention type, one panel per layer.
+
+    ``history`` is the trainer's ``history.alphas`` ([{"step", "alphas": {block: [α]}}]);
+    ``flagged`` holds (block key, head) pairs (e.g. those for which ``softmax_then_sparser`` is
+    True), drawn in colour and labelled; the other heads are thin grey lines.
+    """
+    steps, series = alpha_trajectories(history)
+    flagged = set(flagged)
+    figures: dict[str, Figure] = {}
+    for kind, layers in _by_type(series).items():
+        fig = Figure(figsize=(3.2 * len(layers), 3.0), layout="constrained")
+        axes = fig.subplots(1, len(layers), sharey=True, squeeze=False)[0]
+        for ax, (layer, key) in zip(axes, layers, strict=True):
+            for head, values in enumerate(series[key]):
+                if (key, head) in flagged:
+                    ax.plot(steps, values, linewidth=1.8, label=f"head {head}")
+                else:
+                    ax.plot(steps, values, color="0.6", linewidth=0.8)
+            ax.set_title(f"layer {layer}")
+            ax.set_xlabel("step")
+            if any((key, h) in flagged for h in range(len(series[key]))):
+                ax.legend(fontsize="small")
+        axes[0].set_ylabel("α")
+        fig.suptitle(f"α trajectories, {TITLES[kind]}")
+        figures[kind] = fig
+    return figures
+
+
+def alpha_histograms(alphas: Mapping[str, Sequence[float] | Tensor], bins: int = 20) -> Figure:
+    """Histograms of the final α: one row per attention type; column 0 pools all layers, column
+    i + 1 shows layer i. ``alphas`` maps block keys to per-head α (e.g. ``model.alphas()``)."""
+    grouped = _by_type(alphas)
+    if not grouped:
+        raise LearnableSparsityError("alpha_histograms needs α of at least one attention block")
+    n_layers = max(len(layers) for layers in grouped.values())
+    fig = Figure(figsize=(2.4 * (n_layers + 1), 2.2 * len(grouped)), layout="constrained")
+    axes = fig.subplots(len(grouped), n_layers + 1, sharex=True, squeeze=False)
+    edges = np.linspace(1.0, 2.0, bins + 1)
+    for row, (kind, layers) in zip(axes, grouped.items(), strict=True):
+        values = {layer: [float(a) for a in alphas[key]] for layer, key in layers}
+        row[0].hist([a for v in values.values() for a in v], bins=edges)
+        row[0].set_title(f"{TITLES[kind]}, all layers", fontsize="small")
+        row[0].set_ylabel("heads")
+        for column, (layer, _) in enumerate(layers, start=1):
+            row[column].hist(values[layer], bins=edges)
+            row[column].set_title(f"layer {layer}", fontsize="small")
+        for ax in row[len(layers) + 1 :]:
+            ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("α")
+    return fig
+
+
+def js_per_layer(results: Mapping[str, Mapping[str, object]]) -> Figure:
+    """Mean Jensen–Shannon head diversity per layer, variants side by side (grouped bars).
+
+    ``results`` maps a variant name (e.g. "softmax", "1.5-entmax", "α-entmax") to its
+    ``HeadAnalysis.result()``; one panel per attention type, one bar group per layer (a block
+    without queries, whose JS is None, draws a zero bar).
+    """
+    if not results:
+        raise LearnableSparsityError("js_per_layer needs at least one variant")
+    kinds = [
+        k for k in ATTENTION_TYPES if any(_by_type(r["blocks"]).get(k) for r in results.values())
+    ]
+    fig = Figure(figsize=(4.0 * len(kinds), 3.0), layout="constrained")
+    axes = fig.subplots(1, len(kinds), sharey=True, squeeze=False)[0]
+    width = 0.8 / len(results)
+    for ax, kind in zip(axes, kinds, strict=True):
+        ticks: set[int] = set()
+        for v, (variant, result) in enumerate(results.items()):
+            layers = _by_type(result["blocks"]).get(kind, [])
+            ticks.update(layer for layer, _ in layers)
+            x = np.array([layer for layer, _ in layers], dtype=float)
+            js = [result["blocks"][key]["js"] or 0.0 for _, key in layers]
+            ax.bar(x - 0.4 + (v + 0.5) * width, js, width, label=variant)
+        ax.set_xticks(sorted(ticks))
+        ax.set_title(TITLES[kind])
+        ax.set_xlabel("layer")
+    axes[0].set_ylabel("mean JS divergence")
+    axes[0].legend(fontsize="small")
+    return fig
+
+
+def density_distributions(results: Mapping[str, Mapping[str, object]], bins: int = 20) -> Figure:
+    """Histograms of per-head attention density, one panel per attention type, one outline per
+    variant (``results``: variant name → ``HeadAnalysis.result()``). Softmax is a spike at 1."""
+    if not results:
+        raise LearnableSparsityError("density_distributions needs at least one variant")
+    kinds = [k for k in ATTENTION_TYPES if any(k in r["densities"] for r in results.values())]
+    fig = Figure(figsize=(4.0 * len(kinds), 3.0), layout="constrained")
+    axes = fig.subplots(1, len(kinds), sharey=True, squeeze=False)[0]
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    for ax, kind in zip(axes, kinds, strict=True):
+        for variant, result in results.items():
+            if kind in result["densities"]:
+                ax.hist(result["densities"][kind], bins=edges, histtype="step", label=variant)
+        ax.set_title(TITLES[kind])
+        ax.set_xlabel("density (fraction of tokens attended)")
+    axes[0].set_ylabel("heads")
+    axes[0].legend(fontsize="small")
+    return fig
+
+
+def attention_heatmaps(
+    maps: Mapping[str, Tensor], query_tokens: Sequence[str], key_tokens: Sequence[str]
+) -> Figure:
+    """Attention maps of one sentence, one panel per entry of ``maps`` (title → [Q, K] probs,
+    e.g. ``attention[block][0, head]`` cut to the sentence), tokens on the axes (queries as
+    rows), a shared colour bar on [0, 1]."""
+    if not maps:
+        raise LearnableSparsityError("attention_heatmaps needs at least one map")
+    shape = (len(query_tokens), len(key_tokens))
+    fig = Figure(
+        figsize=(0.3 * shape[1] * len(maps) + 1.5, 0.3 * shape[0] + 1.5), layout="constrained"
+    )
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    for ax, (title, probs) in zip(axes, maps.items(), strict=True):
+        probs = torch.as_tensor(probs).detach().cpu().double()
+        if tuple(probs.shape) != shape:
+            raise LearnableSparsityError(
+                f"attention map {title!r} has shape {tuple(probs.shape)}, expected {shape} "
+                f"(query tokens × key tokens)"
+            )
+        image = ax.imshow(probs.numpy(), vmin=0.0, vmax=1.0, cmap="Greys")
+        ax.set_xticks(range(shape[1]), list(key_tokens), rotation=90)
+        ax.set_yticks(range(shape[0]), list(query_tokens))
+        ax.set_title(title, fontsize="small")
+    fig.colorbar(image, ax=list(axes), shrink=0.8)
+    return fig

@@ -1,0 +1,554 @@
+r"""Per-head attention statistics of Correia et al. (2019), chapter 4 analyses.
+
+Notation: p ∈ Δ^K is one head's attention over the K keys of one query; the *available* keys of
+a query are the ones it may attend to (real source tokens for encoder self- and context
+attention; real target positions ≤ the query for causal decoder self-attention), n their number.
+
+* Density: the fraction of available keys with p_k > 0 (``threshold`` 0, exact zeros — which
+  the sparse normalizers produce; softmax is dense up to float underflow), averaged over queries.
+* Head diversity, generalized Jensen–Shannon among the H heads of a block at one query:
+      JS = 𝓗_n((1/H) Σ_j p_j) − (1/H) Σ_j 𝓗_n(p_j),      𝓗_n(p) = −Σ_k p_k log p_k / log n,
+  with 0·log 0 = 0; the base n makes JS ∈ [0, 1], and JS = 0 when n = 1.
+* Head roles (per head, in [0, 1]):
+  - positional(δ): mean of p_q[q + δ] over the queries q whose key q + δ is a real token;
+  - BPE merging: for each word split into ≥ 2 subwords, the largest mass that one of its
+    subwords puts on the word's *other* subwords; averaged over such words;
+  - interrogation: mean of Σ_{k is "?"} p_q[k] over queries q that are interrogative words, in
+    sentences that contain a "?".
+* α trajectories: a head is "softmax then sparser" when its α first drops toward 1 and then
+  rises again (:func:`softmax_then_sparser`); Sarle's bimodality coefficient measures whether the
+  converged α of an attention type are bimodal (:func:`bimodality_coefficient`).
+
+:class:`HeadAnalysis` accumulates all of these over batches of ``Transformer.forward``
+attention maps; :func:`analyze` drives a model over encoded examples (teacher forcing, eval
+mode, no gradients) and :func:`roles` lists the heads whose role score passes a threshold.
+Layers and heads are 0-based throughout (the thesis counts from 1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from scipy import stats
+from torch import Tensor
+
+from components.errors import LearnableSparsityError
+from components.nmt.model import Transformer
+from components.nmt.trainer import Example, batches_of, collate_examples
+
+ATTENTION_TYPES: tuple[str, ...] = ("encoder.self", "decoder.context", "decoder.self")
+ROLES: tuple[str, ...] = ("positional_prev", "positional_next", "bpe_merge", "interrogation")
+# Sarle's coefficient of a uniform distribution; larger values suggest bimodality.
+BIMODALITY_THRESHOLD = 5 / 9
+
+_BLOCK_KEY = re.compile(r"(encoder\.self|decoder\.self|decoder\.context)\.layer(\d+)")
+
+
+def split_block(key: str) -> tuple[str, int]:
+    """("encoder.self", 3) for the block key "encoder.self.layer3" (keys of ``Transformer``)."""
+    match = _BLOCK_KEY.fullmatch(key)
+    if match is None:
+        raise LearnableSparsityError(
+            f"attention block key {key!r} is not '<encoder.self|decoder.self|decoder.context>"
+            f".layer<i>'"
+        )
+    return match.group(1), int(match.group(2))
+
+
+def _block_order(key: str) -> tuple[int, int]:
+    kind, layer = split_block(key)
+    return ATTENTION_TYPES.index(kind), layer
+
+
+def _check_keys(probs: Tensor, key_mask: Tensor) -> tuple[int, ...]:
+    """The query shape ``probs.shape[:-2]`` broadcast with ``key_mask.shape[:-1]``."""
+    if probs.dim() < 2 or key_mask.dim() < 1 or key_mask.shape[-1] != probs.shape[-1]:
+        raise LearnableSparsityError(
+            f"key_mask {tuple(key_mask.shape)} does not match probs {tuple(probs.shape)} "
+            f"([..., heads, keys] vs [..., keys])"
+        )
+    try:
+        return tuple(torch.broadcast_shapes(probs.shape[:-2], key_mask.shape[:-1]))
+    except RuntimeError:
+        raise LearnableSparsityError(
+            f"key_mask {tuple(key_mask.shape)} does not broadcast against probs "
+            f"{tuple(probs.shape)}"
+        ) from None
+
+
+def _entropy(p: Tensor) -> Tensor:
+    """Shannon entropy −Σ_k p_k ln p_k over the last dimension, with 0·ln 0 = 0."""
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def js_divergence(probs: Tensor, key_mask: Tensor) -> Tensor:
+    """Generalized Jensen–Shannon divergence among H heads, per query, in base n.
+
+    JS = 𝓗_n((1/H) Σ_j p_j) − (1/H) Σ_j 𝓗_n(p_j), 𝓗_n(p) = −Σ_k p_k ln p_k / ln n, where n is
+    the number of available keys of the query (``key_mask`` True); JS ∈ [0, 1], and JS = 0 for
+    n ≤ 1. Entries of unavailable keys are taken as 0 (the model gives them exactly 0).
+
+    Args:
+        probs: attention [..., H, n_keys].
+        key_mask: boolean [..., n_keys], broadcastable against ``probs`` without its head dim.
+
+    Returns:
+        JS per query, shape ``broadcast(probs.shape[:-2], key_mask.shape[:-1])``.
+    """
+    shape = _check_keys(probs, key_mask)
+    p = probs * key_mask.unsqueeze(-2).to(probs.dtype)
+    n = key_mask.sum(-1).to(probs.dtype).expand(shape)
+    js = (_entropy(p.mean(-2)) - _entropy(p).mean(-1)).expand(shape)
+    return torch.where(n > 1, js / torch.log(n.clamp(min=2)), torch.zeros_like(js))
+
+
+def attention_density(probs: Tensor, key_mask: Tensor, threshold: float = 0.0) -> Tensor:
+    """Fraction of available keys that a head attends to: |{k available : p_k > threshold}| / n.
+
+    The default threshold 0 counts exact non-zeros (sparse normalizers return exact zeros; a
+    softmax map has density 1 unless exp underflows). A query with no available key gets 0.
+
+    Args:
+        probs: attention [..., H, n_keys].
+        key_mask: boolean [..., n_keys] (True = available), broadcastable as in
+            :func:`js_divergence`.
+        threshold: weights above it count as attended; must be ≥ 0.
+
+    Returns:
+        density [..., H] with ... = ``broadcast(probs.shape[:-2], key_mask.shape[:-1])``.
+    """
+    if not threshold >= 0:
+        raise LearnableSparsityError(f"density threshold must be >= 0, got {threshold!r}")
+    shape = _check_keys(probs, key_mask)
+    attended = ((probs > threshold) & key_mask.unsqueeze(-2)).sum(-1)
+    n = key_mask.sum(-1, keepdim=True).clamp(min=1)
+    return (attended / n).expand(*shape, probs.shape[-2])
+
+
+def _check_self(probs: Tensor, **masks: Tensor) -> None:
+    """``probs`` is [batch, H, L, L] and every mask is [batch, L]."""
+    if probs.dim() != 4 or probs.shape[-1] != probs.shape[-2]:
+        raise LearnableSparsityError(
+            f"self-attention probs must be [batch, heads, L, L], got {tuple(probs.shape)}"
+        )
+    for name, mask in masks.items():
+        if tuple(mask.shape) != (probs.shape[0], probs.shape[-1]):
+            raise LearnableSparsityError(
+                f"{name} {tuple(mask.shape)} does not match probs {tuple(probs.shape)} "
+                f"(expected [batch, L])"
+            )
+
+
+def _mean(sums: Tensor, count: int) -> Tensor:
+    """sums / count, or NaN per head when count is 0 (the mean is undefined)."""
+    return sums / count if count else torch.full_like(sums, math.nan)
+
+
+def _positional_sums(probs: Tensor, query_mask: Tensor, offset: int) -> tuple[Tensor, int]:
+    """(Σ_q p_q[q + offset] per head [H] float64, number of queries q) over valid pairs."""
+    L = probs.shape[-1]
+    rows = torch.arange(max(0, -offset), L - max(0, offset), device=probs.device)
+    if rows.numel() == 0:
+        return torch.zeros(probs.shape[1], dtype=torch.float64), 0
+    valid = query_mask[:, rows] & query_mask[:, rows + offset]  # [B, R]
+    # diagonal(offset) holds p[b, h, r, r + offset] for every row r listed in ``rows``.
+    weights = probs.diagonal(offset=offset, dim1=-2, dim2=-1).double()  # [B, H, R]
+    sums = (weights * valid[:, None]).sum((0, 2))
+    return sums.cpu(), int(valid.sum())
+
+
+def positional_confidence(probs: Tensor, query_mask: Tensor, offset: int) -> Tensor:
+    """Positional-head confidence per head: mean_q p_q[q + offset] (self-attention).
+
+    The mean runs over the queries q for which both q and q + offset are real tokens
+    (``query_mask`` True); offset −1 is the previous token, +1 the next.
+
+    Args:
+        probs: self-attention [batch, H, L, L].
+        query_mask: boolean [batch, L], True on real tokens.
+        offset: key position relative to the query.
+
+    Returns:
+        float64 [H]; NaN where no query has a key at that offset.
+    """
+    _check_self(probs, query_mask=query_mask)
+    return _mean(*_positional_sums(probs, query_mask, offset))
+
+
+def _bpe_sums(probs: Tensor, word_ids: Tensor, query_mask: Tensor) -> tuple[Tensor, int]:
+    """(Σ over multi-subword words of the word's score per head [H] float64, number of words)."""
+    B, H, L, _ = probs.shape
+    valid = query_mask & (word_ids >= 0)
+    same = (word_ids[:, :, None] == word_ids[:, None, :]) & valid[:, :, None] & valid[:, None, :]
+    other = same & ~torch.eye(L, dtype=torch.bool, device=probs.device)
+    mass = (probs.double() * other[:, None]).sum(-1)  # [B, H, L]: mass on the word's others
+    dummy = int(word_ids.max().clamp(min=0)) + 1  # bucket of positions outside any word
+    index = torch.where(valid, word_ids, torch.full_like(word_ids, dummy))
+    best = mass.new_zeros(B, H, dummy + 1).scatter_reduce(
+        -1, index[:, None].expand(B, H, L), mass, "amax", include_self=False
+    )
+    size = torch.zeros(B, dummy + 1, dtype=torch.long, device=probs.device)
+    size = size.scatter_add(-1, index, valid.long())
+    split = size >= 2  # words of ≥ 2 subwords (the dummy bucket has size 0)
+    return (best * split[:, None]).sum((0, 2)).cpu(), int(split.sum())
+
+
+def bpe_merge_score(probs: Tensor, word_ids: Tensor, query_mask: Tensor) -> Tensor:
+    """BPE-merging score per head (self-attention).
+
+    For each word w split into |w| ≥ 2 subwords, score(w) = max_{i ∈ w} Σ_{j ∈ w, j ≠ i} p_i[j]
+    (the most that one of its subwords attends to the word's other subwords); the result is the
+    mean of score(w) over all such words of all sentences. Single-subword words are skipped.
+
+    Args:
+        probs: self-attention [batch, H, L, L].
+        word_ids: long [batch, L], the word index of each position (equal ids within a sentence
+            form one word); negative ids mark positions outside any word (bos, padding).
+        query_mask: boolean [batch, L], True on real tokens.
+
+    Returns:
+        float64 [H]; NaN where no word has ≥ 2 subwords.
+    """
+    _check_self(probs, word_ids=word_ids, query_mask=query_mask)
+    return _mean(*_bpe_sums(probs, word_ids, query_mask))
+
+
+def _interrogation_sums(
+    probs: Tensor, query_is_interrogative: Tensor, key_is_question_mark: Tensor
+) -> tuple[Tensor, int]:
+    """(Σ_q weight on "?" per head [H] float64, number of interrogative queries q)."""
+    queries = query_is_interrogative & key_is_question_mark.any(-1, keepdim=True)
+    weight = (probs.double() * key_is_question_mark[:, None, None, :]).sum(-1)  # [B, H, Q]
+    return (weight * queries[:, None]).sum((0, 2)).cpu(), int(queries.sum())
+
+
+def interrogation_score(
+    probs: Tensor, query_is_interrogative: Tensor, key_is_question_mark: Tensor
+) -> Tensor:
+    """Interrogation-head score per head: mean_q Σ_{k is "?"} p_q[k].
+
+    The mean runs over the queries q that are interrogative words (who, what, …) in sentences
+    containing at least one "?" key (an interrogative word in a statement has no "?" to find).
+
+    Args:
+        probs: encoder self-attention [batch, H, L, L].
+        query_is_interrogative: boolean [batch, L], True at (subwords of) interrogative words.
+        key_is_question_mark: boolean [batch, L], True at "?" tokens.
+
+    Returns:
+        float64 [H]; NaN where no interrogative word occurs in a question.
+    """
+    _check_self(
+        probs,
+        query_is_interrogative=query_is_interrogative,
+        key_is_question_mark=key_is_question_mark,
+    )
+    return _mean(*_interrogation_sums(probs, query_is_interrogative, key_is_question_mark))
+
+
+def bimodality_coefficient(values: Sequence[float] | Tensor) -> float:
+    """Sarle's bimodality coefficient with the sample-size correction:
+
+        BC = (g² + 1) / (κ + 3 (n − 1)² / ((n − 2)(n − 3))),
+
+    g the bias-corrected sample skewness and κ the bias-corrected sample excess kurtosis of the
+    n values. BC of a uniform distribution is 5/9 (:data:`BIMODALITY_THRESHOLD`), of a normal
+    1/3; BC > 5/9 suggests a bimodal (or strongly skewed) distribution. Needs n ≥ 4 values that
+    are not all equal.
+    """
+    x = np.asarray(torch.as_tensor(values, dtype=torch.float64).flatten())
+    n = x.size
+    if n < 4:
+        raise LearnableSparsityError(f"bimodality needs at least 4 values, got {n}")
+    if np.ptp(x) == 0:
+        raise LearnableSparsityError(f"bimodality of {n} identical values ({x[0]}) is undefined")
+    g = stats.skew(x, bias=False)
+    kappa = stats.kurtosis(x, fisher=True, bias=False)
+    return float((g**2 + 1) / (kappa + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3))))
+
+
+def softmax_then_sparser(
+    trajectory: Sequence[float], alpha_init: float | None = None, tolerance: float = 0.05
+) -> bool:
+    """Whether a head's α first moves toward softmax and then becomes sparser.
+
+    With α₀ = ``alpha_init`` (the first logged value when None) and α_min = min_t α_t:
+    True iff α_min ≤ α₀ − tolerance (α decreased toward 1) and α_T ≥ α_min + tolerance (the
+    final α rose again after the minimum). The tolerance (in α units) ignores small wiggles.
+    """
+    if not trajectory:
+        raise LearnableSparsityError("softmax_then_sparser needs a non-empty α trajectory")
+    if not tolerance >= 0:
+        raise LearnableSparsityError(f"tolerance must be >= 0, got {tolerance!r}")
+    start = trajectory[0] if alpha_init is None else alpha_init
+    lowest = min(trajectory)
+    return lowest <= start - tolerance and trajectory[-1] >= lowest + tolerance
+
+
+def alpha_trajectories(
+    history: Sequence[Mapping[str, object]],
+) -> tuple[list[int], dict[str, list[list[float]]]]:
+    """Steps and per-block, per-head α series from the trainer's ``history.alphas``.
+
+    ``history`` is a list of {"step": int, "alphas": {block key: [α per head]}}; the result is
+    (steps [T], {block key: [[α_t for t < T] for each head]}).
+    """
+    if not history:
+        raise LearnableSparsityError("the α history is empty (was the model α-entmax?)")
+    steps = [int(entry["step"]) for entry in history]
+    blocks = sorted(history[0]["alphas"], key=_block_order)
+    series: dict[str, list[list[float]]] = {}
+    for key in blocks:
+        heads = len(history[0]["alphas"][key])
+        series[key] = [[] for _ in range(heads)]
+    for entry in history:
+        alphas = entry["alphas"]
+        if sorted(alphas, key=_block_order) != blocks:
+            raise LearnableSparsityError(
+                f"α history at step {entry['step']} has blocks {sorted(alphas)}, expected {blocks}"
+            )
+        for key in blocks:
+            if len(alphas[key]) != len(series[key]):
+                raise LearnableSparsityError(
+                    f"α history at step {entry['step']} has {len(alphas[key])} heads in {key}, "
+                    f"expected {len(series[key])}"
+                )
+            for head, value in enumerate(alphas[key]):
+                series[key][head].append(float(value))
+    return steps, series
+
+
+class HeadAnalysis:
+    """Streaming accumulator of density, JS and role scores per attention block.
+
+    Feed it the ``attention`` dict of ``Transformer.forward`` batch by batch (:meth:`update`),
+    then read the JSON-ready :meth:`result`. Sums and counts are kept per block, so the result is
+    the mean over all queries (or words) of all batches, independent of the batching.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, dict[str, Tensor]] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+        self._heads: dict[str, int] = {}
+
+    def _add(self, block: str, name: str, sums: Tensor, count: int) -> None:
+        block_sums = self._sums.setdefault(block, {})
+        block_counts = self._counts.setdefault(block, {})
+        block_sums[name] = block_sums.get(name, 0) + sums.detach().double().cpu()
+        block_counts[name] = block_counts.get(name, 0) + count
+
+    def update(
+        self,
+        attention: Mapping[str, Tensor],
+        src_mask: Tensor,
+        tgt_mask: Tensor,
+        src_word_ids: Tensor,
+        tgt_word_ids: Tensor,
+        src_interrogative: Tensor,
+        src_question_mark: Tensor,
+    ) -> None:
+        """Add one batch of attention maps.
+
+        Args:
+            attention: block key → probs [batch, H, queries, keys], as filled by
+                ``Transformer.forward(src, tgt_in, attention=...)``.
+            src_mask, tgt_mask: boolean [batch, S] and [batch, T], True on real ``src`` and
+                ``tgt_in`` tokens.
+            src_word_ids, tgt_word_ids: long [batch, S] and [batch, T], word index per position
+                (negative outside any word, e.g. bos and padding); see :func:`bpe_merge_score`.
+            src_interrogative, src_question_mark: boolean [batch, S]: interrogative-word and "?"
+                positions of the source.
+
+        Encoder self-attention: queries and keys are the real source tokens. Decoder
+        self-attention: queries are real target positions, keys the real positions ≤ the query
+        (causal). Context attention: target queries, real source keys. Scores: positional −1
+        for both self-attentions and +1 for the encoder only (causality hides the next target
+        token); BPE merging for both self-attentions; interrogation for encoder self-attention.
+        """
+        B, S = src_mask.shape
+        T = tgt_mask.shape[1]
+        for name, tensor, width in (
+            ("tgt_mask", tgt_mask, T),
+            ("src_word_ids", src_word_ids, S),
+            ("tgt_word_ids", tgt_word_ids, T),
+            ("src_interrogative", src_interrogative, S),
+            ("src_question_mark", src_question_mark, S),
+        ):
+            if tuple(tensor.shape) != (B, width):
+                raise LearnableSparsityError(
+                    f"{name} has shape {tuple(tensor.shape)}, expected {(B, width)}"
+                )
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_mask.device).tril()
+        for block, probs in attention.items():
+            kind, _ = split_block(block)
+            if kind == "encoder.self":
+                queries, keys = src_mask, src_mask[:, None, :]
+            elif kind == "decoder.self":
+                queries, keys = tgt_mask, causal & tgt_mask[:, None, :]
+            else:
+                queries, keys = tgt_mask, src_mask[:, None, :]
+            expected = (B, probs.shape[1], queries.shape[1], keys.shape[-1])
+            if probs.dim() != 4 or tuple(probs.shape) != expected:
+                raise LearnableSparsityError(
+                    f"attention {block} has shape {tuple(probs.shape)}, expected {expected}"
+                )
+            if self._heads.setdefault(block, probs.shape[1]) != probs.shape[1]:
+                raise LearnableSparsityError(
+                    f"attention {block} has {probs.shape[1]} heads, earlier batches had "
+                    f"{self._heads[block]}"
+                )
+            probs = probs.detach()
+            per_query = probs.double().transpose(1, 2)  # [B, Q, H, K]
+            n_queries = int(queries.sum())
+            self._add(
+                block, "density", attention_density(per_query, keys)[queries].sum(0), n_queries
+            )
+            self._add(block, "js", js_divergence(per_query, keys)[queries].sum(), n_queries)
+            if kind == "decoder.context":
+                continue
+            word_ids = src_word_ids if kind == "encoder.self" else tgt_word_ids
+            self._add(block, "positional_prev", *_positional_sums(probs, queries, -1))
+            self._add(block, "bpe_merge", *_bpe_sums(probs, word_ids, queries))
+            if kind == "encoder.self":
+                self._add(block, "positional_next", *_positional_sums(probs, queries, 1))
+                self._add(
+                    block,
+                    "interrogation",
+                    *_interrogation_sums(
+                        probs, src_interrogative & src_mask, src_question_mark & src_mask
+                    ),
+                )
+
+    def result(self) -> dict[str, object]:
+        """JSON-ready means: {"blocks": {key: {...}}, "densities": {attention type: [...]}}.
+
+        Per block key ("encoder.self.layer0", …): "attention" (type), "layer", "heads" (H),
+        "queries" (number of queries), "density" ([H] mean density), "js" (mean JS over
+        queries) and "scores" {role: [H] mean score, or None when undefined (no such query or
+        word)} with the roles of :func:`HeadAnalysis.update`. "densities" lists every head's
+        density per attention type, layer by layer (for histograms).
+        """
+        blocks: dict[str, dict[str, object]] = {}
+        densities: dict[str, list[float]] = {}
+        for block in sorted(self._sums, key=_block_order):
+            kind, layer = split_block(block)
+            sums, counts = self._sums[block], self._counts[block]
+            n = counts["density"]
+            density = (sums["density"] / max(n, 1)).tolist()
+            scores = {
+                role: (sums[role] / counts[role]).tolist() if counts[role] else None
+                for role in ROLES
+                if role in sums
+            }
+            blocks[block] = {
+                "attention": kind,
+                "layer": layer,
+                "heads": self._heads[block],
+                "queries": n,
+                "density": density,
+                "js": float(sums["js"]) / n if n else None,
+                "scores": scores,
+            }
+            densities.setdefault(kind, []).extend(density)
+        return {"blocks": blocks, "densities": densities}
+
+
+def roles(
+    result: Mapping[str, object],
+    alphas: Mapping[str, Sequence[float] | Tensor] | None = None,
+    threshold: float = 0.8,
+) -> list[dict[str, object]]:
+    """Heads whose role score is ≥ ``threshold`` in a :meth:`HeadAnalysis.result`.
+
+    Each entry: {"role", "block" (key), "attention" (type), "layer", "head", "alpha" (the
+    head's α from ``alphas`` keyed by block, e.g. ``Transformer.alphas()``, else None),
+    "confidence" (the score)}; sorted by role (order of :data:`ROLES`), then by decreasing
+    confidence.
+    """
+    found: list[dict[str, object]] = []
+    for block, entry in result["blocks"].items():
+        block_alphas = None
+        if alphas is not None and block in alphas:
+            block_alphas = [float(a) for a in alphas[block]]
+        for role, scores in entry["scores"].items():
+            for head, score in enumerate(scores or []):
+                if score >= threshold:
+                    found.append(
+                        {
+                            "role": role,
+                            "block": block,
+                            "attention": entry["attention"],
+                            "layer": entry["layer"],
+                            "head": head,
+                            "alpha": None if block_alphas is None else block_alphas[head],
+                            "confidence": score,
+                        }
+                    )
+    return sorted(found, key=lambda r: (ROLES.index(r["role"]), -r["confidence"]))
+
+
+def _pad(rows: Sequence[Sequence[int | bool]], width: int, fill: int, dtype: torch.dtype) -> Tensor:
+    out = torch.full((len(rows), width), fill, dtype=dtype)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(list(row), dtype=dtype)
+    return out
+
+
+@torch.no_grad()
+def analyze(
+    model: Transformer,
+    examples: Sequence[Example],
+    src_word_ids: Sequence[Sequence[int]],
+    tgt_word_ids: Sequence[Sequence[int]],
+    src_interrogative: Sequence[Sequence[bool]],
+    src_question_mark: Sequence[Sequence[bool]],
+    max_tokens: int,
+) -> dict[str, object]:
+    """:meth:`HeadAnalysis.result` of ``model`` over ``examples`` (teacher forcing, eval mode).
+
+    ``examples`` are (source ids, target ids) without bos/eos, as for training; the per-example
+    lists align with the source ids (``src_*``) and the target ids (``tgt_word_ids``; the bos
+    the collate prepends gets word id −1). Batches hold at most ``max_tokens`` tokens.
+    """
+    per_example = {
+        "src_word_ids": (src_word_ids, 0),
+        "tgt_word_ids": (tgt_word_ids, 1),
+        "src_interrogative": (src_interrogative, 0),
+        "src_question_mark": (src_question_mark, 0),
+    }
+    for name, (rows, side) in per_example.items():
+        if len(rows) != len(examples):
+            raise LearnableSparsityError(
+                f"{name} has {len(rows)} entries for {len(examples)} examples"
+            )
+        for i, (row, example) in enumerate(zip(rows, examples, strict=True)):
+            if len(row) != len(example[side]):
+                raise LearnableSparsityError(
+                    f"{name}[{i}] has {len(row)} entries for {len(example[side])} tokens"
+                )
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    pad = model.config.pad_id
+    analysis = HeadAnalysis()
+    try:
+        for indices in batches_of(examples, max_tokens, None):
+            batch = collate_examples(examples, indices, model)
+            S, T = batch.src.shape[1], batch.tgt_in.shape[1]
+            features = [
+                _pad([src_word_ids[i] for i in indices], S, -1, torch.long),
+                _pad([[-1, *tgt_word_ids[i]] for i in indices], T, -1, torch.long),
+                _pad([src_interrogative[i] for i in indices], S, False, torch.bool),
+                _pad([src_question_mark[i] for i in indices], S, False, torch.bool),
+            ]
+            src, tgt_in = batch.src.to(device), batch.tgt_in.to(device)
+            attention: dict[str, Tensor] = {}
+            model(src, tgt_in, attention=attention)
+            analysis.update(attention, src != pad, tgt_in != pad, *(f.to(device) for f in features))
+    finally:
+        model.train(was_training)
+    return analysis.result()

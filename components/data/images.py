@@ -1,0 +1,472 @@
+"""Grey-scale image data of the latent-variable experiments: digits, MNIST and Fashion-MNIST.
+
+Every source ends as an :class:`ImageSplits`: ``train`` / ``valid`` / ``test`` :class:`ImageSet`
+s of float32 images in [0, 1] flattened to ``[N, side * side]`` with int64 class labels, plus
+the number of grey ``levels`` of the source (a pixel is ``k / (levels - 1)`` for an integer k) and
+the image ``side``.
+
+* **Digits** (smoke scale, offline): scikit-learn's ``load_digits``, 1,797 images of 8×8 pixels
+  with 17 grey levels (0–16), 10 classes. :func:`digits_splits` shuffles them with a seed and
+  cuts train / valid / test of the requested sizes.
+* **MNIST / Fashion-MNIST** (:data:`IMAGE_DATASETS`): the four gzipped idx files of each (60,000
+  training and 10,000 test images of 28×28 pixels, 256 grey levels, 10 classes), downloaded by
+  :func:`fetch_images` with :func:`components.data.download.download` (resumed, verified against
+  the pinned SHA-256 digests, cached under ``<cache_dir>/<name>/``) and parsed by
+  :func:`read_idx`. :func:`split_images` takes the validation images out of the training set:
+  by default the last 10,000 (the thesis; pass ``valid_size=5000`` for the released Fashion-MNIST
+  code, which validates on images 55,000–59,999) or, with a ``seed``, a random subset (the
+  released SSVAE code's random 10,000).
+
+Model inputs and targets: :func:`binarize` draws dynamic Bernoulli binarisations (a fresh one
+each time an image is used, as in the released SSVAE code) and :func:`quantize` turns images back
+into integer grey levels, the targets of the 256-way (or 17-way) categorical pixel decoder of the
+bit-vector VAE. :func:`labelled_split` picks the labelled part of the training set for the
+semi-supervised VAE (the paper labels 10%).
+
+The pinned digests are the published SHA-256 sums of the canonical files (the same in
+TensorFlow Datasets, torchvision and many other projects); they were not recomputed here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from components.data.download import DEFAULT_TIMEOUT, download
+from components.errors import LearnableSparsityError
+
+# idx type codes (third byte of the magic number) → big-endian numpy dtype.
+IDX_DTYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(">u1"),
+    0x09: np.dtype(">i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_GZIP_MAGIC = b"\x1f\x8b"
+
+# The four files of an MNIST-like data set, by role.
+IDX_FILES: dict[str, str] = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+
+DIGITS_LEVELS = 17  # scikit-learn digits pixels are integers 0..16
+DIGITS_SIDE = 8
+IDX_LEVELS = 256  # uint8 pixels
+
+
+# --------------------------------------------------------------------------- containers
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """``images``: float32 ``[N, pixels]`` in [0, 1]; ``labels``: int64 ``[N]`` class ids."""
+
+    images: Tensor
+    labels: Tensor
+
+    def __post_init__(self) -> None:
+        if self.images.dim() != 2 or self.labels.shape != self.images.shape[:1]:
+            raise LearnableSparsityError(
+                f"ImageSet needs images [N, pixels] and labels [N], got images "
+                f"{tuple(self.images.shape)} and labels {tuple(self.labels.shape)}"
+            )
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def subset(self, indices: Tensor) -> ImageSet:
+        """The images (and labels) at ``indices``, in that order."""
+        return ImageSet(self.images[indices], self.labels[indices])
+
+
+@dataclass(frozen=True)
+class ImageSplits:
+    """Train / valid / test images of one source, with its grey ``levels`` and image ``side``."""
+
+    train: ImageSet
+    valid: ImageSet
+    test: ImageSet
+    levels: int
+    side: int
+
+    @property
+    def pixels(self) -> int:
+        """Pixels per image (``side ** 2``)."""
+        return self.side * self.side
+
+    def semi_supervised(
+        self, fraction: float, seed: int, *, stratified: bool = True
+    ) -> tuple[ImageSet, ImageSet]:
+        """Labelled and unlabelled parts of ``train`` (see :func:`labelled_split`)."""
+        labelled, unlabelled = labelled_split(
+            self.train.labels, fraction, seed, stratified=stratified
+        )
+        return self.train.subset(labelled), self.train.subset(unlabelled)
+
+
+@dataclass(frozen=True)
+class ImageArrays:
+    """The raw arrays of an idx data set: uint8 images ``[N, side, side]``, int64 labels ``[N]``."""
+
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+
+
+# --------------------------------------------------------------------------- sizes and seeds
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def resolve_size(size: int | float, total: int, name: str) -> int:
+    """A split size given as a count (int ≥ 1) or a fraction of ``total`` (float in (0, 1)).
+
+    ``name`` (the argument) is for errors. Booleans are refused; a fraction is rounded to the
+    nearest count, at least 1.
+    """
+    if isinstance(size, bool) or not isinstance(size, int | float):
+        raise LearnableSparsityError(f"{name} must be an int count or a float fraction: {size!r}")
+    if isinstance(size, float):
+        if not 0.0 < size < 1.0:
+            raise LearnableSparsityError(f"{name} as a fraction must lie in (0, 1): {size!r}")
+        return max(1, round(size * total))
+    if size < 1:
+        raise LearnableSparsityError(f"{name} as a count must be at least 1: {size!r}")
+    return size
+
+
+def _three_way(n: int, valid: int, test: int, source: str) -> None:
+    if valid + test >= n:
+        raise LearnableSparsityError(
+            f"{source}: valid ({valid}) + test ({test}) images leave none of the {n} for training"
+        )
+
+
+# --------------------------------------------------------------------------- digits
+
+
+def digits_splits(
+    seed: int, valid_size: int | float = 0.1, test_size: int | float = 0.1
+) -> ImageSplits:
+    """scikit-learn's 8×8 digits (1,797 images, 17 grey levels) split at random by ``seed``.
+
+    ``valid_size`` / ``test_size`` are counts or fractions of all images (see
+    :func:`resolve_size`); training gets the rest. The same seed gives the same split.
+    """
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = torch.from_numpy(digits.data).float() / (DIGITS_LEVELS - 1)
+    labels = torch.from_numpy(digits.target).long()
+    n = images.shape[0]
+    valid = resolve_size(valid_size, n, "valid_size")
+    test = resolve_size(test_size, n, "test_size")
+    _three_way(n, valid, test, "digits")
+    order = torch.randperm(n, generator=_generator(seed))
+    every = ImageSet(images, labels)
+    return ImageSplits(
+        train=every.subset(order[: n - valid - test]),
+        valid=every.subset(order[n - valid - test : n - test]),
+        test=every.subset(order[n - test :]),
+        levels=DIGITS_LEVELS,
+        side=DIGITS_SIDE,
+    )
+
+
+# --------------------------------------------------------------------------- idx files
+
+
+def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
+    """The array stored in an idx file (gzipped or not), in native byte order.
+
+    The header is checked: two zero bytes, a known type code, at least one dimension, and exactly
+    as many data bytes as the dimensions call for. Any problem (including a truncated or corrupt
+    gzip stream) raises a :class:`LearnableSparsityError` naming the file.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise LearnableSparsityError(
+            f"cannot read idx file {path}: {err.strerror or err}"
+        ) from None
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise LearnableSparsityError(
+                f"{path} is not a complete gzip stream ({err}); delete it to download it again"
+            ) from None
+    if len(data) < 4:
+        raise LearnableSparsityError(f"{path} is too short ({len(data)} bytes) for an idx header")
+    zero, code, ndim = data[:2], data[2], data[3]
+    if zero != b"\x00\x00" or code not in IDX_DTYPES or ndim == 0:
+        raise LearnableSparsityError(
+            f"{path} does not start with an idx magic number: {data[:4].hex()} (expected "
+            f"0000 + a type code in {sorted(f'{c:02x}' for c in IDX_DTYPES)} + a dimension count)"
+        )
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise LearnableSparsityError(
+            f"{path} is truncated inside its header ({len(data)} of {header} bytes)"
+        )
+    dims = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
+    dtype = IDX_DTYPES[code]
+    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    if len(data) - header != expected:
+        raise LearnableSparsityError(
+            f"{path}: the header announces dimensions {dims} ({expected} data bytes) but the file "
+            f"holds {len(data) - header} data bytes (truncated or corrupt)"
+        )
+    return np.frombuffer(data, dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class ImageDatasetSpec:
+    """An MNIST-like data set: the four :data:`IDX_FILES` under ``base_url``.
+
+    ``sha256`` maps each file name to its pinned digest (None: the first download records one).
+    The sizes, ``side`` and ``num_classes`` are checked when the files are read.
+    """
+
+    name: str
+    base_url: str
+    sha256: Mapping[str, str | None]
+    train_size: int = 60_000
+    test_size: int = 10_000
+    side: int = 28
+    num_classes: int = 10
+    description: str = ""
+
+
+IMAGE_DATASETS: dict[str, ImageDatasetSpec] = {
+    "mnist": ImageDatasetSpec(
+        "mnist",
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        {
+            "train-images-idx3-ubyte.gz": (
+                "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"
+            ),
+            "train-labels-idx1-ubyte.gz": (
+                "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"
+            ),
+            "t10k-images-idx3-ubyte.gz": (
+                "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"
+            ),
+            "t10k-labels-idx1-ubyte.gz": (
+                "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"
+            ),
+        },
+        description="MNIST handwritten digits (LeCun et al.), PyTorch's S3 mirror",
+    ),
+    "fashion_mnist": ImageDatasetSpec(
+        "fashion_mnist",
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        {
+            "train-images-idx3-ubyte.gz": (
+                "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84"
+            ),
+            "train-labels-idx1-ubyte.gz": (
+                "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845"
+            ),
+            "t10k-images-idx3-ubyte.gz": (
+                "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"
+            ),
+            "t10k-labels-idx1-ubyte.gz": (
+                "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"
+            ),
+        },
+        description="Fashion-MNIST clothing images (Xiao et al. 2017), Zalando's S3 bucket",
+    ),
+}
+
+
+def _checked_images(path: Path, spec: ImageDatasetSpec, count: int) -> np.ndarray:
+    images = read_idx(path)
+    expected = (count, spec.side, spec.side)
+    if images.dtype != np.uint8 or images.shape != expected:
+        raise LearnableSparsityError(
+            f"{path} holds {images.dtype} images of shape {images.shape}; {spec.name} needs "
+            f"uint8 images of shape {expected}"
+        )
+    return images
+
+
+def _checked_labels(path: Path, spec: ImageDatasetSpec, count: int) -> np.ndarray:
+    labels = read_idx(path)
+    if labels.dtype != np.uint8 or labels.shape != (count,):
+        raise LearnableSparsityError(
+            f"{path} holds {labels.dtype} labels of shape {labels.shape}; {spec.name} needs "
+            f"{count} uint8 labels"
+        )
+    if labels.size and int(labels.max()) >= spec.num_classes:
+        raise LearnableSparsityError(
+            f"{path} holds label {int(labels.max())}; {spec.name} has {spec.num_classes} classes"
+        )
+    return labels.astype(np.int64)
+
+
+def fetch_images(
+    dataset: str | ImageDatasetSpec,
+    cache_dir: str | os.PathLike[str],
+    base_url: str | None = None,
+    *,
+    progress: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> ImageArrays:
+    """Download (or reuse from ``<cache_dir>/<name>/``) and read an :data:`IMAGE_DATASETS` entry.
+
+    ``base_url`` replaces the spec's (a mirror, or a test server); the pinned digests still
+    apply. Sizes, image side, dtypes and label range are checked against the spec.
+    """
+    if isinstance(dataset, str):
+        if dataset not in IMAGE_DATASETS:
+            raise LearnableSparsityError(
+                f"unknown image data set {dataset!r}; known: {sorted(IMAGE_DATASETS)}"
+            )
+        dataset = IMAGE_DATASETS[dataset]
+    root = Path(cache_dir) / dataset.name
+    base = (base_url or dataset.base_url).rstrip("/")
+    paths = {
+        role: download(
+            f"{base}/{name}",
+            root / name,
+            dataset.sha256.get(name),
+            progress=progress,
+            timeout=timeout,
+        )
+        for role, name in IDX_FILES.items()
+    }
+    return ImageArrays(
+        train_images=_checked_images(paths["train_images"], dataset, dataset.train_size),
+        train_labels=_checked_labels(paths["train_labels"], dataset, dataset.train_size),
+        test_images=_checked_images(paths["test_images"], dataset, dataset.test_size),
+        test_labels=_checked_labels(paths["test_labels"], dataset, dataset.test_size),
+    )
+
+
+def _image_set(images: np.ndarray, labels: np.ndarray) -> ImageSet:
+    flat = torch.from_numpy(images.reshape(images.shape[0], -1)).float() / (IDX_LEVELS - 1)
+    return ImageSet(flat, torch.from_numpy(labels).long())
+
+
+def split_images(
+    arrays: ImageArrays, valid_size: int = 10_000, seed: int | None = None
+) -> ImageSplits:
+    """Train / valid / test :class:`ImageSplits` (256 levels) of an idx data set.
+
+    Validation takes ``valid_size`` training images: the last ones when ``seed`` is None (the
+    thesis: the last 10,000), else a random subset drawn with ``seed`` (the released SSVAE code).
+    Training keeps the others in their original order; test is the official test set.
+    """
+    n = arrays.train_images.shape[0]
+    if isinstance(valid_size, bool) or not isinstance(valid_size, int) or not 0 < valid_size < n:
+        raise LearnableSparsityError(
+            f"valid_size must be an int in [1, {n - 1}] (of {n} training images): {valid_size!r}"
+        )
+    if seed is None:
+        valid = np.arange(n - valid_size, n)
+    else:
+        valid = np.sort(torch.randperm(n, generator=_generator(seed))[:valid_size].numpy())
+    keep = np.ones(n, dtype=bool)
+    keep[valid] = False
+    side = arrays.train_images.shape[1]
+    return ImageSplits(
+        train=_image_set(arrays.train_images[keep], arrays.train_labels[keep]),
+        valid=_image_set(arrays.train_images[valid], arrays.train_labels[valid]),
+        test=_image_set(arrays.test_images, arrays.test_labels),
+        levels=IDX_LEVELS,
+        side=side,
+    )
+
+
+# --------------------------------------------------------------------------- model inputs
+
+
+def binarize(x: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Dynamic binarisation: each pixel is 1 with probability ``x`` (in [0, 1]), else 0.
+
+    Returns a tensor of x's shape and dtype holding 0s and 1s; draw a fresh one per use.
+    """
+    return torch.bernoulli(x, generator=generator)
+
+
+def quantize(x: Tensor, levels: int) -> Tensor:
+    """Integer grey levels (int64 in ``[0, levels - 1]``) of images ``x`` in [0, 1].
+
+    The inverse of ``k / (levels - 1)``: exact for images made that way (:class:`ImageSplits`).
+    """
+    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 2:
+        raise LearnableSparsityError(f"levels must be an int of at least 2: {levels!r}")
+    return torch.round(x * (levels - 1)).long()
+
+
+# --------------------------------------------------------------------------- semi-supervision
+
+
+def _stratified_quotas(counts: Tensor, total: int) -> Tensor:
+    """Per-class numbers summing to ``total``, proportional to ``counts`` (largest remainder)."""
+    exact = counts.double() * total / counts.sum()
+    quotas = exact.floor().long()
+    remainders = exact - quotas
+    # Ties go to the lower class id: a stable sort on the negated remainders.
+    order = torch.sort(-remainders, stable=True).indices
+    quotas[order[: total - int(quotas.sum())]] += 1
+    return quotas
+
+
+def labelled_split(
+    train_labels: Tensor, fraction: float, seed: int, *, stratified: bool = True
+) -> tuple[Tensor, Tensor]:
+    """Indices (sorted int64) of the labelled and the unlabelled training images.
+
+    ``round(fraction * N)`` images (at least 1) are labelled. With ``stratified`` (default) every
+    class gets its proportional share (largest-remainder rounding), so the labelled classes are
+    as balanced as the data, as in Kingma et al.'s M2 setup; otherwise they are a uniform random
+    subset (the released SSVAE code's random 5K of 50K). ``seed`` fixes the choice.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise LearnableSparsityError(f"labelled fraction must be a number: {fraction!r}")
+    if not 0.0 < fraction < 1.0:
+        raise LearnableSparsityError(f"labelled fraction must lie in (0, 1): {fraction!r}")
+    if train_labels.dim() != 1 or train_labels.numel() < 2:
+        raise LearnableSparsityError(
+            f"train_labels must be 1-d with at least 2 entries, got shape "
+            f"{tuple(train_labels.shape)}"
+        )
+    labels = train_labels.long().cpu()
+    n = labels.numel()
+    total = min(n - 1, max(1, round(fraction * n)))
+    generator = _generator(seed)
+    if stratified:
+        classes, counts = torch.unique(labels, return_counts=True)
+        quotas = _stratified_quotas(counts, total)
+        chosen = []
+        for label, quota in zip(classes.tolist(), quotas.tolist(), strict=True):
+            members = torch.nonzero(labels == label).flatten()
+            chosen.append(members[torch.randperm(members.numel(), generator=generator)[:quota]])
+        labelled = torch.cat(chosen)
+    else:
+        labelled = torch.randperm(n, generator=generator)[:total]
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[labelled] = True
+    return torch.nonzero(mask).flatten(), torch.nonzero(~mask).flatten()

@@ -1,0 +1,196 @@
+r"""Bit-vector VAE: z ∈ {0,1}^D with a uniform prior p(z) = 2^{−D} (Correia et al. 2020, §5.3).
+
+Encoder: x → hidden → t ∈ R^D (scores s_z = ⟨t, z⟩). Decoder: z → hidden → for each of the P
+pixels an independent categorical over ``levels`` grey levels, its logits either a full linear
+head or, with ``rank`` r, a rank-r factorisation logits_p = W a_p(z) + c with a_p ∈ R^r per pixel
+and W ∈ R^{levels×r} shared (the authors' code uses r = 5, 256 levels).
+
+Loss (negative ELBO) per example:
+
+    E_{q(z|x)}[−log p(x|z)] + KL(q ‖ p),   KL(q ‖ p) = Σ_z q(z) log q(z) + D log 2 = D log 2 − H(q),
+
+with the expectation from :func:`components.lvm.methods.expected_loss`: exact over the support
+for sparse q (top-k sparsemax, SparseMAP), so the KL is exact over the support too; for the
+factorised Bernoulli q of the Monte Carlo methods H(q) = Σ_i H(σ(t_i)) is analytic.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from components.core.estimators import log_prob, sample
+from components.errors import LearnableSparsityError
+from components.lvm import mlp
+from components.lvm.methods import Method, expectation_metrics, expected_loss
+
+# Largest D whose 2^D codes exact_nll_bits_per_dim enumerates.
+MAX_ENUMERATED_BITS = 16
+
+
+class BitVectorVAE(nn.Module):
+    """Encoder x → ``hidden`` → t [D]; decoder z → ``hidden`` → P categoricals over ``levels``."""
+
+    def __init__(
+        self,
+        n_pixels: int,
+        n_bits: int,
+        levels: int = 256,
+        hidden: int = 128,
+        rank: int | None = None,
+    ) -> None:
+        super().__init__()
+        if levels < 2 or (rank is not None and rank < 1):
+            raise LearnableSparsityError(
+                f"need levels >= 2 and rank None or >= 1, got levels={levels}, rank={rank}"
+            )
+        self.n_pixels, self.n_bits, self.levels = n_pixels, n_bits, levels
+        self.encoder = mlp([n_pixels, hidden, n_bits])
+        width = levels if rank is None else rank
+        self.decoder = mlp([n_bits, hidden, n_pixels * width])
+        self.level_map = None if rank is None else nn.Linear(rank, levels)
+
+    def inputs(self, x: Tensor) -> Tensor:
+        """Grey levels [B, P] (long, 0..levels−1) scaled to [0, 1] floats."""
+        if x.dim() != 2 or x.shape[1] != self.n_pixels:
+            raise LearnableSparsityError(
+                f"x must be [batch, {self.n_pixels}], got {tuple(x.shape)}"
+            )
+        if x.dtype != torch.long or not bool(((x >= 0) & (x < self.levels)).all()):
+            raise LearnableSparsityError(f"x must hold long grey levels in [0, {self.levels})")
+        return x.float() / (self.levels - 1)
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Encoder scores t [B, D] of q(z|x)."""
+        return self.encoder(self.inputs(x))
+
+    def log_likelihood(self, x: Tensor, z: Tensor) -> Tensor:
+        """log p(x|z) = Σ_p log softmax(logits_p(z))[x_p], per row; x [N, P] long, z [N, D]."""
+        out = self.decoder(z).unflatten(-1, (self.n_pixels, -1))
+        logits = out if self.level_map is None else self.level_map(out)
+        return logits.log_softmax(-1).gather(-1, x[..., None]).squeeze(-1).sum(-1)
+
+
+def loss(
+    model: BitVectorVAE,
+    method: Method,
+    x: Tensor,
+    step: int,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    r"""Negative ELBO mean_b E_q[−log p(x|z)] + KL(q ‖ p) for grey levels x [B, P] (long).
+
+    Metrics (batch means): ``loss`` (the estimate of −ELBO), ``distortion`` (E_q[−log p(x|z)]),
+    ``rate`` (KL(q ‖ p)), ``decoder_calls``, ``entropy`` (and ``support`` for sparse q).
+    """
+    inputs = model.inputs(x)
+    expectation = expected_loss(
+        method,
+        model.encoder(inputs),
+        lambda example, z: -model.log_likelihood(x[example], z),
+        step,
+        features=inputs,
+        generator=generator,
+    )
+    rate = model.n_bits * math.log(2) - expectation.entropy
+    total = (expectation.estimate.surrogate + rate).mean()
+    distortion = float(expectation.estimate.loss.detach().mean())
+    metrics = {
+        "loss": distortion + float(rate.detach().mean()),
+        "distortion": distortion,
+        "rate": float(rate.detach().mean()),
+    }
+    return total, metrics | expectation_metrics(method, expectation)
+
+
+def _log_likelihood(model: BitVectorVAE, x: Tensor, z: Tensor, chunk_pairs: int) -> Tensor:
+    """log p(x_b | z_{b,s}) [B, S] for codes z [B, S, D], ``chunk_pairs`` pairs decoded at once."""
+    B, S, D = z.shape
+    example = torch.arange(B, device=z.device).repeat_interleave(S)
+    flat = z.reshape(B * S, D)
+    parts = [
+        model.log_likelihood(x[example[i : i + chunk_pairs]], flat[i : i + chunk_pairs])
+        for i in range(0, B * S, chunk_pairs)
+    ]
+    return torch.cat(parts).reshape(B, S)
+
+
+def _bits_per_dim(model: BitVectorVAE, log_px: Tensor) -> Tensor:
+    return -log_px / (model.n_pixels * math.log(2))
+
+
+def _log_mean_exp(values: Tensor) -> Tensor:
+    return values.logsumexp(-1) - math.log(values.shape[-1])
+
+
+@torch.no_grad()
+def nll_bits_per_dim(
+    model: BitVectorVAE,
+    method: Method,
+    x: Tensor,
+    n_samples: int = 1024,
+    generator: torch.Generator | None = None,
+    chunk_pairs: int = 4096,
+) -> Tensor:
+    r"""Estimate of −log₂ p(x) / P per example [B], P the number of pixels, p(x) = Σ_z p(z) p(x|z).
+
+    Factorised Bernoulli q (Monte Carlo methods): importance sampling with q as proposal,
+    log p(x) ≈ log (1/N) Σ_n p(x|z_n) p(z_n) / q(z_n|x), z_n ∼ q (N = ``n_samples``).
+
+    Sparse q with support S (top-k sparsemax, SparseMAP): the support is summed exactly and the
+    rest estimated by rejection sampling from the prior (the prior restricted to z ∉ S):
+
+        p(x) = Σ_{z∈S} 2^{−D} p(x|z) + (1 − |S|/2^D) · E_{z∼p(z), z∉S}[p(x|z)],
+
+    the expectation averaged over N accepted prior samples (0 when S is all of {0,1}^D).
+    """
+    if n_samples < 1:
+        raise LearnableSparsityError(f"n_samples must be >= 1, got {n_samples}")
+    t = model.scores(x)
+    B, D = t.shape
+    log_prior = -D * math.log(2)
+    if not method.sparse:
+        t_rep = t.repeat_interleave(n_samples, 0)
+        z = sample(t_rep, "bits", generator)
+        log_q = log_prob(t_rep, z, "bits").reshape(B, n_samples)
+        log_px_z = _log_likelihood(model, x, z.reshape(B, n_samples, D), chunk_pairs)
+        return _bits_per_dim(model, _log_mean_exp(log_px_z + log_prior - log_q))
+
+    distribution = method.bit_distribution(t)
+    configs, in_support = distribution.configs, distribution.probs > 0
+    on_support = _log_likelihood(model, x, configs, chunk_pairs).masked_fill(~in_support, -math.inf)
+    log_px = on_support.logsumexp(-1) + log_prior
+    log_rest_mass = torch.log1p(-in_support.sum(-1).double() * 2.0**-D).to(t.dtype)
+    has_rest = torch.isfinite(log_rest_mass)
+    if not bool(has_rest.any()):
+        return _bits_per_dim(model, log_px)
+
+    def in_s(z: Tensor) -> Tensor:
+        # z and a configuration agree on all D bits iff ⟨z, c⟩ + ⟨1−z, 1−c⟩ = D.
+        agree = z @ configs.transpose(1, 2) + (1 - z) @ (1 - configs).transpose(1, 2)
+        return ((agree == D) & in_support[:, None, :]).any(-1) & has_rest[:, None]
+
+    z = torch.randint(2, (B, n_samples, D), generator=generator, device=t.device).to(t.dtype)
+    while bool((rejected := in_s(z)).any()):
+        redraw = torch.randint(2, (int(rejected.sum()), D), generator=generator, device=t.device)
+        z[rejected] = redraw.to(t.dtype)
+    rest = _log_mean_exp(_log_likelihood(model, x, z, chunk_pairs)) + log_rest_mass
+    return _bits_per_dim(model, torch.logaddexp(log_px, rest.masked_fill(~has_rest, -math.inf)))
+
+
+@torch.no_grad()
+def exact_nll_bits_per_dim(model: BitVectorVAE, x: Tensor, chunk_pairs: int = 4096) -> Tensor:
+    """−log₂ p(x) / P per example [B] with p(x) = 2^{−D} Σ_z p(x|z) summed over all 2^D codes
+    (D ≤ 16)."""
+    D = model.n_bits
+    if D > MAX_ENUMERATED_BITS:
+        raise LearnableSparsityError(
+            f"exact NLL enumerates 2^D codes: n_bits={D} exceeds {MAX_ENUMERATED_BITS}"
+        )
+    model.inputs(x)
+    codes = (torch.arange(2**D, device=x.device)[:, None] >> torch.arange(D, device=x.device)) & 1
+    z = codes.float().expand(x.shape[0], -1, -1)
+    log_px = _log_likelihood(model, x, z, chunk_pairs).logsumexp(-1) - D * math.log(2)
+    return _bits_per_dim(model, log_px)

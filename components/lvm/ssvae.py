@@ -1,0 +1,172 @@
+r"""Semi-supervised VAE M2 (Kingma et al. 2014) with a categorical class latent z.
+
+Generative model p(z) p(h) p(x|z, h): z ∈ {1..K} uniform, h ∈ R^H standard normal, x ∈ {0,1}^P
+with independent Bernoulli pixels whose logits an MLP computes from [h, one_hot(z)].
+Posterior π(z|x) q(h|x, z): π from a classifier MLP (softmax, or sparsemax for the proposed
+method), q(h|x, z) = N(μ, diag σ²) from an MLP on [x, one_hot(z)], sampled by
+reparameterization h = μ + σ ε.
+
+Per (x, z) pair, with one h ∼ q(h|x, z) (the decoder call):
+
+    ℓ(x, z) = −log p(x|z, h) + KL(q(h|x, z) ‖ N(0, I)),   −ELBO(x, z) = ℓ(x, z) + log K.
+
+Unlabelled x:  −ELBO(x) = E_{π(z|x)}[ℓ(x, z)] + KL(π ‖ U_K),  KL(π ‖ U_K) = log K − H(π);
+E_π[ℓ] goes through :func:`components.lvm.methods.expected_loss` and H(π) is that of the
+method's discrete π (for Gumbel methods: of Cat(softmax(s)), as in Jang et al. 2017).
+
+Labelled (x, y):  −ELBO(x, y) + w · c(s, y), the classifier term c being the sparsemax loss for
+the ``sparsemax`` method and −log softmax(s)_y otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from components.core.marginalize import marginalize, sparsemax_loss
+from components.errors import LearnableSparsityError
+from components.lvm import mlp
+from components.lvm.methods import Method, expectation_metrics, expected_loss, support_entropy
+
+
+class SSVAE(nn.Module):
+    """M2: classifier π(z|x), inference network q(h|x, z), generator p(x|z, h).
+
+    ``classifier_hidden``: hidden sizes of the classifier (paper: 256, 256, 256); ``hidden``:
+    hidden sizes of the inference and generative networks (authors' code: 128, 128).
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        n_classes: int = 10,
+        latent_dim: int = 8,
+        classifier_hidden: Sequence[int] = (256, 256, 256),
+        hidden: Sequence[int] = (128, 128),
+    ) -> None:
+        super().__init__()
+        if n_classes < 2:
+            raise LearnableSparsityError(f"n_classes must be >= 2, got {n_classes}")
+        self.n_classes, self.latent_dim = n_classes, latent_dim
+        self.classifier = mlp([input_dim, *classifier_hidden, n_classes])
+        self.inference = mlp([input_dim + n_classes, *hidden, 2 * latent_dim])
+        self.generator = mlp([latent_dim + n_classes, *hidden, input_dim])
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Classifier scores s [B, K] of π(z|x) = softmax(s) or sparsemax(s)."""
+        return self.classifier(x)
+
+    def pair_loss(self, x: Tensor, z: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        r"""ℓ(x, z) = −log p(x|z, h) + KL(q(h|x,z) ‖ N(0, I)), h = μ + σε, per row; x [N, P]
+        binary, z [N, K] one-hot (or relaxed)."""
+        mu, log_var = self.inference(torch.cat([x, z], -1)).chunk(2, -1)
+        eps = torch.randn(mu.shape, dtype=mu.dtype, device=mu.device, generator=generator)
+        h = mu + (0.5 * log_var).exp() * eps
+        logits = self.generator(torch.cat([h, z], -1))
+        reconstruction = nn.functional.binary_cross_entropy_with_logits(
+            logits, x, reduction="none"
+        ).sum(-1)
+        kl = 0.5 * (mu.pow(2) + log_var.exp() - 1 - log_var).sum(-1)
+        return reconstruction + kl
+
+
+def _check_binary(x: Tensor, input_dim: int) -> None:
+    if x.dim() != 2 or x.shape[1] != input_dim:
+        raise LearnableSparsityError(f"x must be [batch, {input_dim}], got {tuple(x.shape)}")
+    if not bool(((x == 0) | (x == 1)).all()):
+        raise LearnableSparsityError("x must be binarised (values 0 or 1)")
+
+
+def _input_dim(model: SSVAE) -> int:
+    return model.classifier[0].in_features
+
+
+def classifier_loss(model: SSVAE, method: Method, x: Tensor, y: Tensor) -> Tensor:
+    """c(s, y) per example: sparsemax loss for ``sparsemax``, −log softmax(s)_y otherwise."""
+    scores = model.scores(x)
+    if method.name == "sparsemax":
+        return sparsemax_loss(scores, y)
+    return nn.functional.cross_entropy(scores, y, reduction="none")
+
+
+def loss(
+    model: SSVAE,
+    method: Method,
+    batch_unlabelled: Tensor | None,
+    batch_labelled: tuple[Tensor, Tensor] | None,
+    step: int,
+    *,
+    classifier_weight: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    r"""Training loss: mean unlabelled −ELBO(x) + mean labelled [−ELBO(x, y) + w·c(s, y)].
+
+    ``batch_unlabelled`` [B, P] binary; ``batch_labelled`` = (x [B', P] binary, y [B'] long);
+    either may be None (not both; labelled only = pre-training). Returns the loss to
+    backpropagate and batch-mean metrics: ``loss`` (its value, the estimate of E_π[ℓ] in place of
+    the surrogate), ``unlabelled_nelbo``, ``labelled_nelbo``, ``classifier``, and for the
+    unlabelled part ``decoder_calls``, ``entropy`` (and ``support`` for sparsemax).
+    """
+    if batch_unlabelled is None and batch_labelled is None:
+        raise LearnableSparsityError(
+            "ssvae.loss needs an unlabelled or a labelled batch (both None)"
+        )
+    log_k = math.log(model.n_classes)
+    terms: list[Tensor] = []
+    value = 0.0
+    metrics: dict[str, float] = {}
+    if batch_unlabelled is not None:
+        x = batch_unlabelled
+        _check_binary(x, _input_dim(model))
+        expectation = expected_loss(
+            method,
+            model.scores(x),
+            lambda example, z: model.pair_loss(x[example], z, generator),
+            step,
+            features=x,
+            generator=generator,
+        )
+        kl = log_k - expectation.entropy
+        terms.append((expectation.estimate.surrogate + kl).mean())
+        metrics["unlabelled_nelbo"] = float((expectation.estimate.loss + kl).detach().mean())
+        value += metrics["unlabelled_nelbo"]
+        metrics |= expectation_metrics(method, expectation)
+    if batch_labelled is not None:
+        x, y = batch_labelled
+        _check_binary(x, _input_dim(model))
+        if y.shape != x.shape[:1]:
+            raise LearnableSparsityError(f"labels must be [{x.shape[0]}], got {tuple(y.shape)}")
+        one_hot = nn.functional.one_hot(y, model.n_classes).to(x.dtype)
+        nelbo = model.pair_loss(x, one_hot, generator) + log_k
+        classifier = classifier_loss(model, method, x, y)
+        labelled = (nelbo + classifier_weight * classifier).mean()
+        terms.append(labelled)
+        metrics["labelled_nelbo"] = float(nelbo.detach().mean())
+        metrics["classifier"] = float(classifier.detach().mean())
+        value += float(labelled.detach())
+    metrics["loss"] = value
+    return torch.stack(terms).sum(), metrics
+
+
+@torch.no_grad()
+def accuracy(model: SSVAE, x: Tensor, y: Tensor) -> float:
+    """Fraction of x whose most probable class argmax_z π(z|x) (= argmax of the scores for
+    softmax and sparsemax alike) equals y."""
+    return float((model.scores(x).argmax(-1) == y).float().mean())
+
+
+@torch.no_grad()
+def elbo(
+    model: SSVAE, method: Method, x: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
+    r"""ELBO(x) = −Σ_z π(z|x) ℓ(x, z) − log K + H(π), per example [B], the sum over z exact
+    (π = sparsemax for ``sparsemax``, softmax otherwise) and one h ∼ q(h|x, z) per pair."""
+    _check_binary(x, _input_dim(model))
+    scores = model.scores(x)
+    expected = marginalize(
+        scores, lambda example, z: model.pair_loss(x[example], z, generator), method.mapping
+    ).loss
+    return -expected - math.log(model.n_classes) + support_entropy(method.probabilities(scores))

@@ -1,0 +1,55 @@
+"""Figures of the latent-variable experiments (matplotlib ``Figure`` objects; nothing is saved).
+
+* :func:`metric_against_decoder_calls` — the thesis' trade-off plot: each method's headline
+  metric (accuracy, communication success, NLL) against its decoder calls per example, one point
+  per seed, log-scaled calls (dense marginalization sits at K, sampling at 1 or 2).
+* :func:`support_over_training` — mean support size of the sparse posteriors (sparsemax, top-k
+  sparsemax, SparseMAP) at the logged training steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from matplotlib.figure import Figure
+
+from components.errors import LearnableSparsityError
+
+
+def metric_against_decoder_calls(
+    points: Mapping[str, tuple[Sequence[float], Sequence[float]]], metric_label: str
+) -> Figure:
+    """One marker per (method, seed) at (decoder calls, metric); ``points`` maps a method name to
+    (calls per seed, metric per seed)."""
+    if not points:
+        raise LearnableSparsityError("metric_against_decoder_calls needs at least one method")
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for method, (calls, values) in points.items():
+        if len(calls) != len(values) or not calls:
+            raise LearnableSparsityError(
+                f"method {method!r} has {len(calls)} decoder-call values for {len(values)} metrics"
+            )
+        ax.scatter(calls, values, label=method, s=28)
+    ax.set_xscale("log")
+    ax.set_xlabel("decoder calls per example (log scale)")
+    ax.set_ylabel(metric_label)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    return fig
+
+
+def support_over_training(curves: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> Figure:
+    """Mean support size over training: one line per method, ``curves`` maps a method name to
+    (steps, mean support at those steps)."""
+    if not curves:
+        raise LearnableSparsityError("support_over_training needs at least one curve")
+    fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for method, (steps, support) in curves.items():
+        ax.plot(steps, support, label=method)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("mean support size")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
