@@ -155,17 +155,19 @@ def analyze_cell(task: dict) -> dict:
     }
 
 
-def _alpha_statistics(alphas: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    """Mean, spread and bimodality of the final α per attention type."""
-    out = {}
+def _alpha_statistics(alphas: dict[str, list[float]]) -> dict[str, dict[str, float | None]]:
+    """Mean, range and bimodality coefficient (None below 4 distinct values) of the final α per
+    attention type."""
+    out: dict[str, dict[str, float | None]] = {}
     for kind in ATTENTION_TYPES:
         values = [a for key, heads in alphas.items() if split_block(key)[0] == kind for a in heads]
-        if len(values) >= 4 and len(set(values)) > 1:
+        if values:
+            bimodal = len(values) >= 4 and len(set(values)) > 1
             out[kind] = {
                 "mean": statistics.fmean(values),
                 "min": min(values),
                 "max": max(values),
-                "bimodality": bimodality_coefficient(values),
+                "bimodality": bimodality_coefficient(values) if bimodal else None,
             }
     return out
 
