@@ -124,6 +124,28 @@ def grid(params: Params, experiment: str) -> list[LvmCell]:
     return [LvmCell(experiment, m, s, d) for d in bits for m in methods for s in seeds]
 
 
+# Positive integers every experiment needs, and the per-method tables (a "default" entry plus
+# per-method overrides), checked before any cell runs.
+COUNTS = ("steps", "batch_size", "log_every", "checkpoint_every")
+PER_METHOD = {"ssvae": ("lr",), "signal_game": ("lr", "entropy_coef"), "bitvector_vae": ("lr",)}
+
+
+def check_settings(params: Params, experiment: str) -> None:
+    """Raise naming the key of ``lvm.<experiment>`` that is missing or out of range."""
+    section = f"lvm.{experiment}"
+    for key in COUNTS:
+        if params.get(f"{section}.{key}", int) < 1:
+            raise LearnableSparsityError(f"{params.source}: {section}.{key} must be >= 1")
+    for key in PER_METHOD[experiment]:
+        table = params.get(f"{section}.{key}", dict)
+        for name, value in table.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise LearnableSparsityError(
+                    f"{params.source}: {section}.{key}.{name} is {value!r}, not a number >= 0"
+                )
+        params.get(f"{section}.{key}.default", (int, float))
+
+
 def _batch(n: int, size: int, generator: torch.Generator) -> Tensor:
     return torch.randint(n, (size,), generator=generator)
 
@@ -373,6 +395,7 @@ def main(experiment: str) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     params = load_params()
     cells = grid(params, experiment)
+    check_settings(params, experiment)
     settings = params.get(f"lvm.{experiment}", dict)
     data_meta = read_json(IMAGES / "meta.json")
     if settings["data"] not in data_meta:

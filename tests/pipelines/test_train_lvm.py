@@ -102,3 +102,17 @@ def test_grid_names_the_bad_method(workdir: Path) -> None:
     )
     with pytest.raises(LearnableSparsityError, match=r"lvm.signal_game.methods has 'sparsemap'"):
         train_lvm.grid(params, "signal_game")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"steps": 0}, r"lvm.bitvector_vae.steps must be >= 1"),
+        ({"lr": {"sfe": 0.1}}, r"lvm.bitvector_vae.lr.default is missing"),
+        ({"lr": {"default": "fast"}}, r"lvm.bitvector_vae.lr.default is 'fast'"),
+    ],
+)
+def test_settings_errors_name_the_key(change: dict, message: str) -> None:
+    params = Params({"lvm": {"bitvector_vae": {**SETTINGS, **change}}}, "params.yaml")
+    with pytest.raises(LearnableSparsityError, match=message):
+        train_lvm.check_settings(params, "bitvector_vae")
