@@ -304,8 +304,9 @@ def main() -> None:
                 tracking.metric_name("analysis", "density", kind): value
                 for kind, value in summary["mean_density"].items()
             }
-            for run_id in filter(None, [_training_run(client, done[cell.key])]):
-                logger = tracking.RunLogger(uri, run_id)
+            training_run = _training_run(client, done[cell.key])
+            if training_run is not None:
+                logger = tracking.RunLogger(uri, training_run)
                 logger.log_metrics(scalars, step=0)
                 logger.flush()
                 for path in paths:

@@ -159,6 +159,9 @@ def test_mlflow_has_a_parent_run_per_stage_and_a_child_per_cell(
     assert any(
         name.startswith("alpha/encoder.self.layer0/head") for name in alpha_child.data.metrics
     )
+    # analyze_heads adds its figures to the run of the model it analysed
+    analysis = client.list_artifacts(alpha_child.info.run_id, "analysis")
+    assert "analysis/alpha_histograms.png" in {a.path for a in analysis}
 
 
 def test_second_repro_is_a_no_op(repro: tuple[Path, str, str]) -> None:
