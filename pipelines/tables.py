@@ -128,8 +128,9 @@ def main() -> None:
         f"# Reproduced vs published ({profile} profile)\n\n"
         + "\n".join(to_markdown(table) for table in tables),
     )
-    atomic_write_text(REPORTS / "index.md", render_report(tables, _figures()))
-    log.info("%d tables, %d figures", len(tables), len(_figures()))
+    figures = _figures()
+    atomic_write_text(REPORTS / "index.md", render_report(tables, figures))
+    log.info("%d tables, %d figures", len(tables), len(figures))
 
 
 if __name__ == "__main__":
