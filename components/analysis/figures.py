@@ -15,7 +15,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from components.analysis.heads import ATTENTION_TYPES, alpha_trajectories, split_block
+from components.analysis.blocks import ATTENTION_TYPES, split_block
+from components.analysis.heads import alpha_trajectories
 from components.errors import LearnableSparsityError
 
 TITLES = {

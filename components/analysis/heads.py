@@ -28,7 +28,6 @@ Layers and heads are 0-based throughout (the thesis counts from 1).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -36,32 +35,13 @@ import torch
 from scipy import stats
 from torch import Tensor
 
+from components.analysis.blocks import ROLES, block_order, split_block
 from components.errors import LearnableSparsityError
 from components.nmt.model import Transformer
 from components.nmt.trainer import Example, batches_of, collate_examples
 
-ATTENTION_TYPES: tuple[str, ...] = ("encoder.self", "decoder.context", "decoder.self")
-ROLES: tuple[str, ...] = ("positional_prev", "positional_next", "bpe_merge", "interrogation")
 # Sarle's coefficient of a uniform distribution; larger values suggest bimodality.
 BIMODALITY_THRESHOLD = 5 / 9
-
-_BLOCK_KEY = re.compile(r"(encoder\.self|decoder\.self|decoder\.context)\.layer(\d+)")
-
-
-def split_block(key: str) -> tuple[str, int]:
-    """("encoder.self", 3) for the block key "encoder.self.layer3" (keys of ``Transformer``)."""
-    match = _BLOCK_KEY.fullmatch(key)
-    if match is None:
-        raise LearnableSparsityError(
-            f"attention block key {key!r} is not '<encoder.self|decoder.self|decoder.context>"
-            f".layer<i>'"
-        )
-    return match.group(1), int(match.group(2))
-
-
-def _block_order(key: str) -> tuple[int, int]:
-    kind, layer = split_block(key)
-    return ATTENTION_TYPES.index(kind), layer
 
 
 def _check_keys(probs: Tensor, key_mask: Tensor) -> tuple[int, ...]:
@@ -300,14 +280,14 @@ def alpha_trajectories(
     if not history:
         raise LearnableSparsityError("the α history is empty (was the model α-entmax?)")
     steps = [int(entry["step"]) for entry in history]
-    blocks = sorted(history[0]["alphas"], key=_block_order)
+    blocks = sorted(history[0]["alphas"], key=block_order)
     series: dict[str, list[list[float]]] = {}
     for key in blocks:
         heads = len(history[0]["alphas"][key])
         series[key] = [[] for _ in range(heads)]
     for entry in history:
         alphas = entry["alphas"]
-        if sorted(alphas, key=_block_order) != blocks:
+        if sorted(alphas, key=block_order) != blocks:
             raise LearnableSparsityError(
                 f"α history at step {entry['step']} has blocks {sorted(alphas)}, expected {blocks}"
             )
@@ -434,7 +414,7 @@ class HeadAnalysis:
         """
         blocks: dict[str, dict[str, object]] = {}
         densities: dict[str, list[float]] = {}
-        for block in sorted(self._sums, key=_block_order):
+        for block in sorted(self._sums, key=block_order):
             kind, layer = split_block(block)
             sums, counts = self._sums[block], self._counts[block]
             n = counts["density"]

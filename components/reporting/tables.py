@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import yaml
 
-from components.analysis.heads import ATTENTION_TYPES, ROLES, split_block
+from components.analysis.blocks import ATTENTION_TYPES, ROLES, split_block
 from components.errors import LearnableSparsityError
 from components.nmt.speed import VARIANT_LABELS
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from components.analysis.blocks import split_block
 from components.analysis.heads import (
     BIMODALITY_THRESHOLD,
     HeadAnalysis,
@@ -23,7 +24,6 @@ from components.analysis.heads import (
     positional_confidence,
     roles,
     softmax_then_sparser,
-    split_block,
 )
 from components.errors import LearnableSparsityError
 from components.nmt.model import Transformer, TransformerConfig

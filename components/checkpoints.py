@@ -1,0 +1,131 @@
+"""Resumable training state: one checkpoint mechanism for every training loop (NMT, LVM, APE).
+
+A :class:`Checkpoint` is a directory holding ``last.pt``: everything a loop needs to continue
+exactly where it stopped (weights, optimizer, scheduler, random states, step, history — the loop
+decides) plus the settings it was written under. Writes are atomic (temporary file + rename), and
+the previous ``last.pt`` is kept as ``previous.pt``, so a checkpoint that cannot be read (a
+truncated file, a full disk) falls back to the one before it instead of losing the run. Resuming
+under other settings is refused with the differing keys named, except for the keys a loop
+declares ``resumable`` (e.g. the number of steps, to train longer).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from components.errors import LearnableSparsityError
+
+log = logging.getLogger(__name__)
+
+LAST = "last.pt"
+PREVIOUS = "previous.pt"
+
+
+def save_atomic(obj: Any, path: Path) -> None:
+    """``torch.save(obj)`` to ``path`` through a temporary file and a rename."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(buffer.getvalue())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def load_file(path: Path, map_location: str | torch.device = "cpu") -> Any:
+    """``torch.load`` of a file this project wrote; an unreadable file raises naming it."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    except FileNotFoundError:
+        raise LearnableSparsityError(f"checkpoint {path} does not exist") from None
+    except Exception as error:
+        raise LearnableSparsityError(f"checkpoint {path} cannot be read: {error}") from None
+
+
+def rng_state(*generators: torch.Generator) -> dict[str, Any]:
+    """The global torch random state and that of ``generators`` (for :func:`restore_rng`)."""
+    return {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in generators]}
+
+
+def restore_rng(state: Mapping[str, Any], *generators: torch.Generator) -> None:
+    """Put back the random states saved by :func:`rng_state` (same generators, same order)."""
+    torch.set_rng_state(state["torch"])
+    for generator, saved in zip(generators, state["generators"], strict=True):
+        generator.set_state(saved)
+
+
+class Checkpoint:
+    """``directory/last.pt`` of a training run under ``settings`` (a JSON-like mapping).
+
+    ``resumable``: settings keys that may differ between the run that wrote the checkpoint and
+    the one resuming from it.
+    """
+
+    def __init__(
+        self, directory: Path, settings: Mapping[str, Any], *, resumable: Collection[str] = ()
+    ) -> None:
+        self.directory = Path(directory)
+        self.settings = dict(settings)
+        self.resumable = frozenset(resumable)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / LAST
+
+    def load(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
+        """The saved state, or None when nothing was saved yet.
+
+        An unreadable ``last.pt`` is reported and ``previous.pt`` is used instead; when neither
+        can be read the error names both files. A state written under other settings raises.
+        """
+        candidates = [self.path, self.directory / PREVIOUS]
+        existing = [path for path in candidates if path.exists()]
+        if not existing:
+            return None
+        errors = []
+        for path in existing:
+            try:
+                state = load_file(path, map_location)
+            except LearnableSparsityError as error:
+                log.warning("%s; trying the previous checkpoint", error)
+                errors.append(str(error))
+                continue
+            self._check_settings(path, state.get("settings", {}))
+            return state
+        raise LearnableSparsityError(
+            "no readable checkpoint in "
+            f"{self.directory}: {'; '.join(errors)}; remove the directory to train from scratch"
+        )
+
+    def _check_settings(self, path: Path, saved: Mapping[str, Any]) -> None:
+        keys = set(saved) | set(self.settings)
+        changed = sorted(k for k in keys if saved.get(k) != self.settings.get(k))
+        refused = [k for k in changed if k not in self.resumable]
+        if refused:
+            raise LearnableSparsityError(
+                f"checkpoint {path} was written with other settings ({', '.join(refused)}); "
+                f"remove {self.directory} to train from scratch"
+            )
+
+    def save(self, state: Mapping[str, Any], *, final: bool = False) -> None:
+        """Write ``state`` (with the settings) as ``last.pt``; the old one becomes previous.
+
+        ``final``: the run is complete; the new file is read back once to prove it whole, and
+        the previous one is deleted (a finished run keeps one full checkpoint).
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            os.replace(self.path, self.directory / PREVIOUS)
+        save_atomic({**state, "settings": self.settings}, self.path)
+        if final:
+            load_file(self.path)
+            (self.directory / PREVIOUS).unlink(missing_ok=True)
