@@ -166,9 +166,9 @@ def _convert(value: Any, annotation: Any, key: str) -> Any:
     if origin is dict and isinstance(value, Mapping):
         element = get_args(annotation)[1]
         return {k: _convert(v, element, _join(key, str(k))) for k, v in value.items()}
-    if isinstance(annotation, type) and issubclass(annotation, Settings):
-        if isinstance(value, Mapping):
-            return build(annotation, value, key)
+    is_settings = isinstance(annotation, type) and issubclass(annotation, Settings)
+    if is_settings and isinstance(value, Mapping):
+        return build(annotation, value, key)
     return value
 
 
