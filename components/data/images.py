@@ -10,7 +10,7 @@ the image ``side``.
   cuts train / valid / test of the requested sizes.
 * **MNIST / Fashion-MNIST** (:data:`IMAGE_DATASETS`): the four gzipped idx files of each (60,000
   training and 10,000 test images of 28×28 pixels, 256 grey levels, 10 classes), downloaded by
-  :func:`fetch_images` with :func:`components.data.download.download` (resumed, verified against
+  :func:`fetch_images` with :func:`components.data.fetch.download` (resumed, verified against
   the pinned SHA-256 digests, cached under ``<cache_dir>/<name>/``) and parsed by
   :func:`read_idx`. :func:`split_images` takes the validation images out of the training set:
   by default the last 10,000 (the thesis; pass ``valid_size=5000`` for the released Fashion-MNIST
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from components.data.download import DEFAULT_TIMEOUT, download
+from components.data.fetch import DEFAULT_TIMEOUT, download
 from components.errors import LearnableSparsityError
 
 # idx type codes (third byte of the magic number) → big-endian numpy dtype.

@@ -1,12 +1,10 @@
-"""Tests for ``components.data.download`` against the loopback HTTP server of conftest.py."""
+"""Tests for ``components.data.registry``: :func:`fetch_corpus` on each archive layout of
+``components.data.extractors`` (files served by the loopback HTTP server of conftest.py) and the
+completeness of :data:`CORPORA`."""
 
 from __future__ import annotations
 
-import hashlib
 import io
-import logging
-import random
-import socket
 import tarfile
 import zipfile
 from dataclasses import replace
@@ -15,128 +13,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from components.data.download import CORPORA, CorpusSpec, download, fetch_corpus
+from components.data.registry import CORPORA, CorpusSpec, fetch_corpus
 from components.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
     from tests.data.conftest import LoopbackServer
-
-PAYLOAD = random.Random(0).randbytes(300_000)
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-# --------------------------------------------------------------------------- download()
-
-
-def test_download_verifies_and_records_the_checksum(server: LoopbackServer, tmp_path: Path) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    dest = tmp_path / "cache" / "corpus.bin"
-    assert download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False) == dest
-    assert dest.read_bytes() == PAYLOAD
-    assert (tmp_path / "cache" / "corpus.bin.sha256").read_text().strip() == _sha(PAYLOAD)
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["corpus.bin", "corpus.bin.sha256"]
-
-
-def test_checksum_mismatch_names_file_and_both_digests(
-    server: LoopbackServer, tmp_path: Path
-) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    dest = tmp_path / "corpus.bin"
-    wrong = "0" * 64
-    with pytest.raises(LearnableSparsityError) as err:
-        download(server.url("/corpus.bin"), dest, wrong, progress=False)
-    message = str(err.value)
-    assert "corpus.bin" in message and wrong in message and _sha(PAYLOAD) in message
-    assert not dest.exists()
-    assert (tmp_path / "corpus.bin.corrupt").read_bytes() == PAYLOAD
-
-
-def test_interrupted_download_resumes_with_a_range_request(
-    server: LoopbackServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-
-    server.files["/corpus.bin"] = PAYLOAD
-    server.drop_after["/corpus.bin"] = 100_000
-    dest = tmp_path / "corpus.bin"
-    with caplog.at_level(logging.WARNING):
-        download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
-    assert dest.read_bytes() == PAYLOAD
-    assert server.requests == [("/corpus.bin", None), ("/corpus.bin", "bytes=100000-")]
-    assert "closed after byte 100000 of 300000" in caplog.text
-    assert not (tmp_path / "corpus.bin.part").exists()
-
-
-def test_partial_file_is_kept_for_the_next_call(server: LoopbackServer, tmp_path: Path) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    server.drop_after["/corpus.bin"] = 12_345
-    dest = tmp_path / "corpus.bin"
-    with pytest.raises(LearnableSparsityError, match="keeps the first 12345 bytes"):
-        download(server.url("/corpus.bin"), dest, progress=False, attempts=1)
-    assert not dest.exists()
-    download(server.url("/corpus.bin"), dest, progress=False)
-    assert dest.read_bytes() == PAYLOAD
-    assert server.requests[-1] == ("/corpus.bin", "bytes=12345-")
-
-
-def test_complete_partial_file_refused_by_the_server_restarts(
-    server: LoopbackServer, tmp_path: Path
-) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    (tmp_path / "corpus.bin.part").write_bytes(PAYLOAD)  # complete, but never renamed
-    download(server.url("/corpus.bin"), tmp_path / "corpus.bin", _sha(PAYLOAD), progress=False)
-    assert server.requests == [("/corpus.bin", "bytes=300000-"), ("/corpus.bin", None)]
-    assert (tmp_path / "corpus.bin").read_bytes() == PAYLOAD
-
-
-def test_corrupted_cache_entry_is_downloaded_again(server: LoopbackServer, tmp_path: Path) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    dest = tmp_path / "corpus.bin"
-    download(server.url("/corpus.bin"), dest, progress=False)
-    dest.write_bytes(b"bit rot")
-    download(server.url("/corpus.bin"), dest, progress=False)  # verified against the record
-    assert dest.read_bytes() == PAYLOAD
-    assert (tmp_path / "corpus.bin.corrupt").read_bytes() == b"bit rot"
-    assert len(server.requests) == 2
-
-
-def test_cache_hit_makes_no_request(server: LoopbackServer, tmp_path: Path) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    dest = tmp_path / "corpus.bin"
-    download(server.url("/corpus.bin"), dest, progress=False)
-    download(server.url("/corpus.bin"), dest, progress=False)
-    download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
-    assert len(server.requests) == 1
-
-
-def test_recorded_digest_guards_later_downloads(server: LoopbackServer, tmp_path: Path) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    dest = tmp_path / "corpus.bin"
-    download(server.url("/corpus.bin"), dest, progress=False)  # no digest given: recorded
-    dest.unlink()
-    server.files["/corpus.bin"] = PAYLOAD[::-1]  # the source changed under the same URL
-    with pytest.raises(LearnableSparsityError, match=r"corpus\.bin\.sha256 by an earlier download"):
-        download(server.url("/corpus.bin"), dest, progress=False)
-
-
-def test_unreachable_host_suggests_the_local_source(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port that nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/corpus.bin"
-    with pytest.raises(LearnableSparsityError) as err:
-        download(url, tmp_path / "corpus.bin", progress=False, timeout=5)
-    assert url in str(err.value) and "`local` corpus source" in str(err.value)
-
-
-def test_http_error_is_named(server: LoopbackServer, tmp_path: Path) -> None:
-    with pytest.raises(LearnableSparsityError, match=r"/missing\.bin failed: HTTP 404"):
-        download(server.url("/missing.bin"), tmp_path / "missing.bin", progress=False)
-
-
-# --------------------------------------------------------------------------- fetch_corpus()
 
 
 def _served(spec: CorpusSpec, server: LoopbackServer, contents: dict[str, bytes]) -> CorpusSpec:

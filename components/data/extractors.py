@@ -1,0 +1,229 @@
+"""Extractors: turn the downloaded files of a corpus into (source, target) pairs per split.
+
+An :class:`Extractor` maps the downloaded files of a corpus (by file name) to the pairs of each
+split. Three layouts cover the corpora of :mod:`components.data.registry`:
+
+* :class:`ParquetTranslations` — Hugging Face translation parquet files (shards concatenated),
+  read with ``pyarrow`` (installed with MLflow);
+* :class:`TextFiles` — line-aligned plain-text files, loose or inside an archive;
+* :class:`Wit3Archive` — an IWSLT release from WIT3: ``train.tags`` transcripts and XML
+  ``<seg>`` dev/test documents.
+
+:func:`read_members` reads members of a zip (``zipfile``) or tar(.gz) (``tarfile``) archive by
+path suffix, each suffix matching exactly one file. Text is kept as published apart from
+stripping whitespace at line ends and decoding XML entities in WIT3 ``<seg>`` elements: no
+tokenization, truecasing or length filter. Undecodable text, source/target files of different
+lengths, a file that is neither a zip nor a tar archive, an archive member that is missing or
+ambiguous and a parquet file without the language fields raise a
+:class:`~components.errors.LearnableSparsityError` naming the file.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import tarfile
+import zipfile
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from components.data.local import decode_lines, pair_lines
+from components.errors import LearnableSparsityError
+
+Pairs = list[tuple[str, str]]
+
+
+def _member_matches(name: str, suffix: str) -> bool:
+    return name == suffix or name.endswith("/" + suffix)
+
+
+def read_members(archive: Path, suffixes: Collection[str]) -> dict[str, bytes]:
+    """Bytes of the members of a zip or tar(.gz) ``archive`` whose paths end with each suffix.
+
+    A suffix is a path relative to any folder of the archive (``data/tok/kyoto-dev.en`` matches
+    ``kftt-data-1.0/data/tok/kyoto-dev.en``); each must match exactly one file.
+    """
+    found: dict[str, list[tuple[str, bytes]]] = {suffix: [] for suffix in suffixes}
+
+    def offer(name: str, read: Callable[[], bytes]) -> None:
+        for suffix in found:
+            if _member_matches(name, suffix):
+                found[suffix].append((name, read()))
+
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zipped:
+            for info in zipped.infolist():
+                if not info.is_dir():
+                    offer(info.filename, lambda info=info: zipped.read(info))
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive, "r:*") as tarred:
+            for member in tarred:  # one pass: a compressed tar cannot seek back cheaply
+                if member.isfile():
+                    offer(member.name, lambda member=member: tarred.extractfile(member).read())
+    else:
+        raise LearnableSparsityError(f"{archive} is neither a zip nor a tar archive")
+    members: dict[str, bytes] = {}
+    for suffix, matches in found.items():
+        if len(matches) != 1:
+            names = [name for name, _ in matches]
+            raise LearnableSparsityError(
+                f"{archive} must hold exactly one file ending in {suffix!r}, found {names}"
+            )
+        members[suffix] = matches[0][1]
+    return members
+
+
+class Extractor(Protocol):
+    """Turns the downloaded files of a corpus into (source, target) pairs per split."""
+
+    def extract(
+        self, files: Mapping[str, Path], source_lang: str, target_lang: str
+    ) -> dict[str, Pairs]:
+        """``files`` maps each :class:`~components.data.registry.RemoteFile` name to its
+        downloaded path."""
+        ...
+
+
+@dataclass(frozen=True)
+class ParquetTranslations:
+    """Hugging Face translation parquet files: a ``translation`` struct column with one string
+    field per language. ``splits`` maps each split to its files (shards, in order)."""
+
+    splits: Mapping[str, tuple[str, ...]]
+
+    def extract(
+        self, files: Mapping[str, Path], source_lang: str, target_lang: str
+    ) -> dict[str, Pairs]:
+        """Pairs of every split, shards concatenated."""
+        return {
+            split: [
+                pair
+                for name in names
+                for pair in _read_parquet(files[name], source_lang, target_lang)
+            ]
+            for split, names in self.splits.items()
+        }
+
+
+def _read_parquet(path: Path, source_lang: str, target_lang: str) -> Pairs:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise LearnableSparsityError(f"reading {path} needs pyarrow: pip install pyarrow") from None
+    try:
+        column = pq.read_table(path, columns=["translation"]).column("translation").combine_chunks()
+        sides = [column.field(lang).to_pylist() for lang in (source_lang, target_lang)]
+    except (OSError, KeyError, ValueError) as err:  # pyarrow's errors derive from these
+        raise LearnableSparsityError(
+            f"{path} has no translation column with fields {source_lang!r} and "
+            f"{target_lang!r}: {err}"
+        ) from None
+    return [((s or "").strip(), (t or "").strip()) for s, t in zip(*sides, strict=True)]
+
+
+@dataclass(frozen=True)
+class TextFiles:
+    """Line-aligned plain-text files, loose downloads or members of ``archive``.
+
+    ``splits`` maps each split to its (source, target) file: a :class:`RemoteFile` name, or a
+    path suffix inside ``archive`` (see :func:`read_members`).
+    """
+
+    splits: Mapping[str, tuple[str, str]]
+    archive: str | None = None
+
+    def extract(
+        self, files: Mapping[str, Path], source_lang: str, target_lang: str
+    ) -> dict[str, Pairs]:
+        """Pairs of every split."""
+        names = [name for pair in self.splits.values() for name in pair]
+        if self.archive is None:
+            contents = {name: files[name].read_bytes() for name in names}
+            label = {name: str(files[name]) for name in names}
+        else:
+            contents = read_members(files[self.archive], names)
+            label = {name: f"{files[self.archive]}:{name}" for name in names}
+        return {
+            split: pair_lines(
+                decode_lines(contents[source], label[source]),
+                decode_lines(contents[target], label[target]),
+                label[source],
+                label[target],
+            )
+            for split, (source, target) in self.splits.items()
+        }
+
+
+_SEGMENT = re.compile(r"<seg id=\"?\d+\"?>(.*?)</seg>")
+_TITLE_OR_DESCRIPTION = re.compile(r"<(title|description)>(.*)</\1>")
+
+
+@dataclass(frozen=True)
+class Wit3Archive:
+    """An IWSLT release from WIT3: ``train.tags.<pair>.<lang>`` (TED transcripts, one sentence per
+    line, with XML-like metadata lines) and ``<doc>.<pair>.<lang>.xml`` files of ``<seg>``
+    elements for the dev and test sets.
+
+    Training lines starting with ``<`` are metadata and dropped, except that with
+    ``keep_title_description`` the text of ``<title>`` and ``<description>`` lines is kept as
+    a sentence (fairseq's IWSLT14 preparation). The validation set is the concatenation of
+    ``valid_docs`` or, with ``valid_every = n``, every n-th training pair (taken out of train).
+    """
+
+    archive: str
+    pair: str  # language pair as named in the archive, e.g. "de-en"
+    test_docs: tuple[str, ...]
+    valid_docs: tuple[str, ...] = ()
+    valid_every: int | None = None
+    keep_title_description: bool = False
+
+    def extract(
+        self, files: Mapping[str, Path], source_lang: str, target_lang: str
+    ) -> dict[str, Pairs]:
+        """Pairs of train, valid and test."""
+        langs = (source_lang, target_lang)
+        train_names = [f"train.tags.{self.pair}.{lang}" for lang in langs]
+        doc_names = {
+            doc: [f"{doc}.{self.pair}.{lang}.xml" for lang in langs]
+            for doc in (*self.valid_docs, *self.test_docs)
+        }
+        archive = files[self.archive]
+        members = read_members(
+            archive, [*train_names, *(n for names in doc_names.values() for n in names)]
+        )
+
+        def paired(names: list[str], parse: Callable[[list[str]], list[str]]) -> Pairs:
+            source, target = (f"{archive}:{name}" for name in names)
+            return pair_lines(
+                parse(decode_lines(members[names[0]], source)),
+                parse(decode_lines(members[names[1]], target)),
+                source,
+                target,
+            )
+
+        def docs(selected: tuple[str, ...]) -> Pairs:
+            return [pair for doc in selected for pair in paired(doc_names[doc], _segments)]
+
+        train = paired(train_names, self._training_lines)
+        if self.valid_every is not None:
+            n = self.valid_every
+            valid = train[n - 1 :: n]
+            train = [pair for i, pair in enumerate(train, start=1) if i % n]
+        else:
+            valid = docs(self.valid_docs)
+        return {"train": train, "valid": valid, "test": docs(self.test_docs)}
+
+    def _training_lines(self, raw: list[str]) -> list[str]:
+        kept = []
+        for line in raw:
+            if not line.startswith("<"):
+                kept.append(line)
+            elif self.keep_title_description and (match := _TITLE_OR_DESCRIPTION.fullmatch(line)):
+                kept.append(match.group(2).strip())
+        return kept
+
+
+def _segments(raw: list[str]) -> list[str]:
+    return [html.unescape(m.group(1)).strip() for line in raw for m in _SEGMENT.finditer(line)]

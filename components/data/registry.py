@@ -1,0 +1,266 @@
+"""The registry of published corpora and :func:`fetch_corpus`, which downloads and extracts one.
+
+:data:`CORPORA` names every corpus of the reproduced papers, with its language pair, the files to
+fetch, how the train/valid/test pairs are extracted from them and the published split sizes
+(train / valid / test pairs):
+
+* ``iwslt17_de_en`` (de→en): IWSLT 2017 TED talks, the WIT3 zip kept by Hugging Face
+  (``IWSLT/iwslt2017``); train ``train.tags``, valid dev2010, test tst2010–tst2015 (the Hugging
+  Face splits); 206,112 / 888 / 8,079.
+* ``kftt_ja_en`` (ja→en): Kyoto Free Translation Task 1.0 tarball (phontron.com), tokenized
+  files; train the cleaned ``kyoto-train.cln`` (≤ 40 words), valid dev, test test;
+  329,882 / 1,166 / 1,160.
+* ``wmt16_ro_en`` (ro→en): WMT 2016, Hugging Face ``wmt/wmt16`` parquet; valid newsdev2016, test
+  newstest2016; 610,320 / 1,999 / 1,999.
+* ``wmt14_en_de`` (en→de): WMT 2014, Hugging Face ``wmt/wmt14`` parquet (3 train shards); valid
+  newstest2013, test newstest2014; 4,508,785 / 3,000 / 3,003.
+* ``iwslt14_de_en`` (de→en): IWSLT 2014 TED talks, fairseq's WIT3 tarball, fairseq's split
+  (``prepare-iwslt14.sh``): every 23rd training pair is valid, test dev2010 + TEDX dev2012 +
+  tst2010–tst2012; – / – / 6,750.
+* ``iwslt15_en_vi`` (en→vi): IWSLT 2015 as prepared by Stanford NLP (tokenized files); valid
+  tst2012, test tst2013; 133,317 / 1,553 / 1,268.
+
+Text is kept as published (see :mod:`components.data.extractors`), so ``iwslt14_de_en`` differs
+from fairseq's Moses-tokenized, lowercased, length-cleaned version in its train/valid sizes
+(fairseq: 160,239 / 7,283); its test set has the same 6,750 segments.
+
+:func:`fetch_corpus` downloads every file of a corpus into ``<cache_dir>/<name>/`` with
+:func:`components.data.fetch.download` (cache reuse, resume, SHA-256 checks; an unreachable host
+raises a :class:`~components.errors.LearnableSparsityError` pointing to the ``local`` corpus
+source), extracts the splits, logs a warning for a split size that differs from the published
+one and then drops pairs with an empty side (counted in the log). No entry pins a digest yet (they
+could not be computed offline; the Hugging Face ``main`` revisions can also move): the first
+download of each file records its digest and later uses are verified against the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from components.data.extractors import (
+    Extractor,
+    Pairs,
+    ParquetTranslations,
+    TextFiles,
+    Wit3Archive,
+)
+from components.data.fetch import DEFAULT_TIMEOUT, download
+from components.data.local import SPLITS
+from components.errors import LearnableSparsityError
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a corpus: its name in the cache, its URL and, if pinned, its SHA-256."""
+
+    name: str
+    url: str
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """A downloadable parallel corpus translated from ``source_lang`` into ``target_lang``.
+
+    ``expected_sizes`` holds the published number of pairs per split (None where unknown).
+    """
+
+    name: str
+    source_lang: str
+    target_lang: str
+    files: tuple[RemoteFile, ...]
+    extractor: Extractor
+    expected_sizes: Mapping[str, int | None] = field(default_factory=dict)
+    description: str = ""
+
+
+_HF = "https://huggingface.co/datasets"
+_STANFORD_IWSLT15 = "https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi"
+
+
+def _hf_parquet(
+    repo: str, config: str, shards: Mapping[str, int]
+) -> tuple[tuple[RemoteFile, ...], ParquetTranslations]:
+    """Files and extractor of a Hugging Face parquet conversion.
+
+    Its files are ``<config>/<split>-NNNNN-of-MMMMM.parquet``, ``shards`` giving MMMMM per split.
+    """
+    hf_split = {"train": "train", "valid": "validation", "test": "test"}
+    names = {
+        split: tuple(f"{hf_split[split]}-{i:05d}-of-{count:05d}.parquet" for i in range(count))
+        for split, count in shards.items()
+    }
+    files = tuple(
+        RemoteFile(name, f"{_HF}/{repo}/resolve/main/{config}/{name}")
+        for split_names in names.values()
+        for name in split_names
+    )
+    return files, ParquetTranslations(names)
+
+
+def _registry() -> dict[str, CorpusSpec]:
+    wmt16_files, wmt16_extractor = _hf_parquet(
+        "wmt/wmt16", "ro-en", {"train": 1, "valid": 1, "test": 1}
+    )
+    wmt14_files, wmt14_extractor = _hf_parquet(
+        "wmt/wmt14", "de-en", {"train": 3, "valid": 1, "test": 1}
+    )
+    specs = [
+        CorpusSpec(
+            "iwslt17_de_en",
+            "de",
+            "en",
+            (
+                RemoteFile(
+                    "de-en.zip",
+                    f"{_HF}/IWSLT/iwslt2017/resolve/main/data/2017-01-trnted/texts/de/en/de-en.zip",
+                ),
+            ),
+            Wit3Archive(
+                "de-en.zip",
+                "de-en",
+                test_docs=tuple(f"IWSLT17.TED.tst{year}" for year in range(2010, 2016)),
+                valid_docs=("IWSLT17.TED.dev2010",),
+            ),
+            {"train": 206_112, "valid": 888, "test": 8_079},
+            "IWSLT 2017 TED talks; valid dev2010, test tst2010-2015 (the Hugging Face splits)",
+        ),
+        CorpusSpec(
+            "kftt_ja_en",
+            "ja",
+            "en",
+            (
+                RemoteFile(
+                    "kftt-data-1.0.tar.gz",
+                    "http://www.phontron.com/kftt/download/kftt-data-1.0.tar.gz",
+                ),
+            ),
+            TextFiles(
+                {
+                    split: (f"data/tok/kyoto-{name}.ja", f"data/tok/kyoto-{name}.en")
+                    for split, name in (("train", "train.cln"), ("valid", "dev"), ("test", "test"))
+                },
+                archive="kftt-data-1.0.tar.gz",
+            ),
+            {"train": 329_882, "valid": 1_166, "test": 1_160},
+            "Kyoto Free Translation Task 1.0, tokenized; cleaned train (<= 40 words), dev, test",
+        ),
+        CorpusSpec(
+            "wmt16_ro_en",
+            "ro",
+            "en",
+            wmt16_files,
+            wmt16_extractor,
+            {"train": 610_320, "valid": 1_999, "test": 1_999},
+            "WMT 2016 ro-en; valid newsdev2016, test newstest2016",
+        ),
+        CorpusSpec(
+            "wmt14_en_de",
+            "en",
+            "de",
+            wmt14_files,
+            wmt14_extractor,
+            {"train": 4_508_785, "valid": 3_000, "test": 3_003},
+            "WMT 2014 en-de; valid newstest2013, test newstest2014",
+        ),
+        CorpusSpec(
+            "iwslt14_de_en",
+            "de",
+            "en",
+            (
+                RemoteFile(
+                    "de-en.tgz", "https://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"
+                ),
+            ),
+            Wit3Archive(
+                "de-en.tgz",
+                "de-en",
+                test_docs=(
+                    "IWSLT14.TED.dev2010",
+                    "IWSLT14.TEDX.dev2012",
+                    "IWSLT14.TED.tst2010",
+                    "IWSLT14.TED.tst2011",
+                    "IWSLT14.TED.tst2012",
+                ),
+                valid_every=23,
+                keep_title_description=True,
+            ),
+            {"train": None, "valid": None, "test": 6_750},
+            "IWSLT 2014 TED talks with fairseq's split (prepare-iwslt14.sh), untokenized",
+        ),
+        CorpusSpec(
+            "iwslt15_en_vi",
+            "en",
+            "vi",
+            tuple(
+                RemoteFile(f"{name}.{lang}", f"{_STANFORD_IWSLT15}/{name}.{lang}")
+                for name in ("train", "tst2012", "tst2013")
+                for lang in ("en", "vi")
+            ),
+            TextFiles(
+                {
+                    "train": ("train.en", "train.vi"),
+                    "valid": ("tst2012.en", "tst2012.vi"),
+                    "test": ("tst2013.en", "tst2013.vi"),
+                }
+            ),
+            {"train": 133_317, "valid": 1_553, "test": 1_268},
+            "IWSLT 2015 TED talks (Stanford NLP's tokenized files); valid tst2012, test tst2013",
+        ),
+    ]
+    return {spec.name: spec for spec in specs}
+
+
+CORPORA: dict[str, CorpusSpec] = _registry()
+
+
+def fetch_corpus(
+    corpus: str | CorpusSpec,
+    cache_dir: str | os.PathLike[str],
+    *,
+    progress: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> dict[str, Pairs]:
+    """Download (or reuse from ``cache_dir/<name>/``) and extract a corpus of :data:`CORPORA`.
+
+    Returns the (source, target) pairs of ``train``, ``valid`` and ``test``.
+    """
+    if isinstance(corpus, str):
+        if corpus not in CORPORA:
+            raise LearnableSparsityError(f"unknown corpus {corpus!r}; known: {sorted(CORPORA)}")
+        corpus = CORPORA[corpus]
+    root = Path(cache_dir) / corpus.name
+    files = {
+        remote.name: download(
+            remote.url, root / remote.name, remote.sha256, progress=progress, timeout=timeout
+        )
+        for remote in corpus.files
+    }
+    splits = corpus.extractor.extract(files, corpus.source_lang, corpus.target_lang)
+    result: dict[str, Pairs] = {}
+    for split in SPLITS:
+        pairs = splits[split]
+        expected = corpus.expected_sizes.get(split)
+        if expected is not None and len(pairs) != expected:
+            _log.warning(
+                "%s %s has %d pairs, the published size is %d",
+                corpus.name,
+                split,
+                len(pairs),
+                expected,
+            )
+        result[split] = [(s, t) for s, t in pairs if s and t]
+        if len(result[split]) < len(pairs):
+            _log.warning(
+                "%s %s: dropped %d pairs with an empty side",
+                corpus.name,
+                split,
+                len(pairs) - len(result[split]),
+            )
+    return result

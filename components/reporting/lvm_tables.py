@@ -1,0 +1,228 @@
+r"""The latent-variable comparison table: thesis Tables 5.1–5.3 beside the reproduced results.
+
+:func:`lvm_table` builds one :class:`~components.reporting.table.ComparisonTable` per
+experiment (semi-supervised VAE on MNIST, emergent-communication signal game, bit-vector VAE on
+Fashion-MNIST) from the per-seed metric dicts of the ``train_lvm`` stage: mean ± standard error
+over seeds (std/√n), fractions shown as %, beside the thesis' numbers and their printed ±.
+:data:`LVM_SPECS` gives, per experiment, the published table, the methods in the thesis' row
+order (and the extra methods without a published value) and the metric columns; the bit-vector
+VAE has one column pair per latent size D.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.errors import LearnableSparsityError
+from components.reporting.published import LVM_DATA, paper_table, published_row
+from components.reporting.table import (
+    Cell,
+    ComparisonTable,
+    Metric,
+    Provenance,
+    Reference,
+    Row,
+    check_known,
+    check_names,
+    check_number,
+    check_ordered,
+    file_stem,
+)
+
+
+@dataclass(frozen=True)
+class _LvmMetric:
+    key: str  # in the per-seed dicts
+    label: str
+    fraction: bool  # a fraction in [0, 1], shown as %
+    published: str | None  # metric name in the published table
+    spread: str | None = None  # its ± field
+
+
+@dataclass(frozen=True)
+class _LvmSpec:
+    table_id: str
+    title: str
+    methods: Mapping[str, str]  # method key -> published system, in the thesis order
+    extras: Mapping[str, str]  # method key -> row label (no published value)
+    metrics: tuple[_LvmMetric, ...]
+
+
+_MC_SYSTEMS = {
+    "sfe": "SFE",
+    "sfe_plus": "SFE+",
+    "nvil": "NVIL",
+    "gumbel": "Gumbel",
+    "st_gumbel": "ST Gumbel",
+}
+_MARGINALIZATION = {
+    "dense": "Dense (softmax, exact marginalization)",
+    "sparsemax": "Sparse (sparsemax, proposed)",
+}
+_UNORDERED_SET = {"unordered_set": "Unordered set (Kool et al., 2020)"}
+LVM_SPECS: dict[str, _LvmSpec] = {
+    "ssvae": _LvmSpec(
+        "marg_ssvae_mnist",
+        "Semi-supervised VAE on MNIST (thesis Table 5.1)",
+        {
+            **{k: _MC_SYSTEMS[k] for k in ("sfe", "sfe_plus", "nvil")},
+            "sum_and_sample": "Sum&Sample",
+            **{k: _MC_SYSTEMS[k] for k in ("gumbel", "st_gumbel")},
+            **_MARGINALIZATION,
+        },
+        _UNORDERED_SET,
+        (
+            _LvmMetric("accuracy", "accuracy (%)", True, "accuracy", "accuracy_se"),
+            _LvmMetric(
+                "decoder_calls", "decoder calls", False, "decoder_calls", "decoder_calls_se"
+            ),
+        ),
+    ),
+    "signal_game": _LvmSpec(
+        "marg_signal_game",
+        "Emergent communication game (thesis Table 5.2)",
+        {
+            "sfe_nll": "SFE (NLL)",
+            "sfe_zero_one": "SFE (0/1)",
+            "sfe_plus": "SFE+ (0/1)",
+            **{k: _MC_SYSTEMS[k] for k in ("nvil", "gumbel", "st_gumbel")},
+            **_MARGINALIZATION,
+        },
+        {"sum_and_sample": "Sum&Sample", **_UNORDERED_SET},
+        (
+            _LvmMetric(
+                "communication_success",
+                "communication success (%)",
+                True,
+                "communication_success",
+                "communication_success_pm",
+            ),
+            _LvmMetric(
+                "decoder_calls", "decoder calls", False, "decoder_calls", "decoder_calls_pm"
+            ),
+        ),
+    ),
+    "bitvector_vae": _LvmSpec(
+        "marg_bitvector_vae_fmnist",
+        "Bit-vector VAE on Fashion-MNIST (thesis Table 5.3)",
+        {
+            **_MC_SYSTEMS,
+            "topk_sparsemax": "Top-k sparsemax",
+            "sparsemap": "SparseMAP",
+            "sparsemap_budget": "SparseMAP (w/ budget)",
+        },
+        {},
+        (
+            _LvmMetric("nll_bits_per_dim", "NLL bits/dim", False, "nll_bits_per_dim"),
+            _LvmMetric("decoder_calls", "decoder calls", False, None),
+        ),
+    ),
+}
+
+
+def _latent_dims(results: Mapping[str, Sequence[Mapping[str, Any]]], published: dict) -> list[int]:
+    """The bit-vector sizes D of the published columns and of the results, ascending."""
+    dims = {int(m["name"].rsplit("_D", 1)[1]) for m in published["metrics"]}
+    for method, runs in results.items():
+        for i, run in enumerate(runs):
+            value = run.get("latent_dim")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise LearnableSparsityError(
+                    f"results[{method!r}][{i}] latent_dim must be a positive integer, got {value!r}"
+                )
+            dims.add(value)
+    return sorted(dims)
+
+
+def lvm_table(
+    experiment: str,
+    results: Mapping[str, Sequence[Mapping[str, Any]]],
+    profile: str,
+    data: str | Sequence[str],
+) -> ComparisonTable:
+    """Latent-variable results beside thesis Tables 5.1–5.3: mean ± standard error over seeds.
+
+    ``experiment``: "ssvae", "signal_game" or "bitvector_vae". ``results``: {method: [one
+    metric dict per seed]}; rows follow the thesis order, then the extra methods (no published
+    value); only given methods appear. Methods and per-seed keys:
+
+    * ssvae — sfe, sfe_plus, nvil, sum_and_sample, gumbel, st_gumbel, dense, sparsemax,
+      unordered_set; {"accuracy": test accuracy as a fraction in [0, 1], "decoder_calls": …}.
+    * signal_game — sfe_nll, sfe_zero_one (SFE with the NLL / 0-1 reward), sfe_plus (the thesis
+      ran SFE+ with the 0-1 reward), nvil, gumbel, st_gumbel, dense, sparsemax, sum_and_sample,
+      unordered_set; {"communication_success": fraction in [0, 1], "decoder_calls": …}.
+    * bitvector_vae — sfe, sfe_plus, nvil, gumbel, st_gumbel, topk_sparsemax, sparsemap,
+      sparsemap_budget; {"latent_dim": D, "nll_bits_per_dim": …, "decoder_calls": …}; one
+      column pair per D (the published D = 32 and 128, and any D of the results).
+
+    Fractions are shown as %. ``data``: the data set used (the publications': ``LVM_DATA``).
+    """
+    spec = LVM_SPECS[check_known("experiment", experiment, LVM_SPECS)]
+    datasets = check_names("data", data)
+    published = paper_table(spec.table_id)
+    methods = check_ordered("method", results, [*spec.methods, *spec.extras])
+    for method in methods:
+        for i, run in enumerate(results[method]):
+            if not isinstance(run, Mapping):
+                raise LearnableSparsityError(
+                    f"results[{method!r}][{i}] must be a metric dict, got {type(run).__name__}"
+                )
+    dims: list[int | None] = (
+        _latent_dims(results, published) if experiment == "bitvector_vae" else [None]
+    )
+
+    def column(metric: _LvmMetric, dim: int | None) -> tuple[str, str, str | None]:
+        """(cell key, header label, published field) of ``metric`` at latent size ``dim``."""
+        if dim is None:
+            return metric.key, metric.label, metric.published
+        field = None if metric.published is None else f"{metric.published}_D{dim}"
+        return f"{metric.key}_D{dim}", f"{metric.label}, D={dim}", field
+
+    rows = []
+    for method in methods:
+        system = spec.methods.get(method)
+        row = published_row(spec.table_id, system) if system else {}
+        runs = results[method]
+        cells = {}
+        for dim in dims:
+            selected = [(i, r) for i, r in enumerate(runs) if dim is None or r["latent_dim"] == dim]
+            for metric in spec.metrics:
+                key, _, field = column(metric, dim)
+                values = []
+                for i, run in selected:
+                    if metric.key not in run:
+                        raise LearnableSparsityError(
+                            f"results[{method!r}][{i}] lacks {metric.key!r}"
+                        )
+                    name = f"results[{method!r}][{i}] {metric.key}"
+                    if metric.fraction:
+                        values.append(100 * check_number(name, run[metric.key], 0.0, 1.0))
+                    else:
+                        values.append(check_number(name, run[metric.key], 0.0))
+                ref = Reference(
+                    f"published {LVM_DATA[experiment]} ({published['source'].split(' (')[0]})",
+                    row.get(field) if field else None,
+                    row.get(metric.spread) if metric.spread else None,
+                    LVM_DATA[experiment],
+                )
+                cells[key] = Cell(tuple(values), (ref,) if field else ())
+        rows.append(Row(system or spec.extras[method], cells))
+    pm = published.get("pm_meaning", "the source prints no ± for this table")
+    return ComparisonTable(
+        name=file_stem(f"lvm_{experiment}", datasets),
+        title=spec.title,
+        caption=(
+            f"{published['caption_summary']} Reproduced: mean ± standard error over seeds; "
+            f"published ±: {pm}."
+        ),
+        metrics=tuple(
+            Metric(key, label, spread="se")
+            for dim in dims
+            for key, label, _ in (column(metric, dim) for metric in spec.metrics)
+        ),
+        rows=tuple(rows),
+        provenance=Provenance(profile, datasets),
+        sources=(published["source"],),
+    )

@@ -1,0 +1,101 @@
+"""Tests for ``components.reporting.lvm_tables``: thesis Tables 5.1–5.3 beside the reproduced
+latent-variable results."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+
+import pytest
+
+from components.errors import LearnableSparsityError
+from components.reporting.lvm_tables import LVM_SPECS, lvm_table
+from components.reporting.published import paper_table
+from components.reporting.render import to_csv, to_markdown
+from components.reporting.table import ComparisonTable
+
+
+def _csv_rows(table: ComparisonTable) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(to_csv(table))))
+
+
+def _header(markdown: str) -> list[str]:
+    line = next(line for line in markdown.splitlines() if line.startswith("| "))
+    return [cell.strip() for cell in line.strip("|").split(" | ")]
+
+
+def test_lvm_rows_follow_the_thesis_order() -> None:
+    for experiment, spec in LVM_SPECS.items():
+        published = [row["system"] for row in paper_table(spec.table_id)["rows"]]
+        assert list(spec.methods.values()) == published, experiment
+
+
+def test_lvm_table_mean_and_standard_error_over_seeds() -> None:
+    results = {
+        "unordered_set": [{"accuracy": 0.90, "decoder_calls": 4}],
+        "sparsemax": [
+            {"accuracy": 0.95, "decoder_calls": 1.0},
+            {"accuracy": 0.97, "decoder_calls": 1.0},
+            {"accuracy": 0.96, "decoder_calls": 1.3},
+        ],
+        "sfe": [{"accuracy": 0.93, "decoder_calls": 1}],
+    }
+    table = lvm_table("ssvae", results, profile="paper", data="mnist")
+    assert [row.system for row in table.rows] == [
+        "SFE",
+        "Sparse (sparsemax, proposed)",
+        "Unordered set (Kool et al., 2020)",
+    ]
+    se = statistics.stdev([95.0, 97.0, 96.0]) / math.sqrt(3)
+    text = to_markdown(table)
+    assert f"| Sparse (sparsemax, proposed) | 96.00 ± {se:.2f} (n=3) | 96.87 ± 0.001 |" in text
+    assert "mean ± standard error" in _header(text)[1]
+    sparse = [r for r in _csv_rows(table) if r["system"].startswith("Sparse")]
+    assert sparse[0]["spread_kind"] == "se"
+    assert float(sparse[0]["spread"]) == pytest.approx(se)
+    assert float(sparse[0]["diff"]) == pytest.approx(96.0 - 96.87)
+    assert float(sparse[1]["published_spread"]) == pytest.approx(0.01)
+    extra = [r for r in _csv_rows(table) if r["system"].startswith("Unordered")]
+    assert [r["published"] for r in extra] == ["", ""]
+
+
+def test_lvm_signal_game_reward_variants_and_bitvector_columns() -> None:
+    game = lvm_table(
+        "signal_game",
+        {"sfe_zero_one": [{"communication_success": 0.5, "decoder_calls": 1}]},
+        profile="smoke",
+        data="digits_game",
+    )
+    assert game.rows[0].system == "SFE (0/1)"
+    assert game.rows[0].cells["communication_success"].references[0].value == pytest.approx(55.36)
+    bits = lvm_table(
+        "bitvector_vae",
+        {"topk_sparsemax": [{"latent_dim": 8, "nll_bits_per_dim": 3.0, "decoder_calls": 10}]},
+        profile="smoke",
+        data="digits",
+    )
+    assert [m.key for m in bits.metrics] == [
+        f"{name}_D{dim}" for dim in (8, 32, 128) for name in ("nll_bits_per_dim", "decoder_calls")
+    ]
+    cells = bits.rows[0].cells
+    assert cells["nll_bits_per_dim_D8"].values == (3.0,)
+    assert cells["nll_bits_per_dim_D32"].values == ()
+    assert cells["nll_bits_per_dim_D32"].references[0].value == pytest.approx(3.62)
+
+
+@pytest.mark.parametrize(
+    ("experiment", "results", "match"),
+    [
+        ("vae", {"sfe": []}, "experiment"),
+        ("ssvae", {"topk_sparsemax": []}, "topk_sparsemax"),
+        ("signal_game", {"sfe": []}, "'sfe'"),
+        ("ssvae", {"sfe": [{"accuracy": 94.0, "decoder_calls": 1}]}, "accuracy"),
+        ("ssvae", {"sfe": [{"accuracy": 0.9}]}, "decoder_calls"),
+        ("bitvector_vae", {"sfe": [{"nll_bits_per_dim": 3.0, "decoder_calls": 1}]}, "latent_dim"),
+    ],
+)
+def test_lvm_table_rejects_bad_inputs(experiment: str, results: dict, match: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=match):
+        lvm_table(experiment, results, profile="smoke", data="digits")

@@ -1,0 +1,193 @@
+"""Tests for ``components.reporting.nmt_tables``: the speed table (ratios given by the speed
+stage) and the attention-head summaries."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import pytest
+
+from components.errors import LearnableSparsityError
+from components.reporting.nmt_tables import head_summary_table, speed_comparison_table
+from components.reporting.render import to_csv, to_markdown
+from components.reporting.table import ComparisonTable
+
+
+def _csv_rows(table: ComparisonTable) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(to_csv(table))))
+
+
+# ---------------------------------------------------------------------------- speed
+
+
+def _round(variant: str, speeds: tuple[float, float], ratios: tuple[float, float]) -> dict:
+    """One measurement round of ``variant`` as the speed stage writes it."""
+    return {
+        "variant": variant,
+        "train_tokens_per_second": speeds[0],
+        "inference_tokens_per_second": speeds[1],
+        "train_ratio_to_softmax": ratios[0],
+        "inference_ratio_to_softmax": ratios[1],
+    }
+
+
+SPEED_ROWS = [
+    _round("softmax", (1000, 200), (1.0, 1.0)),
+    _round("softmax", (1200, 100), (1.0, 1.0)),
+    _round("entmax_alpha", (250, 20), (0.25, 0.1)),
+    _round("entmax_alpha", (600, 20), (0.5, 0.2)),
+]
+
+
+def test_speed_table_shows_the_given_ratios_beside_the_published_ones() -> None:
+    table = speed_comparison_table(SPEED_ROWS, profile="paper", device="cpu", data="iwslt14_de_en")
+    cells = {row.system: row.cells for row in table.rows}
+    alpha = cells["α-entmax"]
+    assert alpha["train_ratio"].values == (0.25, 0.5)  # one per round, as given
+    assert alpha["inference_ratio"].values == (0.1, 0.2)
+    assert alpha["train_speed"].values == (250.0, 600.0)
+    est, ast = alpha["train_ratio"].references
+    assert est.value == pytest.approx(13 / 49) and ast.value == pytest.approx(0.75)
+    assert alpha["inference_ratio"].references[0].value == pytest.approx(0.6 / 7.0)
+    assert alpha["train_speed"].references[0].value == pytest.approx(13000)
+    assert cells["Transformer (softmax)"]["train_ratio"].values == (1.0, 1.0)
+    diff = {
+        (r["metric"], r["reference"]): r["diff"]
+        for r in _csv_rows(table)
+        if r["system"] == "α-entmax"
+    }
+    assert float(diff["train_ratio", est.column]) == pytest.approx(0.375 - 13 / 49)
+    assert diff["train_ratio", ast.column] == ""  # AST's in-text speed: no data set attached
+    assert diff["train_speed", est.column] == ""  # absolute speeds are hardware-dependent
+
+
+def test_speed_table_reads_the_ratios_and_computes_none() -> None:
+    rows = [
+        _round("entmax15", (90, 9), (0.8, 0.7)),  # not 90/100 and 9/10: the stage's numbers win
+        _round("softmax", (100, 10), (1.0, 1.0)),
+    ]
+    table = speed_comparison_table(rows, profile="smoke", device="cpu", data="smoke")
+    assert [row.system for row in table.rows] == ["Transformer (softmax)", "1.5-entmax"]
+    entmax15 = table.rows[1].cells
+    assert entmax15["train_ratio"].values == (0.8,)
+    assert entmax15["inference_ratio"].values == (0.7,)
+    est, ast = entmax15["train_ratio"].references
+    assert est.value == pytest.approx(40 / 49) and ast.value == pytest.approx(0.9)
+    assert "- device: cpu" in to_markdown(table)
+
+
+def test_speed_table_needs_the_softmax_baseline() -> None:
+    with pytest.raises(LearnableSparsityError, match="softmax baseline is missing"):
+        speed_comparison_table(SPEED_ROWS[2:], profile="smoke", device="cpu", data="smoke")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "train_tokens_per_second",
+        "inference_tokens_per_second",
+        "train_ratio_to_softmax",
+        "inference_ratio_to_softmax",
+    ],
+)
+def test_speed_table_names_the_row_that_lacks_a_value(key: str) -> None:
+    rows = [*SPEED_ROWS[:2], {k: v for k, v in SPEED_ROWS[2].items() if k != key}]
+    with pytest.raises(LearnableSparsityError, match=rf"rows\[2\] \(entmax_alpha\) lacks '{key}'"):
+        speed_comparison_table(rows, profile="smoke", device="cpu", data="smoke")
+
+
+@pytest.mark.parametrize(
+    ("ratio", "match"),
+    [
+        (-0.5, r"must lie in \[0\.0, inf\], got -0\.5"),
+        ("0.5", "must be a finite number, got '0.5'"),
+        (None, "must be a finite number, got None"),
+        (math.nan, "must be a finite number, got nan"),
+    ],
+)
+def test_speed_table_rejects_ratios_that_are_not_numbers_ge_0(ratio: object, match: str) -> None:
+    rows = [*SPEED_ROWS[:3], {**SPEED_ROWS[3], "inference_ratio_to_softmax": ratio}]
+    with pytest.raises(
+        LearnableSparsityError, match=rf"rows\[3\] inference_ratio_to_softmax {match}"
+    ):
+        speed_comparison_table(rows, profile="smoke", device="cpu", data="smoke")
+
+
+# ---------------------------------------------------------------------------- attention heads
+
+
+ROLES = [
+    {
+        "role": "positional_prev",
+        "variant": "entmax_alpha",
+        "block": "encoder.self.layer0",
+        "layer": 0,
+        "head": 1,
+        "alpha": 1.5,
+        "confidence": 0.95,
+    },
+    {
+        "role": "positional_prev",
+        "variant": "entmax_alpha",
+        "block": "encoder.self.layer1",
+        "layer": 1,
+        "head": 2,
+        "alpha": 1.9,
+        "confidence": 0.97,
+    },
+    {
+        "role": "positional_prev",
+        "variant": "entmax_alpha",
+        "block": "decoder.self.layer0",
+        "layer": 0,
+        "head": 0,
+        "alpha": 1.2,
+        "confidence": 0.91,
+    },
+    {
+        "role": "bpe_merge",
+        "variant": "softmax",
+        "block": "encoder.self.layer0",
+        "layer": 0,
+        "head": 3,
+        "alpha": None,
+        "confidence": 0.85,
+    },
+]
+JS = {
+    "softmax": {"decoder.self.layer0": [0.1, 0.2], "encoder.self.layer1": 0.3},
+    "entmax_alpha": {"encoder.self.layer0": 0.5},
+}
+
+
+def test_head_summary_js_per_block_and_role_counts() -> None:
+    js, roles = head_summary_table(JS, ROLES, profile="paper", data="wmt14_en_de")
+    assert [row.system for row in js.rows] == [
+        "encoder.self.layer0",
+        "encoder.self.layer1",
+        "decoder.self.layer0",
+    ]
+    assert [m.key for m in js.metrics] == ["softmax", "entmax_alpha"]
+    assert "| decoder.self.layer0 | 0.150 ± 0.071 (n=2) | — |" in to_markdown(js)
+    cells = {row.system: row.cells for row in roles.rows}
+    prev = cells["α-entmax — positional (previous token)"]
+    assert prev["heads"].values == (3.0,) and prev["heads"].references[0].value == 4
+    assert prev["median_confidence"].values == pytest.approx((95.0,))
+    assert prev["median_confidence"].references[0].value == pytest.approx(95.9)
+    bpe = cells["α-entmax — BPE merging"]["median_confidence"].references[0]
+    assert bpe.value == pytest.approx((88.5 + 89.8) / 2)
+    softmax_prev = cells["Transformer (softmax) — positional (previous token)"]
+    assert softmax_prev["heads"].values == (0.0,)
+    diffs = {(r["system"], r["metric"]): r["diff"] for r in _csv_rows(roles)}
+    assert float(diffs["α-entmax — positional (previous token)", "heads"]) == pytest.approx(-1)
+
+
+def test_head_summary_rejects_unknown_blocks_and_roles() -> None:
+    with pytest.raises(LearnableSparsityError, match=r"encoder\.cross"):
+        head_summary_table(
+            {"softmax": {"encoder.cross.layer0": 0.1}}, [], profile="smoke", data="smoke"
+        )
+    with pytest.raises(LearnableSparsityError, match="'copy'"):
+        head_summary_table(JS, [{**ROLES[0], "role": "copy"}], profile="smoke", data="smoke")

@@ -1,0 +1,52 @@
+"""Tests for ``components.reporting.published``: the published numbers of ``paper_results.yaml``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.errors import LearnableSparsityError
+from components.reporting.published import paper_table, published_row
+
+REFERENCE_YAML = Path("/work/shared/reference/paper_results.yaml")
+PACKAGED_YAML = Path(__file__).resolve().parents[2] / "components/reporting/paper_results.yaml"
+
+
+def test_paper_table_reads_tables_and_in_text_results() -> None:
+    assert paper_table("ast_mt_bleu")["rows"][0]["bleu_iwslt17_de_en"] == pytest.approx(29.79)
+    speeds = paper_table("ast_training_speed")["rows"]
+    assert {r["system"]: r["relative_train_speed_pct"] for r in speeds} == {
+        "alpha-entmax": 75,
+        "1.5-entmax": 90,
+    }
+
+
+def test_paper_table_returns_a_copy() -> None:
+    paper_table("ast_mt_bleu")["rows"].clear()
+    assert paper_table("ast_mt_bleu")["rows"]
+
+
+def test_unknown_table_id_lists_the_known_ids() -> None:
+    with pytest.raises(LearnableSparsityError, match="no_such_table") as error:
+        paper_table("no_such_table")
+    assert "ast_mt_bleu" in str(error.value) and "ast_positional_heads" in str(error.value)
+
+
+def test_published_row_finds_a_system_and_returns_a_copy() -> None:
+    row = published_row("ast_training_speed", "alpha-entmax")
+    assert row["relative_train_speed_pct"] == 75
+    row["relative_train_speed_pct"] = 0
+    assert published_row("ast_training_speed", "alpha-entmax")["relative_train_speed_pct"] == 75
+
+
+def test_published_row_reports_unknown_systems_and_tables() -> None:
+    with pytest.raises(LearnableSparsityError, match="has no row 'no such system'"):
+        published_row("ast_mt_bleu", "no such system")
+    with pytest.raises(LearnableSparsityError, match="unknown paper table id 'no_such_table'"):
+        published_row("no_such_table", "softmax")
+
+
+@pytest.mark.skipif(not REFERENCE_YAML.exists(), reason="the shared reference is not checked out")
+def test_packaged_yaml_is_a_verbatim_copy_of_the_reference() -> None:
+    assert PACKAGED_YAML.read_bytes() == REFERENCE_YAML.read_bytes()
