@@ -41,14 +41,17 @@ def save_atomic(obj: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_file(path: Path, map_location: str | torch.device = "cpu") -> Any:
-    """``torch.load`` of a file this project wrote; an unreadable file raises naming it."""
+def load_file(
+    path: Path, map_location: str | torch.device = "cpu", *, what: str = "checkpoint"
+) -> Any:
+    """``torch.load`` of a file this project wrote (``what``: a checkpoint, a dataset); an
+    unreadable file raises naming it."""
     try:
         return torch.load(path, map_location=map_location, weights_only=False)
     except FileNotFoundError:
-        raise LearnableSparsityError(f"checkpoint {path} does not exist") from None
+        raise LearnableSparsityError(f"{what} {path} does not exist") from None
     except Exception as error:
-        raise LearnableSparsityError(f"checkpoint {path} cannot be read: {error}") from None
+        raise LearnableSparsityError(f"{what} {path} cannot be read: {error}") from None
 
 
 def rng_state(*generators: torch.Generator) -> dict[str, Any]:

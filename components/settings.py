@@ -126,6 +126,26 @@ def build(cls: type[S], data: Any, where: str = "", **derived: Any) -> S:
         raise error.within(where) from None
 
 
+def params_of(settings: Settings) -> dict[str, Any]:
+    """``settings`` in the form :func:`build` reads back: plain JSON data (tuples as lists,
+    nested settings as mappings), without the derived fields."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(settings):
+        if field.metadata.get("derived"):
+            continue
+        value = getattr(settings, field.name)
+        out[field.name] = params_of(value) if isinstance(value, Settings) else _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix and key else prefix or key
 

@@ -15,9 +15,11 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from components.analysis.alpha import alpha_trajectories
 from components.analysis.blocks import ATTENTION_TYPES, split_block
-from components.analysis.heads import alpha_trajectories
 from components.errors import LearnableSparsityError
+from components.nmt.batching import Example
+from components.nmt.model import Transformer
 
 TITLES = {
     "encoder.self": "encoder self-attention",
@@ -168,3 +170,50 @@ def attention_heatmaps(
         ax.set_title(title, fontsize="small")
     fig.colorbar(image, ax=list(axes), shrink=0.8)
     return fig
+
+
+@torch.no_grad()
+def role_heatmaps(
+    model: Transformer,
+    example: Example,
+    pieces: tuple[Sequence[str], Sequence[str]],
+    heads: Sequence[Mapping[str, object]],
+) -> dict[str, Figure]:
+    """Heat maps of ``heads`` (entries of ``components.analysis.heads.roles``) on one sentence
+    pair (ids ``example``, BPE ``pieces``), teacher-forced; one figure per attention type."""
+    src = torch.tensor([example[0]])
+    tgt_in = torch.tensor([[model.config.bos_id, *example[1]]])
+    attention: dict[str, Tensor] = {}
+    model(src, tgt_in, attention=attention)
+    source, target = list(pieces[0]), ["<s>", *pieces[1]]
+    axes = {
+        "encoder.self": (source, source),
+        "decoder.self": (target, target),
+        "decoder.context": (target, source),
+    }
+    maps: dict[str, dict[str, Tensor]] = {}
+    for head in heads:
+        title = f"{head['role']}: {head['block']} h{head['head']} ({head['confidence']:.2f})"
+        maps.setdefault(head["attention"], {})[title] = attention[head["block"]][0, head["head"]]
+    return {kind: attention_heatmaps(m, *axes[kind]) for kind, m in maps.items()}
+
+
+def report_figures(
+    model: Transformer,
+    example: Example,
+    report: Mapping[str, object],
+    history: Sequence[Mapping[str, object]],
+    flagged: Collection[tuple[str, int]],
+) -> dict[str, Figure]:
+    """The figures of one model's head analysis (``components.analysis.heads.analyze_heads``
+    ``report``, drawn on its ``example`` sentence pair): heat maps of the strongest head of each
+    role ("heatmaps_<attention type>") and, for α-entmax (a non-empty α ``history``), the α
+    trajectories with the ``flagged`` heads ("alpha_trajectories_<attention type>") and the
+    histograms of the final α ("alpha_histograms")."""
+    drawn = role_heatmaps(model, example, report["pieces"], report["best_heads"])
+    made = {f"heatmaps_{kind.replace('.', '_')}": figure for kind, figure in drawn.items()}
+    if history:
+        for kind, figure in alpha_trajectory_figures(history, flagged).items():
+            made[f"alpha_trajectories_{kind.replace('.', '_')}"] = figure
+        made["alpha_histograms"] = alpha_histograms(report["alphas"])
+    return made

@@ -15,33 +15,32 @@ attention; real target positions ≤ the query for causal decoder self-attention
     subwords puts on the word's *other* subwords; averaged over such words;
   - interrogation: mean of Σ_{k is "?"} p_q[k] over queries q that are interrogative words, in
     sentences that contain a "?".
-* α trajectories: a head is "softmax then sparser" when its α first drops toward 1 and then
-  rises again (:func:`softmax_then_sparser`); Sarle's bimodality coefficient measures whether the
-  converged α of an attention type are bimodal (:func:`bimodality_coefficient`).
 
 :class:`HeadAnalysis` accumulates all of these over batches of ``Transformer.forward``
 attention maps; :func:`analyze` drives a model over encoded examples (teacher forcing, eval
-mode, no gradients) and :func:`roles` lists the heads whose role score passes a threshold.
-Layers and heads are 0-based throughout (the thesis counts from 1).
+mode, no gradients) and :func:`roles` lists the heads whose role score passes a threshold;
+:func:`analyze_heads` does all of it for a model and sentence pairs as the ``analysis`` params
+describe, and :func:`summary` gives the numbers the reports show. The learned α are analysed in
+:mod:`components.analysis.alpha`. Layers and heads are 0-based (the thesis counts from 1).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-import numpy as np
 import torch
-from scipy import stats
 from torch import Tensor
 
+from components.analysis.alpha import alpha_statistics
 from components.analysis.blocks import ROLES, block_order, split_block
+from components.data.bpe import WORD_START, BpeModel, word_ids
 from components.errors import LearnableSparsityError
+from components.nmt.batching import Example, batches_of, collate_examples, encode_pairs, pad
 from components.nmt.model import Transformer
-from components.nmt.trainer import Example, batches_of, collate_examples
-
-# Sarle's coefficient of a uniform distribution; larger values suggest bimodality.
-BIMODALITY_THRESHOLD = 5 / 9
+from components.settings import Settings, setting
 
 
 def _check_keys(probs: Tensor, key_mask: Tensor) -> tuple[int, ...]:
@@ -230,78 +229,6 @@ def interrogation_score(
     return _mean(*_interrogation_sums(probs, query_is_interrogative, key_is_question_mark))
 
 
-def bimodality_coefficient(values: Sequence[float] | Tensor) -> float:
-    """Sarle's bimodality coefficient with the sample-size correction:
-
-        BC = (g² + 1) / (κ + 3 (n − 1)² / ((n − 2)(n − 3))),
-
-    g the bias-corrected sample skewness and κ the bias-corrected sample excess kurtosis of the
-    n values. BC of a uniform distribution is 5/9 (:data:`BIMODALITY_THRESHOLD`), of a normal
-    1/3; BC > 5/9 suggests a bimodal (or strongly skewed) distribution. Needs n ≥ 4 values that
-    are not all equal.
-    """
-    x = np.asarray(torch.as_tensor(values, dtype=torch.float64).flatten())
-    n = x.size
-    if n < 4:
-        raise LearnableSparsityError(f"bimodality needs at least 4 values, got {n}")
-    if np.ptp(x) == 0:
-        raise LearnableSparsityError(f"bimodality of {n} identical values ({x[0]}) is undefined")
-    g = stats.skew(x, bias=False)
-    kappa = stats.kurtosis(x, fisher=True, bias=False)
-    return float((g**2 + 1) / (kappa + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3))))
-
-
-def softmax_then_sparser(
-    trajectory: Sequence[float], alpha_init: float | None = None, tolerance: float = 0.05
-) -> bool:
-    """Whether a head's α first moves toward softmax and then becomes sparser.
-
-    With α₀ = ``alpha_init`` (the first logged value when None) and α_min = min_t α_t:
-    True iff α_min ≤ α₀ − tolerance (α decreased toward 1) and α_T ≥ α_min + tolerance (the
-    final α rose again after the minimum). The tolerance (in α units) ignores small wiggles.
-    """
-    if not trajectory:
-        raise LearnableSparsityError("softmax_then_sparser needs a non-empty α trajectory")
-    if not tolerance >= 0:
-        raise LearnableSparsityError(f"tolerance must be >= 0, got {tolerance!r}")
-    start = trajectory[0] if alpha_init is None else alpha_init
-    lowest = min(trajectory)
-    return lowest <= start - tolerance and trajectory[-1] >= lowest + tolerance
-
-
-def alpha_trajectories(
-    history: Sequence[Mapping[str, object]],
-) -> tuple[list[int], dict[str, list[list[float]]]]:
-    """Steps and per-block, per-head α series from the trainer's ``history.alphas``.
-
-    ``history`` is a list of {"step": int, "alphas": {block key: [α per head]}}; the result is
-    (steps [T], {block key: [[α_t for t < T] for each head]}).
-    """
-    if not history:
-        raise LearnableSparsityError("the α history is empty (was the model α-entmax?)")
-    steps = [int(entry["step"]) for entry in history]
-    blocks = sorted(history[0]["alphas"], key=block_order)
-    series: dict[str, list[list[float]]] = {}
-    for key in blocks:
-        heads = len(history[0]["alphas"][key])
-        series[key] = [[] for _ in range(heads)]
-    for entry in history:
-        alphas = entry["alphas"]
-        if sorted(alphas, key=block_order) != blocks:
-            raise LearnableSparsityError(
-                f"α history at step {entry['step']} has blocks {sorted(alphas)}, expected {blocks}"
-            )
-        for key in blocks:
-            if len(alphas[key]) != len(series[key]):
-                raise LearnableSparsityError(
-                    f"α history at step {entry['step']} has {len(alphas[key])} heads in {key}, "
-                    f"expected {len(series[key])}"
-                )
-            for head, value in enumerate(alphas[key]):
-                series[key][head].append(float(value))
-    return steps, series
-
-
 class HeadAnalysis:
     """Streaming accumulator of density, JS and role scores per attention block.
 
@@ -471,13 +398,6 @@ def roles(
     return sorted(found, key=lambda r: (ROLES.index(r["role"]), -r["confidence"]))
 
 
-def _pad(rows: Sequence[Sequence[int | bool]], width: int, fill: int, dtype: torch.dtype) -> Tensor:
-    out = torch.full((len(rows), width), fill, dtype=dtype)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(list(row), dtype=dtype)
-    return out
-
-
 @torch.no_grad()
 def analyze(
     model: Transformer,
@@ -513,22 +433,120 @@ def analyze(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    pad = model.config.pad_id
+    pad_id = model.config.pad_id
     analysis = HeadAnalysis()
     try:
         for indices in batches_of(examples, max_tokens, None):
             batch = collate_examples(examples, indices, model)
             S, T = batch.src.shape[1], batch.tgt_in.shape[1]
             features = [
-                _pad([src_word_ids[i] for i in indices], S, -1, torch.long),
-                _pad([[-1, *tgt_word_ids[i]] for i in indices], T, -1, torch.long),
-                _pad([src_interrogative[i] for i in indices], S, False, torch.bool),
-                _pad([src_question_mark[i] for i in indices], S, False, torch.bool),
+                pad([src_word_ids[i] for i in indices], -1, width=S),
+                pad([[-1, *tgt_word_ids[i]] for i in indices], -1, width=T),
+                pad([src_interrogative[i] for i in indices], False, width=S, dtype=torch.bool),
+                pad([src_question_mark[i] for i in indices], False, width=S, dtype=torch.bool),
             ]
             src, tgt_in = batch.src.to(device), batch.tgt_in.to(device)
             attention: dict[str, Tensor] = {}
             model(src, tgt_in, attention=attention)
-            analysis.update(attention, src != pad, tgt_in != pad, *(f.to(device) for f in features))
+            analysis.update(
+                attention, src != pad_id, tgt_in != pad_id, *(f.to(device) for f in features)
+            )
     finally:
         model.train(was_training)
     return analysis.result()
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalysisSettings(Settings):
+    """Params ``analysis``: which validation sentences are analysed and how roles are read.
+
+    ``interrogatives`` are the source language's question words (compared in lower case);
+    ``question_mark`` is the source's question-mark token.
+    """
+
+    max_sentences: int = setting(500, at_least=1)
+    max_tokens: int = setting(4000, at_least=1)  # per teacher-forced batch
+    role_threshold: float = setting(0.8, above=0, at_most=1)  # AST counts heads above 80%
+    interrogatives: tuple[str, ...] = ("who", "what", "which", "where", "when", "why", "how")
+    question_mark: str = "?"
+
+
+def source_word_features(
+    pieces: Sequence[str], interrogatives: set[str], question_mark: str
+) -> tuple[list[int], list[bool], list[bool]]:
+    """Per BPE piece of a source sentence: its word index, whether it belongs to an
+    interrogative word (lower-cased word in ``interrogatives``) and whether it is the question
+    mark."""
+    words = word_ids(pieces)
+    text: dict[int, str] = {}
+    for piece, word in zip(pieces, words, strict=True):
+        text[word] = text.get(word, "") + piece.removeprefix(WORD_START)
+    interrogative = [text[w].lower() in interrogatives for w in words]
+    question = [piece.removeprefix(WORD_START) == question_mark for piece in pieces]
+    return words, interrogative, question
+
+
+def analyze_heads(
+    model: Transformer,
+    bpe: BpeModel,
+    pairs: Sequence[tuple[str, str]],
+    settings: AnalysisSettings,
+) -> dict[str, object]:
+    """The head analysis of ``model`` on the first ``settings.max_sentences`` of ``pairs``.
+
+    Returns {"analysis": :func:`analyze`'s result, "roles": the heads above
+    ``role_threshold``, "best_heads": the strongest head of each role whatever its score,
+    "alphas": {block: [α per head]} (empty unless α-entmax), "example": the index of the first
+    sentence with a question mark (0 if none; the one to draw heat maps of), "pieces": its
+    (source, target) BPE pieces}.
+    """
+    pairs = pairs[: settings.max_sentences]
+    examples = encode_pairs(bpe, pairs)
+    src_pieces = [bpe.encode(source) for source, _ in pairs]
+    tgt_pieces = [bpe.encode(target) for _, target in pairs]
+    interrogatives = {word.lower() for word in settings.interrogatives}
+    features = [source_word_features(p, interrogatives, settings.question_mark) for p in src_pieces]
+    result = analyze(
+        model,
+        examples,
+        [f[0] for f in features],
+        [word_ids(p) for p in tgt_pieces],
+        [f[1] for f in features],
+        [f[2] for f in features],
+        settings.max_tokens,
+    )
+    alphas = {key: value.tolist() for key, value in model.alphas().items()}
+    ranked = roles(result, alphas or None, 0.0)
+    best = [
+        next(h for h in ranked if h["role"] == role)
+        for role in ROLES
+        if any(h["role"] == role for h in ranked)
+    ]
+    example = next((i for i, f in enumerate(features) if any(f[2])), 0)
+    return {
+        "analysis": result,
+        "roles": roles(result, alphas or None, settings.role_threshold),
+        "best_heads": best,
+        "alphas": alphas,
+        "example": example,
+        "pieces": (src_pieces[example], tgt_pieces[example]),
+    }
+
+
+def summary(report: Mapping[str, object], flagged: Sequence[tuple[str, int]]) -> dict[str, object]:
+    """The numbers of one model's :func:`analyze_heads` report that the tables show: JS per
+    block, mean density per attention type, heads per role, the strongest head per role, α
+    statistics and the number of ``flagged`` (softmax-then-sparser) heads."""
+    blocks, found = report["analysis"]["blocks"], report["roles"]
+    densities = report["analysis"]["densities"]
+    return {
+        "js": {key: block["js"] for key, block in blocks.items()},
+        "mean_density": {kind: statistics.fmean(v) for kind, v in densities.items() if v},
+        "roles": {role: sum(h["role"] == role for h in found) for role in ROLES},
+        "best_heads": {
+            head["role"]: {k: head[k] for k in ("block", "head", "alpha", "confidence")}
+            for head in report["best_heads"]
+        },
+        "alpha": alpha_statistics(report["alphas"]),
+        "heads_towards_softmax_then_sparser": len(flagged),
+    }

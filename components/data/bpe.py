@@ -24,12 +24,14 @@ import io
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 
 from components.data.atomic import atomic_write_bytes, atomic_write_text
 from components.errors import LearnableSparsityError
+from components.settings import Settings, setting
 
 PAD_ID = 0
 UNK_ID = 1
@@ -38,6 +40,14 @@ EOS_ID = 3
 WORD_START = "\u2581"  # "▁", sentencepiece's mark of a word's first piece
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BpeSettings(Settings):
+    """Params ``bpe``: the number of pieces of each corpus's joint BPE (paper: 32000), the four
+    special pieces included."""
+
+    vocab_size: int = setting(at_least=EOS_ID + 1)
 
 
 def _sentences(pairs: Sequence[tuple[str, str]]) -> Iterator[str]:

@@ -1,10 +1,12 @@
 """The user's own parallel corpus: plain-text files, one sentence per line, validated.
 
 A corpus is six files, a source and a target file for each of the splits ``train``, ``valid``
-and ``test``; line *i* of a source file is translated by line *i* of its target file. Files are
-UTF-8 (an initial byte-order mark is dropped) with ``\\n`` line ends (a ``\\r`` before it is
-dropped too); a final line end is optional. Only ``\\n`` separates lines: other Unicode line
-separators stay inside a sentence. Leading and trailing whitespace of each line is removed.
+and ``test`` (a prepared corpus: ``<split>.src`` / ``<split>.tgt`` in one directory, written by
+:func:`write_corpus`, read by :func:`read_corpus`); line *i* of a source file is translated by
+line *i* of its target file. Files are UTF-8 (an initial byte-order mark is dropped) with
+``\\n`` line ends (a ``\\r`` before it is dropped too); a final line end is optional. Only
+``\\n`` separates lines: other Unicode line separators stay inside a sentence. Leading and
+trailing whitespace of each line is removed.
 
 Every problem is reported as a :class:`~components.errors.LearnableSparsityError` naming the file:
 a missing file, bytes that are not UTF-8 (with the line number), a file without any line, empty
@@ -15,15 +17,19 @@ split with different numbers of lines (both files and both counts).
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from components.data.atomic import atomic_write_text
 from components.errors import LearnableSparsityError
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 # How many offending line numbers an error message lists.
 MAX_REPORTED_LINES = 10
+Pairs = list[tuple[str, str]]
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:
@@ -108,3 +114,23 @@ def load_local_corpus(
             f"local corpus needs the splits {list(SPLITS)}; missing {missing}, unknown {unknown}"
         )
     return {split: read_parallel(*files[split]) for split in SPLITS}
+
+
+def write_corpus(directory: Path, splits: Mapping[str, Pairs]) -> dict[str, Any]:
+    """``<split>.src`` / ``<split>.tgt`` files (atomically) and their description: sizes and
+    the SHA-256 of every file."""
+    digests = {}
+    for split in SPLITS:
+        for side, index in (("src", 0), ("tgt", 1)):
+            text = "".join(pair[index] + "\n" for pair in splits[split])
+            atomic_write_text(directory / f"{split}.{side}", text)
+            digests[f"{split}.{side}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return {"sizes": {split: len(splits[split]) for split in SPLITS}, "sha256": digests}
+
+
+def read_corpus(directory: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, Pairs]:
+    """The ``splits`` written by :func:`write_corpus` (validated like a user's local corpus)."""
+    return {
+        split: read_parallel(directory / f"{split}.src", directory / f"{split}.tgt")
+        for split in splits
+    }

@@ -1,10 +1,11 @@
 r"""Sparse marginalization of discrete and structured latent variables (Correia et al. 2020).
 
 Three experiments share one method dispatcher (:mod:`components.lvm.methods`) and one training
-loop (:mod:`components.lvm.training`): the semi-supervised VAE (:mod:`components.lvm.ssvae`),
-the signalling game (:mod:`components.lvm.signal_game`) and the bit-vector VAE
-(:mod:`components.lvm.bitvector_vae`). Every objective has the form E_{z∼π(z|x)} ℓ(x, z) plus a
-term in the entropy of π.
+module (:mod:`components.lvm.training`: the common settings, the grid, the loop and one resumable
+train-and-evaluate): the semi-supervised VAE (:mod:`components.lvm.ssvae`), the signalling game
+(:mod:`components.lvm.signal_game`) and the bit-vector VAE (:mod:`components.lvm.bitvector_vae`),
+each with its settings and its ``setup``. Every objective has the form E_{z∼π(z|x)} ℓ(x, z) plus
+a term in the entropy of π.
 """
 
 from __future__ import annotations

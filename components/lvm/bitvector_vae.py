@@ -12,19 +12,40 @@ Loss (negative ELBO) per example:
 with the expectation from :func:`components.lvm.methods.expected_loss`: exact over the support
 for sparse q (top-k sparsemax, SparseMAP), so the KL is exact over the support too; for the
 factorised Bernoulli q of the Monte Carlo methods H(q) = Σ_i H(σ(t_i)) is analytic.
+
+The experiment (:func:`setup`, settings :class:`BitVectorVaeSettings`): one model per D in
+``bits``, trained on batches of training images as grey levels; the test metric is
+:func:`nll_bits_per_dim` on the first ``test_examples`` test images with fixed draws.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from components.core.estimators import log_prob, sample
+from components.data.images import ImageSplits, quantize
 from components.errors import LearnableSparsityError
 from components.lvm import mlp
-from components.lvm.methods import Method, expectation_metrics, expected_loss
+from components.lvm.methods import (
+    METHODS,
+    Method,
+    build_method,
+    expectation_metrics,
+    expected_loss,
+)
+from components.lvm.training import (
+    Cell,
+    LvmSettings,
+    Setup,
+    evaluation_generator,
+    sample_batch,
+)
+from components.settings import setting
 
 # Largest D whose 2^D codes exact_nll_bits_per_dim enumerates.
 MAX_ENUMERATED_BITS = 16
@@ -194,3 +215,65 @@ def exact_nll_bits_per_dim(model: BitVectorVAE, x: Tensor, chunk_pairs: int = 40
     z = codes.float().expand(x.shape[0], -1, -1)
     log_px = _log_likelihood(model, x, z, chunk_pairs).logsumexp(-1) - D * math.log(2)
     return _bits_per_dim(model, log_px)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BitVectorVaeSettings(LvmSettings):
+    """Params ``lvm.bitvector_vae``: the shared keys (:class:`LvmSettings`) and the model.
+
+    ``bits``: the values of D, a third grid axis; ``topk``: k of top-k sparsemax; ``hidden``
+    width and decoder ``rank`` (None: a full linear head) of :class:`BitVectorVAE`;
+    ``importance_samples`` N and ``test_examples`` (the first ones of the test set) of the
+    test NLL.
+    """
+
+    KNOWN_METHODS: ClassVar[tuple[str, ...]] = METHODS["bits"]
+    HEADLINE: ClassVar[tuple[str, str]] = ("nll_bits_per_dim", "test NLL (bits/dim)")
+    GRID: ClassVar[tuple[str, ...]] = ("bits", "methods", "seeds")
+
+    bits: tuple[int, ...] = setting(at_least=1, distinct=True)
+    topk: int = setting(at_least=1)
+    hidden: int = setting(at_least=1)
+    rank: int | None = setting(at_least=1)
+    importance_samples: int = setting(at_least=1)
+    test_examples: int = setting(at_least=1)
+
+    def cells(self) -> list[Cell]:
+        """The grid: bits × methods × seeds in params order (one D's methods together)."""
+        per_d = super().cells()
+        return [Cell(c.method, c.seed, d) for d in self.bits for c in per_d]
+
+
+def setup(
+    settings: BitVectorVaeSettings, data: ImageSplits, cell: Cell, generator: torch.Generator
+) -> Setup:
+    """The bit-vector VAE of ``cell`` (D = ``cell.bits``) on the grey levels of ``data``."""
+    if cell.bits is None:
+        raise LearnableSparsityError(f"a bit-vector VAE cell needs bits (D), got {cell}")
+    if settings.test_examples > len(data.test):
+        raise LearnableSparsityError(
+            f"test_examples={settings.test_examples} exceeds the {len(data.test)} test images "
+            f"of {settings.data!r}"
+        )
+    train = quantize(data.train.images, data.levels)
+    test = quantize(data.test.images[: settings.test_examples], data.levels)
+    model = BitVectorVAE(data.pixels, cell.bits, data.levels, settings.hidden, settings.rank)
+    method = build_method(
+        cell.method,
+        "bits",
+        k=settings.topk,
+        gumbel_rate=settings.gumbel_rate,
+        nvil_features=data.pixels,
+    )
+
+    def step_fn(step: int) -> tuple[Tensor, dict[str, float]]:
+        x = train[sample_batch(len(train), settings.batch_size, generator)]
+        return loss(model, method, x, step, generator)
+
+    def evaluate() -> dict[str, float]:
+        nll = nll_bits_per_dim(
+            model, method, test, settings.importance_samples, evaluation_generator()
+        )
+        return {"nll_bits_per_dim": float(nll.mean()), "latent_dim": cell.bits}
+
+    return Setup(model, method, step_fn, evaluate)

@@ -27,8 +27,9 @@ Gumbel methods this is the discrete distribution, as in Jang et al. 2017).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -121,6 +122,23 @@ class Method:
     def parameters(self) -> list[nn.Parameter]:
         """Trainable parameters of the method itself (the NVIL baseline network), else []."""
         return [] if self.nvil_baseline is None else list(self.nvil_baseline.parameters())
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the method learns or accumulates across steps, for a checkpoint: the NVIL
+        baseline network's weights and the SFE moving average (mean, count)."""
+        state: dict[str, Any] = {}
+        if self.nvil_baseline is not None:
+            state["nvil_baseline"] = self.nvil_baseline.state_dict()
+        if self.moving_average is not None:
+            state["moving_average"] = (self.moving_average.mean, self.moving_average.count)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned (for a method of the same name)."""
+        if self.nvil_baseline is not None:
+            self.nvil_baseline.load_state_dict(state["nvil_baseline"])
+        if self.moving_average is not None:
+            self.moving_average.mean, self.moving_average.count = state["moving_average"]
 
     def to(self, device: torch.device | str) -> Method:
         """Move the method's network (if any) to ``device``; returns self."""

@@ -11,20 +11,37 @@ The training loss is E_π[ℓ] − λ H(π) (entropy bonus of weight λ). With `
 (SFE-family methods only) the sender's learning signal is the 0/1 loss
 [argmax_j p(j | V, z) ≠ y] while the receiver is still trained on −log p(y | V, z): ℓ is
 replaced by ℓ_nll + sg[ℓ_01 − ℓ_nll], whose value is ℓ_01 and whose gradient is ℓ_nll's.
+
+The experiment (:func:`setup`, settings :class:`SignalGameSettings`): each step plays a batch of
+games drawn from the training images; the test metric is the communication success on a fixed
+set of games drawn from the test images. The method names ``sfe_nll`` and ``sfe_zero_one`` run
+SFE with either reward (the thesis reports both); every other method uses the nll reward.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from components.data.signal_game import GameData, GameSplits
 from components.errors import LearnableSparsityError
 from components.lvm import mlp
-from components.lvm.methods import Method, expectation_metrics, expected_loss
+from components.lvm.methods import (
+    METHODS,
+    Method,
+    build_method,
+    expectation_metrics,
+    expected_loss,
+)
+from components.lvm.training import Cell, LvmSettings, Setup, evaluation_generator
+from components.settings import setting
 
 REWARDS = ("nll", "zero_one")
+# Method names of the game that fix the SFE reward: name -> (method, reward).
+REWARD_METHODS = {"sfe_nll": ("sfe", "nll"), "sfe_zero_one": ("sfe", "zero_one")}
 
 
 class Games(NamedTuple):
@@ -187,3 +204,69 @@ def success(model: SignalGame, games: Games) -> float:
         model.symbol_scores(games.candidates), games_index, z.to(games.candidates.dtype)
     )
     return float((logits.argmax(-1) == games.target).float().mean())
+
+
+def method_and_reward(name: str) -> tuple[str, str]:
+    """(method, reward) of a game method name: ``sfe_nll`` / ``sfe_zero_one`` are SFE with the
+    nll / zero-one reward; any other name is that method with the nll reward."""
+    return REWARD_METHODS.get(name, (name, "nll"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalGameSettings(LvmSettings):
+    """Params ``lvm.signal_game``: the shared keys (:class:`LvmSettings`) and the game.
+
+    ``candidates`` |V| per game; sender ``hidden`` width, ``vocab_size`` |Z|, receiver
+    ``embedding`` width of :class:`SignalGame`; ``entropy_coef`` λ per method (``default`` for
+    the others); ``test_games`` played for the communication success.
+    """
+
+    KNOWN_METHODS: ClassVar[tuple[str, ...]] = (*METHODS["categorical"], *REWARD_METHODS)
+    HEADLINE: ClassVar[tuple[str, str]] = ("communication_success", "communication success")
+    PER_METHOD: ClassVar[tuple[str, ...]] = ("lr", "entropy_coef")
+
+    candidates: int = setting(at_least=2)
+    vocab_size: int = setting(at_least=2)
+    hidden: int = setting(at_least=1)
+    embedding: int = setting(at_least=1)
+    entropy_coef: dict[str, float] = setting(at_least=0)
+    test_games: int = setting(at_least=1)
+
+
+def setup(
+    settings: SignalGameSettings, data: GameSplits, cell: Cell, generator: torch.Generator
+) -> Setup:
+    """The signalling game of ``cell``: training games from ``data.train``, test games from
+    ``data.test``."""
+    features = data.train.features.shape[1]
+    model = SignalGame(
+        features,
+        vocab_size=settings.vocab_size,
+        hidden=settings.hidden,
+        embedding=settings.embedding,
+    )
+    name, reward = method_and_reward(cell.method)
+    method = build_method(
+        name, "categorical", gumbel_rate=settings.gumbel_rate, nvil_features=features
+    )
+    entropy_coef = settings.per_method("entropy_coef", cell.method)
+
+    def games(split: GameData, n_games: int, draw: torch.Generator) -> Games:
+        return sample_games(split.features, split.concepts, n_games, settings.candidates, draw)
+
+    def step_fn(step: int) -> tuple[Tensor, dict[str, float]]:
+        return loss(
+            model,
+            method,
+            games(data.train, settings.batch_size, generator),
+            step,
+            entropy_coef=entropy_coef,
+            reward=reward,
+            generator=generator,
+        )
+
+    def evaluate() -> dict[str, float]:
+        test = games(data.test, settings.test_games, evaluation_generator())
+        return {"communication_success": success(model, test)}
+
+    return Setup(model, method, step_fn, evaluate)

@@ -16,20 +16,43 @@ method's discrete π (for Gumbel methods: of Cat(softmax(s)), as in Jang et al. 
 
 Labelled (x, y):  −ELBO(x, y) + w · c(s, y), the classifier term c being the sparsemax loss for
 the ``sparsemax`` method and −log softmax(s)_y otherwise.
+
+The experiment (:func:`setup`, settings :class:`SsvaeSettings`): a ``labelled_fraction`` of the
+training images keep their labels; each step draws a labelled and an unlabelled batch (after the
+first ``pretrain_steps``, which see the labelled batch only), binarised afresh. The test metrics
+are the accuracy of argmax π(z|x) and −ELBO, on one fixed binarisation of the test images.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from components.core.marginalize import marginalize, sparsemax_loss
+from components.data.images import ImageSplits, binarize
 from components.errors import LearnableSparsityError
 from components.lvm import mlp
-from components.lvm.methods import Method, expectation_metrics, expected_loss, support_entropy
+from components.lvm.methods import (
+    METHODS,
+    Method,
+    build_method,
+    expectation_metrics,
+    expected_loss,
+    support_entropy,
+)
+from components.lvm.training import (
+    Cell,
+    LvmSettings,
+    Setup,
+    evaluation_generator,
+    sample_batch,
+)
+from components.settings import SettingsError, setting
 
 
 class SSVAE(nn.Module):
@@ -170,3 +193,75 @@ def elbo(
         scores, lambda example, z: model.pair_loss(x[example], z, generator), method.mapping
     ).loss
     return -expected - math.log(model.n_classes) + support_entropy(method.probabilities(scores))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SsvaeSettings(LvmSettings):
+    """Params ``lvm.ssvae``: the shared keys (:class:`LvmSettings`) and the M2 model and data.
+
+    ``labelled_fraction`` of the training images labelled; ``latent_dim`` (H of h),
+    ``classifier_hidden`` and ``hidden`` layer sizes of :class:`SSVAE`; ``classifier_weight`` w
+    of the labelled classifier term; the first ``pretrain_steps`` steps train on labelled
+    batches only (fewer than ``steps``, or the unlabelled data would never be seen).
+    """
+
+    KNOWN_METHODS: ClassVar[tuple[str, ...]] = METHODS["categorical"]
+    HEADLINE: ClassVar[tuple[str, str]] = ("accuracy", "test accuracy")
+
+    labelled_fraction: float = setting(above=0, below=1)
+    latent_dim: int = setting(at_least=1)
+    classifier_hidden: tuple[int, ...] = setting(at_least=1)
+    hidden: tuple[int, ...] = setting(at_least=1)
+    classifier_weight: float = setting(at_least=0)
+    pretrain_steps: int = setting(at_least=0)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.pretrain_steps >= self.steps:
+            raise SettingsError(
+                "pretrain_steps",
+                f"must be < steps ({self.steps}), or no step sees the unlabelled images; "
+                f"got {self.pretrain_steps}",
+            )
+
+
+def setup(
+    settings: SsvaeSettings, data: ImageSplits, cell: Cell, generator: torch.Generator
+) -> Setup:
+    """The semi-supervised VAE of ``cell`` on ``data`` (the labelled part chosen by its seed)."""
+    labelled, unlabelled = data.semi_supervised(settings.labelled_fraction, cell.seed)
+    model = SSVAE(
+        data.pixels,
+        latent_dim=settings.latent_dim,
+        classifier_hidden=settings.classifier_hidden,
+        hidden=settings.hidden,
+    )
+    method = build_method(
+        cell.method, "categorical", gumbel_rate=settings.gumbel_rate, nvil_features=data.pixels
+    )
+    size = settings.batch_size
+
+    def step_fn(step: int) -> tuple[Tensor, dict[str, float]]:
+        picked = sample_batch(len(labelled), size, generator)
+        batch_labelled = (binarize(labelled.images[picked], generator), labelled.labels[picked])
+        batch_unlabelled = None
+        if step >= settings.pretrain_steps:
+            x = unlabelled.images[sample_batch(len(unlabelled), size, generator)]
+            batch_unlabelled = binarize(x, generator)
+        return loss(
+            model,
+            method,
+            batch_unlabelled,
+            batch_labelled,
+            step,
+            classifier_weight=settings.classifier_weight,
+            generator=generator,
+        )
+
+    def evaluate() -> dict[str, float]:
+        fixed = evaluation_generator()
+        x = binarize(data.test.images, fixed)
+        nelbo = -elbo(model, method, x, fixed).mean()
+        return {"accuracy": accuracy(model, x, data.test.labels), "test_nelbo": float(nelbo)}
+
+    return Setup(model, method, step_fn, evaluate)

@@ -1,24 +1,43 @@
-r"""The training loop shared by the three latent-variable experiments.
+r"""Training of the latent-variable experiments: settings, grid, loop, resumable runs.
 
-At each step t = start, …, start + n − 1: (loss, metrics) = step_fn(t); stop with
-:class:`~components.errors.LearnableSparsityError` if the loss or the gradient norm is not
-finite; optionally clip the gradient norm; take an optimizer step. Metrics are averaged over the
-steps since the last log and recorded every ``log_every`` steps (and at the last step), so a
-pipeline can plot any of them over training — e.g. ``support`` (mean support size of π per
-example), which the experiments report for the sparse methods.
+:func:`fit` is the loop. At each step t = start, …, start + n − 1: (loss, metrics) =
+step_fn(t); stop with :class:`~components.errors.LearnableSparsityError` if the loss or the
+gradient norm is not finite; optionally clip the gradient norm; take an optimizer step. Metrics
+are averaged over the steps since the last log and recorded every ``log_every`` steps (and at the
+last step), so a pipeline can plot any of them over training — e.g. ``support`` (mean support
+size of π per example), which the experiments report for the sparse methods.
+
+:class:`LvmSettings` holds the settings the three experiments share (each experiment's module
+subclasses it with its own keys) and lists the grid of :class:`Cell`\ s. An experiment's
+``setup(settings, data, cell, generator)`` builds a :class:`Setup` — model, :class:`Method`,
+step function, final evaluation — and :func:`train_and_evaluate` runs one cell: Adam over the
+model and method parameters, ``checkpoint_every`` steps at a time with a checkpoint after each
+chunk, then the evaluation. A run stopped anywhere and restarted continues exactly as if it had
+never stopped (from its last checkpoint), also with more ``steps``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
+import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from components.checkpoints import Checkpoint, restore_rng, rng_state
 from components.errors import LearnableSparsityError
+from components.lvm.methods import Method
+from components.settings import Settings, SettingsError, setting
+
+log = logging.getLogger(__name__)
 
 # step -> (loss to backpropagate, metrics of this step)
 StepFn = Callable[[int], tuple[Tensor, Mapping[str, float]]]
@@ -90,3 +109,247 @@ def fit(
             if on_log is not None:
                 on_log(step, averages)
     return history
+
+
+# ----------------------------------------------------------------------------- settings and grid
+
+# The entry of a per-method table (``lr``, ``entropy_coef``) that applies to unlisted methods.
+DEFAULT = "default"
+# Settings a run may change and still resume from its checkpoint: training longer, logging or
+# checkpointing at another rate. Any other change makes the resumed run a different one.
+RESUMABLE = ("steps", "log_every", "checkpoint_every")
+# The same test draws (binarisation, test games, importance samples) for every method and seed,
+# so that differences between cells are the trained models', not the evaluation's noise.
+EVALUATION_SEED = 1234
+# The series of the training history a run returns as curves.
+CURVES = ("loss", "decoder_calls", "support")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a grid: ``method`` with ``seed`` (and ``bits`` = D for the bit-vector VAE)."""
+
+    method: str
+    seed: int
+    bits: int | None = None
+
+    @property
+    def key(self) -> str:
+        """``[D<bits>/]<method>/seed<seed>``: the cell's name in paths and logs."""
+        prefix = "" if self.bits is None else f"D{self.bits}/"
+        return f"{prefix}{self.method}/seed{self.seed}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LvmSettings(Settings):
+    """What the three latent-variable experiments share (params ``lvm.<experiment>``).
+
+    ``data``: the image or game data set; ``methods`` × ``seeds``: the grid; ``steps`` Adam steps
+    on batches of ``batch_size``, learning rate ``lr`` (a table: an entry per method, ``default``
+    for the others); ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
+    metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
+
+    A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
+    keyed by method), ``GRID`` (its fields that are grid axes rather than a run's settings) and
+    ``HEADLINE`` (its test metric and the label reports give it).
+    """
+
+    KNOWN_METHODS: ClassVar[tuple[str, ...]] = ()
+    PER_METHOD: ClassVar[tuple[str, ...]] = ("lr",)
+    GRID: ClassVar[tuple[str, ...]] = ("methods", "seeds")
+    # The experiment's headline test metric: (key of the evaluation's metrics, label).
+    HEADLINE: ClassVar[tuple[str, str]] = ("", "")
+
+    data: str
+    methods: tuple[str, ...] = setting(distinct=True)
+    seeds: tuple[int, ...] = setting(at_least=0, distinct=True)
+    steps: int = setting(at_least=1)
+    batch_size: int = setting(at_least=1)
+    lr: dict[str, float] = setting(above=0)
+    gumbel_rate: float = setting(at_least=0)
+    log_every: int = setting(at_least=1)
+    checkpoint_every: int = setting(at_least=1)
+
+    def validate(self) -> None:
+        for axis in self.GRID:
+            if not getattr(self, axis):
+                raise SettingsError(axis, "is empty: a grid axis needs at least one entry")
+        known = self.KNOWN_METHODS
+        for name in self.methods:
+            if name not in known:
+                raise SettingsError("methods", f"has {name!r}; choose from {sorted(known)}")
+        for key in self.PER_METHOD:
+            table = getattr(self, key)
+            if DEFAULT not in table:
+                raise SettingsError(f"{key}.{DEFAULT}", "is missing (it serves unlisted methods)")
+            unknown = sorted(set(table) - {DEFAULT, *known})
+            if unknown:
+                raise SettingsError(
+                    key, f"has {unknown}: neither {DEFAULT!r} nor one of {sorted(known)}"
+                )
+
+    def per_method(self, key: str, method: str) -> float:
+        """The value of the per-method table ``key`` (``lr``, …) for ``method``: its own entry,
+        else the ``default`` one."""
+        table = getattr(self, key)
+        return table.get(method, table[DEFAULT])
+
+    def cells(self) -> list[Cell]:
+        """The grid: methods × seeds in params order (one method's seeds together)."""
+        return [Cell(method, seed) for method in self.methods for seed in self.seeds]
+
+    def for_cell(self, cell: Cell) -> LvmSettings:
+        """These settings narrowed to ``cell``: its grid axes hold only the cell's values and each
+        per-method table only the cell's value (as ``default``). A one-cell grid whose settings
+        say exactly what the cell's run depends on (the pipeline fingerprints them)."""
+        values = {"methods": (cell.method,), "seeds": (cell.seed,), "bits": (cell.bits,)}
+        axes = {axis: values[axis] for axis in self.GRID}
+        tables = {key: {DEFAULT: self.per_method(key, cell.method)} for key in self.PER_METHOD}
+        return dataclasses.replace(self, **axes, **tables)
+
+    def run_settings(self, cell: Cell) -> dict[str, Any]:
+        """The settings the run of ``cell`` depends on (what its checkpoint is checked against):
+        every field but the grid axes, each per-method table resolved for the cell's method (so
+        that another method's entry leaves this run alone), and the cell itself."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.GRID}
+        tables = {key: self.per_method(key, cell.method) for key in self.PER_METHOD}
+        return values | tables | dataclasses.asdict(cell)
+
+
+# ----------------------------------------------------------------------------- one run
+
+S = TypeVar("S", bound=LvmSettings)
+D = TypeVar("D")
+
+
+class Setup(NamedTuple):
+    """What an experiment's ``setup`` builds for a cell: the ``model``, the ``method`` (its
+    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator)
+    and ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`)."""
+
+    model: nn.Module
+    method: Method
+    step_fn: StepFn
+    evaluate: Callable[[], dict[str, float]]
+
+
+# setup(settings, data, cell, generator) -> Setup
+SetupFn = Callable[[S, D, Cell, torch.Generator], Setup]
+
+
+@dataclass(frozen=True)
+class Result:
+    """A trained and evaluated cell. ``metrics``: the experiment's test metrics, plus
+    ``decoder_calls`` (mean per example over training), ``train_seconds``, ``seconds_per_step``
+    and, for the sparse methods, ``support`` (mean support size over training). ``curves``:
+    (steps, values) of each of :data:`CURVES` at the logged steps (empty where not recorded)."""
+
+    metrics: dict[str, float]
+    curves: dict[str, tuple[list[int], list[float]]]
+
+
+def sample_batch(n: int, size: int, generator: torch.Generator) -> Tensor:
+    """``size`` indices drawn uniformly with replacement from 0..n−1 (a training batch)."""
+    return torch.randint(n, (size,), generator=generator)
+
+
+def evaluation_generator() -> torch.Generator:
+    """A fresh generator seeded with :data:`EVALUATION_SEED`, for a final evaluation."""
+    return torch.Generator().manual_seed(EVALUATION_SEED)
+
+
+def train_and_evaluate(
+    setup: SetupFn[S, D],
+    settings: S,
+    data: D,
+    cell: Cell,
+    directory: Path,
+    *,
+    name: str | None = None,
+    on_log: LogFn | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> Result:
+    r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
+
+    Seeds the global torch RNG (model initialisation) and the run's generator (batches,
+    binarisation, sampling estimators) with ``cell.seed``, then builds the experiment with
+    ``setup(settings, data, cell, generator)`` and trains it with Adam at the method's ``lr``
+    over the model and method parameters, ``checkpoint_every`` steps at a time. After each chunk
+    ``directory/last.pt`` holds everything needed to continue identically (model, optimizer,
+    method state, both RNG states, step, history, training time); a run finds it, checks it was
+    written under the same :meth:`LvmSettings.run_settings` (and ``provenance``, e.g. digests of
+    the data and code), except for the :data:`RESUMABLE` keys, and continues from it.
+
+    ``name`` (default: the cell's key) names the run in logs and errors; ``on_log(step,
+    metrics)`` receives each logged average (e.g. to forward to a tracking server).
+    """
+    name = cell.key if name is None else name
+    torch.manual_seed(cell.seed)
+    generator = torch.Generator().manual_seed(cell.seed)
+    model, method, step_fn, evaluate = setup(settings, data, cell, generator)
+    optimizer = torch.optim.Adam(
+        [*model.parameters(), *method.parameters()], lr=settings.per_method("lr", cell.method)
+    )
+    run_settings = settings.run_settings(cell) | {"provenance": dict(provenance or {})}
+    checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)
+    step, history, seconds = 0, History(), 0.0
+    state = checkpoint.load()
+    if state is not None:
+        if state["step"] > settings.steps:
+            raise LearnableSparsityError(
+                f"{name}: the checkpoint in {directory} is at step {state['step']}, past "
+                f"steps={settings.steps}; remove it to train from scratch"
+            )
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        method.load_state_dict(state["method"])
+        restore_rng(state["rng"], generator)
+        step, history, seconds = state["step"], History(**state["history"]), state["seconds"]
+        log.info("%s: resuming from %s at step %d", name, directory, step)
+
+    start, first, earlier = time.perf_counter(), step, seconds
+
+    def progress(at: int, metrics: dict[str, float]) -> None:
+        if on_log is not None:
+            on_log(at, metrics)
+        eta = (time.perf_counter() - start) / (at + 1 - first) * (settings.steps - at - 1)
+        log.info(
+            "%s: step %d/%d loss %.4f ETA %.0fs", name, at + 1, settings.steps, metrics["loss"], eta
+        )
+
+    while step < settings.steps:
+        chunk = min(settings.checkpoint_every, settings.steps - step)
+        part = fit(
+            step_fn,
+            optimizer,
+            chunk,
+            method=name,
+            log_every=settings.log_every,
+            on_log=progress,
+            start_step=step,
+        )
+        history.steps += part.steps
+        history.records += part.records
+        step += chunk
+        seconds = earlier + time.perf_counter() - start
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "method": method.state_dict(),
+            "rng": rng_state(generator),
+            "step": step,
+            "history": dataclasses.asdict(history),
+            "seconds": seconds,
+        }
+        checkpoint.save(state, final=step == settings.steps)
+    model.eval()
+    metrics = evaluate()
+    metrics |= {
+        "decoder_calls": statistics.fmean(history.series("decoder_calls")[1]),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / settings.steps,
+    }
+    support = history.series("support")[1]
+    if support:
+        metrics["support"] = statistics.fmean(support)
+    return Result(metrics, {series: history.series(series) for series in CURVES})

@@ -27,95 +27,70 @@ already hides every later (hence every padded) position from a real one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
 
 from components.core.attention import ALPHA_MAX, ALPHA_MIN, NORMALIZERS, KVCache
 from components.core.attention import MultiHeadAttention as Attention
+from components.data.bpe import BOS_ID, EOS_ID, PAD_ID
 from components.errors import LearnableSparsityError
+from components.settings import Settings, SettingsError, setting
 
 
-@dataclass(frozen=True)
-class TransformerConfig:
-    """Hyper-parameters; the defaults are the base Transformer used in the papers.
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig(Settings):
+    """Hyper-parameters (params ``nmt.model``); the defaults are the base Transformer.
 
-    ``normalizer`` (one of softmax, sparsemax, entmax15, entmax_alpha, topk) is used by every
-    attention block; ``topk_k`` is k for "topk"; ``alpha_init`` is the initial α of every head
-    for "entmax_alpha", or None for AST's random init α = 1 + sigmoid(a), a ~ N(0, 1) per head.
-    ``pad_id``, ``bos_id`` and ``eos_id`` must be distinct.
+    ``topk_k`` is k for "topk" attention; ``alpha_init`` is the initial α of every head for
+    "entmax_alpha", or None for AST's random init α = 1 + sigmoid(a), a ~ N(0, 1) per head.
+    Not params keys (``derived``): the vocabulary sizes, which the BPE model decides (set them
+    with :meth:`for_vocabulary`), the ``normalizer`` of every attention block (the grid's
+    attention variant, one of ``NORMALIZERS``) and the special ids (distinct, as the BPE
+    models of ``components.data.bpe`` number them).
     """
 
-    src_vocab: int
-    tgt_vocab: int
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    enc_layers: int = 6
-    dec_layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    normalizer: str = "softmax"
-    topk_k: int = 8
-    alpha_init: float | None = 1.5
+    src_vocab: int | None = setting(None, at_least=1, derived=True)
+    tgt_vocab: int | None = setting(None, at_least=1, derived=True)
+    d_model: int = setting(512, at_least=2)
+    n_heads: int = setting(8, at_least=1)
+    d_ff: int = setting(2048, at_least=1)
+    enc_layers: int = setting(6, at_least=1)
+    dec_layers: int = setting(6, at_least=1)
+    dropout: float = setting(0.1, at_least=0, below=1)
+    attention_dropout: float = setting(0.1, at_least=0, below=1)
+    normalizer: str = setting("softmax", derived=True)
+    topk_k: int = setting(8, at_least=1)
+    alpha_init: float | None = setting(1.5, above=ALPHA_MIN, below=ALPHA_MAX)
     share_embeddings: bool = False
     pre_norm: bool = True
-    pad_id: int = 0
-    bos_id: int = 2
-    eos_id: int = 3
-    max_positions: int = 1024
+    pad_id: int = setting(PAD_ID, at_least=0, derived=True)
+    bos_id: int = setting(BOS_ID, at_least=0, derived=True)
+    eos_id: int = setting(EOS_ID, at_least=0, derived=True)
+    max_positions: int = setting(1024, at_least=1)
 
-    def __post_init__(self) -> None:
-        positive = (
-            "src_vocab",
-            "tgt_vocab",
-            "d_model",
-            "n_heads",
-            "d_ff",
-            "enc_layers",
-            "dec_layers",
-            "topk_k",
-            "max_positions",
-        )
-        for key in positive:
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LearnableSparsityError(f"{key} must be a positive integer, got {value!r}")
+    def validate(self) -> None:
         if self.d_model % self.n_heads != 0:
-            raise LearnableSparsityError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
-            )
+            raise SettingsError("d_model", f"must be divisible by n_heads={self.n_heads}")
         if self.d_model % 2 != 0:
-            raise LearnableSparsityError(
-                f"d_model must be even for sinusoidal positions, got {self.d_model}"
-            )
+            raise SettingsError("d_model", "must be even (sinusoidal positions)")
         if self.normalizer not in NORMALIZERS:
-            raise LearnableSparsityError(
-                f"normalizer must be one of {', '.join(NORMALIZERS)}; got {self.normalizer!r}"
-            )
-        for key in ("dropout", "attention_dropout"):
-            value = getattr(self, key)
-            if not 0 <= value < 1:
-                raise LearnableSparsityError(f"{key} must lie in [0, 1), got {value!r}")
-        if self.alpha_init is not None and not ALPHA_MIN < self.alpha_init < ALPHA_MAX:
-            raise LearnableSparsityError(
-                f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {self.alpha_init!r}"
-            )
-        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
-            raise LearnableSparsityError(
-                f"share_embeddings needs src_vocab == tgt_vocab, got {self.src_vocab} and "
-                f"{self.tgt_vocab}"
-            )
-        for key in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, key)
-            if not 0 <= value < min(self.src_vocab, self.tgt_vocab):
-                raise LearnableSparsityError(f"{key}={value} is outside the vocabulary")
+            raise SettingsError("normalizer", f"must be one of {', '.join(NORMALIZERS)}")
         if len({self.pad_id, self.bos_id, self.eos_id}) != 3:
-            raise LearnableSparsityError(
-                f"pad_id, bos_id and eos_id must be distinct, got {self.pad_id}, "
-                f"{self.bos_id}, {self.eos_id}"
-            )
+            raise SettingsError("pad_id, bos_id and eos_id", "must be distinct")
+        if self.src_vocab is None or self.tgt_vocab is None:
+            return
+        if self.share_embeddings and self.src_vocab != self.tgt_vocab:
+            raise SettingsError("share_embeddings", "needs src_vocab == tgt_vocab")
+        for key in ("pad_id", "bos_id", "eos_id"):
+            if getattr(self, key) >= min(self.src_vocab, self.tgt_vocab):
+                raise SettingsError(key, "is outside the vocabulary")
+
+    def for_vocabulary(self, vocab_size: int, normalizer: str) -> TransformerConfig:
+        """This architecture over one joint vocabulary (shared BPE) of ``vocab_size`` ids, with
+        every attention block using ``normalizer``."""
+        return replace(self, src_vocab=vocab_size, tgt_vocab=vocab_size, normalizer=normalizer)
 
 
 @dataclass(frozen=True)
@@ -275,6 +250,10 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        if config.src_vocab is None or config.tgt_vocab is None:
+            raise LearnableSparsityError(
+                "TransformerConfig needs its vocabulary sizes: use config.for_vocabulary(...)"
+            )
         self.config = config
         d = config.d_model
         self.src_embed = nn.Embedding(config.src_vocab, d, padding_idx=config.pad_id)

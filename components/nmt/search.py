@@ -1,10 +1,10 @@
 r"""Batched beam search with incremental decoding for the NMT Transformer.
 
 A hypothesis y (ending in eos) is ranked by its length-normalized log-probability
-    score(y) = log P(y | x) / lp(|y|),    lp(n) = ((5 + n) / 6)^α    (GNMT, Wu et al. 2016),
-where |y| counts the generated tokens including eos; α = 0 ranks by log P(y | x) itself.
-GNMT's form is the one of OpenNMT-py (the AST experiments) and tensor2tensor (α = 0.6 in the
-EST En-Vi setup).
+    score(y) = log P(y | x) / lp(|y|),    lp(n) = ((5 + n) / 6)^β    (GNMT, Wu et al. 2016),
+where |y| counts the generated tokens including eos and β is the length-penalty exponent (GNMT
+calls it α; here α is the entmax parameter); β = 0 ranks by log P(y | x) itself. GNMT's form is
+the one of OpenNMT-py (the AST experiments) and tensor2tensor (β = 0.6 in the EST En-Vi setup).
 
 Search, per sentence with K beams: each step scores all K·V one-token extensions of the live
 beams, takes the 2K best; those ending in eos among the first K become finished hypotheses, the
@@ -18,13 +18,17 @@ at best reach s / lp(max_len + 1).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from components.errors import LearnableSparsityError
+from components.nmt.batching import pad
 from components.nmt.model import Transformer
+from components.settings import Settings, setting
 
 
 class SearchOutput(NamedTuple):
@@ -34,9 +38,9 @@ class SearchOutput(NamedTuple):
     scores: Tensor
 
 
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT length penalty ((5 + length) / 6)^α."""
-    return ((5 + length) / 6) ** alpha
+def length_penalty(length: int | Tensor, exponent: float) -> float | Tensor:
+    """GNMT length penalty lp(n) = ((5 + n) / 6)^exponent."""
+    return ((5 + length) / 6) ** exponent
 
 
 @torch.no_grad()
@@ -45,13 +49,13 @@ def beam_search(
     src: Tensor,
     *,
     beam_size: int = 5,
-    alpha: float = 0.6,
+    length_penalty_exponent: float = 0.6,
     max_len_a: float = 1.2,
     max_len_b: int = 10,
 ) -> SearchOutput:
     """Translate ``src`` [batch, src_len] (pad-padded ids) with beam search; model in eval mode.
 
-    ``alpha`` is the length-penalty exponent (0 disables it); each output has at most
+    ``length_penalty_exponent`` is the exponent of lp (0 disables it); each output has at most
     ⌊max_len_a · src_len + max_len_b⌋ tokens before eos (also capped by max_positions − 1).
     """
     config = model.config
@@ -59,8 +63,10 @@ def beam_search(
         raise LearnableSparsityError("beam_search needs model.eval(): dropout randomizes search")
     if beam_size < 1:
         raise LearnableSparsityError(f"beam_size must be a positive integer, got {beam_size}")
-    if alpha < 0:
-        raise LearnableSparsityError(f"length penalty alpha must be >= 0, got {alpha}")
+    if length_penalty_exponent < 0:
+        raise LearnableSparsityError(
+            f"length_penalty_exponent must be >= 0, got {length_penalty_exponent}"
+        )
     B, K, V, device = src.shape[0], beam_size, config.tgt_vocab, src.device
 
     memory, src_mask = model.encode(src)
@@ -69,7 +75,7 @@ def beam_search(
     src_len = (src != config.pad_id).sum(1)
     max_len = (max_len_a * src_len.double() + max_len_b).floor().long()
     max_len = max_len.clamp(0, config.max_positions - 1)
-    best_possible_lp = length_penalty(max_len + 1, alpha)
+    best_possible_lp = length_penalty(max_len + 1, length_penalty_exponent)
 
     tokens = torch.full((B * K, 1), config.bos_id, dtype=torch.long, device=device)
     scores = torch.full((B, K), -math.inf, device=device)
@@ -96,7 +102,7 @@ def beam_search(
 
         # Finished: eos candidates among the K best; keep the best per sentence.
         finished = is_eos[:, :K] & torch.isfinite(cand_scores[:, :K])
-        normalized = cand_scores[:, :K] / length_penalty(step + 1, alpha)
+        normalized = cand_scores[:, :K] / length_penalty(step + 1, length_penalty_exponent)
         normalized = normalized.masked_fill(~finished, -math.inf)
         top_finished, top_rank = normalized.max(dim=1)
         improved = top_finished > best_scores
@@ -127,4 +133,55 @@ def greedy_decode(
     model: Transformer, src: Tensor, *, max_len_a: float = 1.2, max_len_b: int = 10
 ) -> SearchOutput:
     """Greedy decoding: beam search with one beam and no length penalty (raw log P scores)."""
-    return beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=max_len_a, max_len_b=max_len_b)
+    return beam_search(
+        model,
+        src,
+        beam_size=1,
+        length_penalty_exponent=0.0,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeSettings(Settings):
+    """How test sets are translated (params ``nmt.decode``; also the speed table's decoding).
+
+    ``average_last`` > 1 decodes with the mean weights of the last saved checkpoints.
+    """
+
+    beam_size: int = setting(5, at_least=1)
+    length_penalty: float = setting(0.6, at_least=0)  # the exponent β of lp; 0: none
+    max_len_a: float = setting(1.2, at_least=0)
+    max_len_b: int = setting(10, at_least=1)
+    batch_sentences: int = setting(100, at_least=1)
+    average_last: int = setting(1, at_least=1)
+
+
+def translate(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    settings: DecodeSettings,
+    *,
+    batch_size: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[list[int]]:
+    """Beam-search translations (ids without bos/eos) of ``sources`` (ids without padding), in
+    order, ``batch_size`` sentences at a time (default ``settings.batch_sentences``) on the
+    model's device; ``on_batch(done)`` reports progress after each batch."""
+    size = settings.batch_sentences if batch_size is None else batch_size
+    device = next(model.parameters()).device
+    hypotheses: list[list[int]] = []
+    for start in range(0, len(sources), size):
+        src = pad(sources[start : start + size], model.config.pad_id).to(device)
+        hypotheses += beam_search(
+            model,
+            src,
+            beam_size=settings.beam_size,
+            length_penalty_exponent=settings.length_penalty,
+            max_len_a=settings.max_len_a,
+            max_len_b=settings.max_len_b,
+        ).tokens
+        if on_batch is not None:
+            on_batch(len(hypotheses))
+    return hypotheses

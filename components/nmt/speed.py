@@ -21,27 +21,23 @@ Throughput = tokens / seconds of wall-clock time (``time.perf_counter``), with
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
+from components.nmt.batching import Batch, Example, batches_of, collate_examples, pad
 from components.nmt.model import Transformer, TransformerConfig
-from components.nmt.search import beam_search
-from components.nmt.training import Batch, build_optimizer, train_step
+from components.nmt.search import DecodeSettings, beam_search
+from components.nmt.training import build_optimizer, train_step
+from components.settings import Settings, SettingsError, setting
 
-# Table 4 row order: variant name -> row label (top-k's label gets its k).
-VARIANT_LABELS: dict[str, str] = {
-    "softmax": "Transformer (softmax)",
-    "sparsemax": "Sparsemax",
-    "entmax15": "1.5-entmax",
-    "entmax_alpha": "α-entmax",
-    "topk": "top-k",
-}
 PHASES = ("train", "inference")
 
 
@@ -173,25 +169,15 @@ def training_throughput(
     )
 
 
-def _pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out.to(device)
-
-
 def inference_throughput(
     model: Transformer,
     sources: Sequence[Sequence[int]],
+    decode: DecodeSettings,
     *,
     batch_size: int = 128,
-    beam_size: int = 5,
-    alpha: float = 0.6,
-    max_len_a: float = 1.2,
-    max_len_b: int = 10,
     warmup_batches: int = 1,
 ) -> Throughput:
-    """Inference throughput of batched ``beam_search`` in eval mode without gradients.
+    """Inference throughput of batched beam search (``decode``) in eval mode without gradients.
 
     ``sources`` (source ids without padding) are sorted by length (stable) and cut into batches
     of ``batch_size`` sentences (128 in Zhao et al.), padded and moved to the model's device
@@ -200,7 +186,6 @@ def inference_throughput(
     ``beam_search`` returns. The model's train/eval mode is restored afterwards.
     """
     _check_count("batch_size", batch_size, 1)
-    _check_count("beam_size", beam_size, 1)
     _check_count("warmup_batches", warmup_batches, 0)
     if not sources:
         raise LearnableSparsityError("inference_throughput needs at least one source sentence")
@@ -210,13 +195,18 @@ def inference_throughput(
     device, pad_id, was_training = _device(model), model.config.pad_id, model.training
     ordered = sorted(sources, key=len)
     padded = [
-        _pad(ordered[i : i + batch_size], pad_id, device)
+        pad(ordered[i : i + batch_size], pad_id).to(device)
         for i in range(0, len(ordered), batch_size)
     ]
 
     def search(src: Tensor) -> list[list[int]]:
         return beam_search(
-            model, src, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b
+            model,
+            src,
+            beam_size=decode.beam_size,
+            length_penalty_exponent=decode.length_penalty,
+            max_len_a=decode.max_len_a,
+            max_len_b=decode.max_len_b,
         ).tokens
 
     model.eval()
@@ -245,21 +235,18 @@ def compare_variants(
     models: Mapping[str, Transformer],
     batches: Sequence[Batch],
     sources: Sequence[Sequence[int]],
+    decode: DecodeSettings,
     *,
     train_steps: int,
     warmup_steps: int,
     batch_size: int = 128,
-    beam_size: int = 5,
-    alpha: float = 0.6,
-    max_len_a: float = 1.2,
-    max_len_b: int = 10,
 ) -> dict[str, dict[str, Throughput]]:
     """Training and inference throughput of each variant on identical inputs, one by one.
 
-    ``models`` maps variant names (keys of ``VARIANT_LABELS``, "softmax" required) to models
-    whose normalizer is that variant and whose configs agree in everything else except top-k's
-    k and the initial α, on one device. Training uses ``training_throughput``'s optimizer
-    defaults (no clipping). Returns {variant: {"train": …, "inference": …}}.
+    ``models`` maps variant names (``NORMALIZERS``, "softmax" required) to models whose
+    normalizer is that variant and whose configs agree in everything else except top-k's k and
+    the initial α, on one device. Training uses ``training_throughput``'s optimizer defaults (no
+    clipping). Returns {variant: {"train": …, "inference": …}}.
     """
     if "softmax" not in models:
         raise LearnableSparsityError(f"the softmax baseline is missing, got {sorted(models)}")
@@ -268,10 +255,6 @@ def compare_variants(
     if len(devices) != 1:
         raise LearnableSparsityError(f"all variants must be on one device, got {sorted(devices)}")
     for name, model in models.items():
-        if name not in VARIANT_LABELS:
-            raise LearnableSparsityError(
-                f"unknown variant {name!r}; expected one of {', '.join(VARIANT_LABELS)}"
-            )
         if model.config.normalizer != name:
             raise LearnableSparsityError(
                 f"variant {name!r} has normalizer {model.config.normalizer!r}"
@@ -285,52 +268,102 @@ def compare_variants(
             "train": training_throughput(
                 model, batches, steps=train_steps, warmup_steps=warmup_steps
             ),
-            "inference": inference_throughput(
-                model,
-                sources,
-                batch_size=batch_size,
-                beam_size=beam_size,
-                alpha=alpha,
-                max_len_a=max_len_a,
-                max_len_b=max_len_b,
-            ),
+            "inference": inference_throughput(model, sources, decode, batch_size=batch_size),
         }
         for name, model in models.items()
     }
 
 
-def speed_table(rows: Mapping[str, Mapping[str, Throughput]], *, topk_k: int | None = None) -> str:
-    """Markdown table in the layout of EST Table 4, rows in the paper's order.
+@dataclass(frozen=True, kw_only=True)
+class SpeedSettings(Settings):
+    """The speed table's protocol (params ``speed``): every variant of ``variants`` (softmax
+    included, the baseline) is timed once per round, ``rounds`` rounds in turn, with ``threads``
+    torch threads: ``train_steps`` updates (after ``warmup_steps`` untimed ones) on token batches
+    of ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
+    of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes."""
 
-    ``rows`` maps variant names (keys of ``VARIANT_LABELS``) to {"train": …, "inference": …};
-    "softmax" is required, since the ratio columns divide each variant's tokens/s by the softmax
-    tokens/s of the same run (shown as "—" if softmax counted no tokens). Missing variants are
-    left out; the top-k row's label shows ``topk_k`` when given.
-    """
-    if "softmax" not in rows:
-        raise LearnableSparsityError(f"speed_table needs the softmax row, got {sorted(rows)}")
-    for name, phases in rows.items():
-        if name not in VARIANT_LABELS:
-            raise LearnableSparsityError(
-                f"unknown variant {name!r}; expected one of {', '.join(VARIANT_LABELS)}"
+    corpus: str
+    variants: tuple[str, ...] = setting(distinct=True)
+    rounds: int = setting(3, at_least=1)
+    threads: int = setting(2, at_least=1)
+    train_steps: int = setting(10, at_least=1)
+    warmup_steps: int = setting(3, at_least=0)
+    max_tokens: int = setting(2500, at_least=1)
+    infer_sentences: int = setting(128, at_least=1)
+    batch_sentences: int = setting(128, at_least=1)
+
+    def validate(self) -> None:
+        unknown = [v for v in self.variants if v not in NORMALIZERS]
+        if unknown or "softmax" not in self.variants:
+            raise SettingsError(
+                "variants", f"must include softmax and only name {list(NORMALIZERS)}"
             )
-        missing = [phase for phase in PHASES if phase not in phases]
-        if missing:
-            raise LearnableSparsityError(f"variant {name!r} lacks {', '.join(missing)} throughput")
-    baseline = {phase: rows["softmax"][phase].tokens_per_second for phase in PHASES}
-    lines = [
-        "| Model | Train tokens/s | Train ratio | Inference tokens/s | Inference ratio |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, label in VARIANT_LABELS.items():
-        if name not in rows:
-            continue
-        if name == "topk" and topk_k is not None:
-            label = f"{label} (k={topk_k})"
-        cells = [label]
+
+
+def measure_speed(
+    config: TransformerConfig,
+    train: Sequence[Example],
+    test: Sequence[Example],
+    settings: SpeedSettings,
+    decode: DecodeSettings,
+    on_round: Callable[[int], None] | None = None,
+) -> list[dict[str, dict[str, Throughput]]]:
+    """``settings.rounds`` rounds of :func:`compare_variants` over the variants of ``settings``.
+
+    Every variant is ``config`` (vocabulary set) with its normalizer and the same initial
+    weights (seed 0); training batches are the first token batches of ``train`` (seed 0),
+    inference decodes the sources of the first ``settings.infer_sentences`` of ``test``.
+    Untrained weights suffice: throughput depends on the shapes, and beam search is capped by
+    ``max_len_a``/``max_len_b`` (generated tokens are what is counted, so stopping early does not
+    flatter a variant). ``on_round(i)`` is called after each round.
+    """
+    models = {}
+    for variant in settings.variants:
+        torch.manual_seed(0)  # the same initial weights for every variant
+        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant))
+    needed = settings.train_steps + settings.warmup_steps
+    indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
+    batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
+    sources = [source for source, _ in test[: settings.infer_sentences]]
+    rounds = []
+    for index in range(settings.rounds):
+        rounds.append(
+            compare_variants(
+                models,
+                batches,
+                sources,
+                decode,
+                train_steps=settings.train_steps,
+                warmup_steps=settings.warmup_steps,
+                batch_size=settings.batch_sentences,
+            )
+        )
+        if on_round is not None:
+            on_round(index)
+    return rounds
+
+
+def summarize_rounds(rounds: Sequence[Mapping[str, Mapping[str, Throughput]]]) -> list[dict]:
+    """JSON-ready rows, one per variant (in the rounds' order), of repeated measurements.
+
+    Each round times every variant in turn, so the ratio of a variant's tokens/s to softmax's
+    *in the same round* cancels what drifts between rounds (load, clock); per phase a row holds
+    ``tokens_per_second_each_round``, ``ratio_to_softmax_each_round``, the median round's
+    :class:`Throughput` and ``<phase>_ratio_to_softmax``: the median of the per-round ratios.
+    """
+    rows = []
+    for variant in rounds[0]:
+        row: dict = {"variant": variant}
         for phase in PHASES:
-            speed = rows[name][phase].tokens_per_second
-            ratio = f"{speed / baseline[phase]:.2f}" if baseline[phase] > 0 else "—"
-            cells += [f"{speed:,.0f}", ratio]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            speeds = [r[variant][phase].tokens_per_second for r in rounds]
+            ratios = [
+                r[variant][phase].tokens_per_second / r["softmax"][phase].tokens_per_second
+                for r in rounds
+            ]
+            median_round = sorted(range(len(rounds)), key=lambda i: speeds[i])[len(rounds) // 2]
+            row[phase] = rounds[median_round][variant][phase].to_dict()
+            row[f"{phase}_ratio_to_softmax"] = statistics.median(ratios)
+            row.setdefault("tokens_per_second_each_round", {})[phase] = speeds
+            row.setdefault("ratio_to_softmax_each_round", {})[phase] = ratios
+        rows.append(row)
+    return rows

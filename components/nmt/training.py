@@ -1,4 +1,4 @@
-r"""Training utilities for the NMT Transformer: loss, schedule, optimizer, batching, averaging.
+r"""Training of the NMT Transformer: loss, schedule, optimizer, one update, the resumable loop.
 
 Loss (label-smoothed cross-entropy, fairseq's form): with log p = log_softmax(logits) over V
 classes and a non-pad target y,
@@ -9,60 +9,74 @@ Learning rate (inverse square root with linear warm-up; Vaswani et al.'s "Noam" 
 fairseq's ``inverse_sqrt`` are the same curve): at update s = 1, 2, …
     lr(s) = peak · min(s / warmup, √(warmup / s)),
 and the Noam form d^{-1/2} · min(s^{-1/2}, s · warmup^{-3/2}) is peak = (d · warmup)^{-1/2}.
+
+The loop (:func:`train`, nanoGPT-style): each epoch's token batches come from a seed derived
+from (seed, epoch), so the data order is a pure function of the settings. A checkpoint
+(``components.checkpoints``) holds the model, optimizer, scheduler, the torch RNG state
+(dropout), the position in the epoch and the history logged so far: training interrupted at any
+point and restarted with the same settings continues exactly as if it had never stopped (from
+the last checkpoint). Recorded every ``log_every`` steps: train loss / nll per target token,
+learning rate, tokens per second and — for α-entmax — every head's α (the α trajectory); every
+``validate_every`` steps and at the end: the validation nll per token. ``on_log`` receives the
+same numbers as they are produced (the pipelines forward them to MLflow).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import math
-import random
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
+from components.checkpoints import LAST, Checkpoint, load_file, restore_rng, rng_state, save_atomic
 from components.errors import LearnableSparsityError
+from components.nmt.batching import Batch, Example, batches_of, collate_examples
 from components.nmt.model import Transformer
+from components.settings import Settings, setting
+
+log = logging.getLogger(__name__)
+
+# Settings a checkpoint may be resumed under although they differ (they do not change the
+# numbers of the steps already taken).
+RESUMABLE = ("max_steps", "log_every", "validate_every", "checkpoint_every", "keep_checkpoints")
 
 
-class Batch(NamedTuple):
-    """Right-padded ids: ``src`` [batch, S]; ``tgt_in`` = [bos] + y and ``tgt_out`` = y + [eos],
-    both [batch, T]."""
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings(Settings):
+    """Optimisation settings, params ``nmt.train`` (paper: 8192-token batches, 20K warm-up).
 
-    src: Tensor
-    tgt_in: Tensor
-    tgt_out: Tensor
+    ``seed`` (data order, dropout) is the grid cell's seed, not a params key.
+    """
+
+    max_steps: int = setting(at_least=1)
+    max_tokens: int = setting(at_least=1)
+    warmup: int = setting(at_least=1)
+    peak_lr: float = setting(above=0)
+    label_smoothing: float = setting(0.1, at_least=0, below=1)
+    clip_norm: float = setting(1.0, at_least=0)  # 0: no clipping
+    weight_decay: float = setting(0.0, at_least=0)
+    log_every: int = setting(10, at_least=1)
+    validate_every: int = setting(200, at_least=1)
+    checkpoint_every: int = setting(200, at_least=1)
+    keep_checkpoints: int = setting(5, at_least=1)
+    seed: int = setting(0, at_least=0, derived=True)
 
 
-def collate(
-    src: Sequence[Sequence[int]],
-    tgt: Sequence[Sequence[int]],
-    *,
-    pad_id: int,
-    bos_id: int,
-    eos_id: int,
-) -> Batch:
-    """Right-pad source ids (as given) and targets, shifted: tgt_in = [bos]+y, tgt_out = y+[eos]."""
-    if len(src) != len(tgt) or not src:
-        raise LearnableSparsityError(
-            f"collate needs as many targets as sources (at least one), got {len(src)} and "
-            f"{len(tgt)}"
-        )
+@dataclass
+class TrainingHistory:
+    """Everything logged during training, kept in the checkpoint so that resume loses nothing."""
 
-    def pad(rows: list[list[int]]) -> Tensor:
-        out = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out
-
-    return Batch(
-        pad([list(s) for s in src]),
-        pad([[bos_id, *y] for y in tgt]),
-        pad([[*y, eos_id] for y in tgt]),
-    )
+    train: list[dict[str, float]]
+    valid: list[dict[str, float]]
+    alphas: list[dict[str, object]]
 
 
 def label_smoothed_nll(
@@ -130,48 +144,6 @@ def build_optimizer(
     return optimizer, scheduler
 
 
-def token_batches(
-    lengths_src: Sequence[int],
-    lengths_tgt: Sequence[int],
-    max_tokens: int,
-    shuffle_seed: int | None = None,
-) -> list[list[int]]:
-    """Group sentence indices into batches of similar length with at most ``max_tokens`` padded.
-
-    A batch's padded size is len(batch) · max_i max(src_i, tgt_i) (pass the collated lengths,
-    e.g. target length + 1). Indices are sorted by (max length, src, tgt) — ties broken at
-    random when ``shuffle_seed`` is given — and cut greedily; a sentence longer than
-    ``max_tokens`` alone gets its own batch. With a seed the batch order is shuffled too.
-    """
-    if len(lengths_src) != len(lengths_tgt):
-        raise LearnableSparsityError(
-            f"lengths_src has {len(lengths_src)} entries but lengths_tgt {len(lengths_tgt)}"
-        )
-    if max_tokens < 1:
-        raise LearnableSparsityError(f"max_tokens must be positive, got {max_tokens}")
-    rng = random.Random(shuffle_seed)
-    order = list(range(len(lengths_src)))
-    if shuffle_seed is not None:
-        rng.shuffle(order)
-    order.sort(key=lambda i: (max(lengths_src[i], lengths_tgt[i]), lengths_src[i], lengths_tgt[i]))
-
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    longest = 0
-    for i in order:
-        length = max(lengths_src[i], lengths_tgt[i])
-        if batch and (len(batch) + 1) * max(longest, length) > max_tokens:
-            batches.append(batch)
-            batch, longest = [], 0
-        batch.append(i)
-        longest = max(longest, length)
-    if batch:
-        batches.append(batch)
-    if shuffle_seed is not None:
-        rng.shuffle(batches)
-    return batches
-
-
 def train_step(
     model: Transformer,
     batch: Batch,
@@ -218,6 +190,177 @@ def train_step(
         "grad_norm": grad_norm.item(),
         "lr": lr,
     }
+
+
+@torch.no_grad()
+def validation_nll(model: Transformer, examples: Sequence[Example], max_tokens: int) -> float:
+    """Per-token negative log-likelihood (no label smoothing) of ``examples``, in eval mode."""
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    device = next(model.parameters()).device
+    for indices in batches_of(examples, max_tokens, None):
+        batch = collate_examples(examples, indices, model).to(device)
+        _, nll, n = label_smoothed_nll(
+            model(batch.src, batch.tgt_in), batch.tgt_out, 0.0, model.config.pad_id
+        )
+        total, tokens = total + nll.item(), tokens + n
+    model.train(was_training)
+    return total / max(tokens, 1)
+
+
+def _alphas(model: Transformer) -> dict[str, list[float]]:
+    return {block: alpha.tolist() for block, alpha in model.alphas().items()}
+
+
+def train(
+    model: Transformer,
+    train_set: Sequence[Example],
+    valid_set: Sequence[Example],
+    settings: TrainingSettings,
+    *,
+    checkpoint_dir: Path,
+    variant: str,
+    on_log: Callable[[int, dict[str, float]], None] | None = None,
+) -> TrainingHistory:
+    """Train ``model`` for ``settings.max_steps`` updates, resuming from ``checkpoint_dir``.
+
+    Checkpoints (:class:`~components.checkpoints.Checkpoint`): ``last.pt`` every
+    ``checkpoint_every`` steps and at the end, plus ``step<N>.pt`` model weights of the last
+    ``keep_checkpoints`` saves for checkpoint averaging. A checkpoint written with other
+    settings (except :data:`RESUMABLE`) is refused, naming the differing keys. A NaN/Inf loss
+    raises ``LearnableSparsityError`` naming the step and ``variant``.
+    """
+    if not train_set or not valid_set:
+        raise LearnableSparsityError(
+            f"training needs examples: got {len(train_set)} train and {len(valid_set)} valid"
+        )
+    device = next(model.parameters()).device
+    optimizer, scheduler = build_optimizer(
+        model, settings.peak_lr, settings.warmup, weight_decay=settings.weight_decay
+    )
+    torch.manual_seed(settings.seed)
+    step, epoch, position = 0, 0, 0
+    history = TrainingHistory([], [], [])
+    resume = Checkpoint(checkpoint_dir, asdict(settings), resumable=RESUMABLE)
+    state = resume.load(map_location=device)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        restore_rng(state["rng"])
+        step, epoch, position = state["step"], state["epoch"], state["position"]
+        history = TrainingHistory(**state["history"])
+        log.info("%s: resuming from %s at step %d", variant, resume.path, step)
+
+    def checkpoint(final: bool = False) -> None:
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_state(),
+            "step": step,
+            "epoch": epoch,
+            "position": position,
+            "history": asdict(history),
+        }
+        resume.save(state, final=final)
+        weights = {"model": model.state_dict(), "step": step}
+        save_atomic(weights, checkpoint_dir / f"step{step}.pt")
+        saved = sorted(checkpoint_dir.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
+        for old in saved[: -settings.keep_checkpoints]:
+            old.unlink()
+
+    def record_validation() -> None:
+        nll = validation_nll(model, valid_set, settings.max_tokens)
+        history.valid.append({"step": step, "valid_nll": nll})
+        if on_log is not None:
+            on_log(step, {"valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))})
+
+    if step == 0 and _alphas(model):
+        # The initial α (random in AST) anchors the trajectories: "first towards softmax, then
+        # sparser" is measured from here.
+        history.alphas.append({"step": 0, "alphas": _alphas(model)})
+    model.train()
+    window: list[dict[str, float]] = []
+    window_start = time.perf_counter()
+    run_start, start_step = time.perf_counter(), step
+    while step < settings.max_steps:
+        order = batches_of(train_set, settings.max_tokens, settings.seed * 100_003 + epoch)
+        while position < len(order) and step < settings.max_steps:
+            batch = collate_examples(train_set, order[position], model).to(device)
+            position += 1
+            step += 1
+            window.append(
+                train_step(
+                    model,
+                    batch,
+                    optimizer,
+                    scheduler,
+                    settings.clip_norm,
+                    settings.label_smoothing,
+                    step=step,
+                    variant=variant,
+                )
+            )
+            if step % settings.log_every == 0 or step == settings.max_steps:
+                elapsed = time.perf_counter() - window_start
+                tokens = sum(m["tokens"] for m in window)
+                metrics = {
+                    "loss": sum(m["loss"] * m["tokens"] for m in window) / tokens,
+                    "nll": sum(m["nll"] * m["tokens"] for m in window) / tokens,
+                    "lr": window[-1]["lr"],
+                    "grad_norm": window[-1]["grad_norm"],
+                    "tokens_per_second": tokens / max(elapsed, 1e-9),
+                }
+                history.train.append({"step": step, **metrics})
+                alphas = _alphas(model)
+                if alphas:
+                    history.alphas.append({"step": step, "alphas": alphas})
+                    for block, values in alphas.items():
+                        for head, value in enumerate(values):
+                            metrics[f"alpha/{block}/head{head}"] = value
+                if on_log is not None:
+                    on_log(step, metrics)
+                done = step - start_step
+                eta = (time.perf_counter() - run_start) / done * (settings.max_steps - step)
+                log.info(
+                    "%s: step %d/%d loss %.3f %.0f tok/s ETA %.0fs",
+                    variant,
+                    step,
+                    settings.max_steps,
+                    metrics["loss"],
+                    metrics["tokens_per_second"],
+                    eta,
+                )
+                window, window_start = [], time.perf_counter()
+            if step % settings.validate_every == 0 and step < settings.max_steps:
+                record_validation()
+            if step % settings.checkpoint_every == 0 and step < settings.max_steps:
+                checkpoint()
+        if position >= len(order):
+            epoch, position = epoch + 1, 0
+    if not history.valid or history.valid[-1]["step"] != step:
+        record_validation()
+    checkpoint(final=True)
+    return history
+
+
+def weight_files(checkpoint_dir: Path, average_last: int = 1) -> list[Path]:
+    """The checkpoint files :func:`load_weights` reads: ``last.pt``, or the last
+    ``average_last`` ``step<N>.pt`` saves."""
+    if average_last <= 1:
+        return [checkpoint_dir / LAST]
+    saved = sorted(checkpoint_dir.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
+    if not saved:
+        raise LearnableSparsityError(f"no step*.pt checkpoints in {checkpoint_dir}")
+    return saved[-average_last:]
+
+
+def load_weights(checkpoint_dir: Path, average_last: int = 1) -> dict[str, Tensor]:
+    """Model weights from ``checkpoint_dir``: the final ones, or the mean of the last saves."""
+    states = [load_file(path)["model"] for path in weight_files(checkpoint_dir, average_last)]
+    return states[0] if len(states) == 1 else average_checkpoints(states)
 
 
 def average_checkpoints(state_dicts: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:

@@ -5,11 +5,13 @@
   per seed, log-scaled calls (dense marginalization sits at K, sampling at 1 or 2).
 * :func:`support_over_training` — mean support size of the sparse posteriors (sparsemax, top-k
   sparsemax, SparseMAP) at the logged training steps.
+* :func:`experiment_figures` — both, for every D of an experiment, from its runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from matplotlib.figure import Figure
 
@@ -53,3 +55,35 @@ def support_over_training(curves: Mapping[str, tuple[Sequence[int], Sequence[flo
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return fig
+
+
+def experiment_figures(
+    runs: Sequence[Mapping[str, Any]], metric: str, label: str, sparse: Collection[str]
+) -> dict[str, Figure]:
+    """The figures of one latent-variable experiment, per value of D (bit-vector VAE) or once.
+
+    ``runs``: one {"method", "seed", "bits" (D or None), "metrics", "curves"} per grid cell,
+    ``metrics`` holding ``metric`` and "decoder_calls", ``curves`` the "support" series.
+    Returns "decoder_calls[_D<bits>]" (:func:`metric_against_decoder_calls` of ``metric``,
+    labelled ``label``) and, where a method of ``sparse`` ran, "support[_D<bits>]"
+    (:func:`support_over_training` of the first seed's runs).
+    """
+    figures: dict[str, Figure] = {}
+    for bits in sorted({run["bits"] for run in runs}, key=lambda b: b or 0):
+        suffix = "" if bits is None else f"_D{bits}"
+        group = [run for run in runs if run["bits"] == bits]
+        points: dict[str, tuple[list[float], list[float]]] = {}
+        for run in group:
+            calls, values = points.setdefault(run["method"], ([], []))
+            calls.append(run["metrics"]["decoder_calls"])
+            values.append(run["metrics"][metric])
+        figures[f"decoder_calls{suffix}"] = metric_against_decoder_calls(points, label)
+        first_seed = group[0]["seed"]
+        support = {
+            run["method"]: run["curves"]["support"]
+            for run in group
+            if run["method"] in sparse and run["seed"] == first_seed
+        }
+        if support:
+            figures[f"support{suffix}"] = support_over_training(support)
+    return figures

@@ -10,20 +10,22 @@ import numpy as np
 import pytest
 import torch
 
+from components.analysis.alpha import (
+    BIMODALITY_THRESHOLD,
+    alpha_trajectories,
+    bimodality_coefficient,
+    softmax_then_sparser,
+)
 from components.analysis.blocks import split_block
 from components.analysis.heads import (
-    BIMODALITY_THRESHOLD,
     HeadAnalysis,
-    alpha_trajectories,
     analyze,
     attention_density,
-    bimodality_coefficient,
     bpe_merge_score,
     interrogation_score,
     js_divergence,
     positional_confidence,
     roles,
-    softmax_then_sparser,
 )
 from components.errors import LearnableSparsityError
 from components.nmt.model import Transformer, TransformerConfig

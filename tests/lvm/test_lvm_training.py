@@ -1,12 +1,23 @@
-"""The shared training loop: non-finite guards, windowed metric logs."""
+"""The shared training loop (non-finite guards, windowed metric logs) and one resumable run
+(train, checkpoint, resume identically, evaluate)."""
 
 from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from components.checkpoints import LAST, PREVIOUS
+from components.data.images import ImageSplits
+from components.data.signal_game import GameSplits
 from components.errors import LearnableSparsityError
-from components.lvm.training import fit
+from components.lvm import bitvector_vae, signal_game, ssvae
+from components.lvm.training import Cell, LvmSettings, Result, fit, train_and_evaluate
 
 
 def _setup() -> tuple[torch.nn.Parameter, torch.optim.Optimizer]:
@@ -58,3 +69,147 @@ def test_metrics_are_averaged_over_each_log_window() -> None:
     assert history.series("support") == ([12, 15], [22.0, 28.0])
     assert logged == list(zip(history.steps, history.records, strict=True))
     assert torch.allclose(weight, torch.full((2,), 1 - 0.7))
+
+
+SETUPS = {
+    "ssvae": ssvae.setup,
+    "signal_game": signal_game.setup,
+    "bitvector_vae": bitvector_vae.setup,
+}
+TIMING = ("train_seconds", "seconds_per_step")
+
+
+class KilledError(Exception):
+    """Stands in for a run killed mid-training."""
+
+
+@pytest.fixture
+def run(
+    lvm_settings: Callable[..., LvmSettings], image_splits: ImageSplits, game_splits: GameSplits
+) -> Callable[..., Result]:
+    """``run(directory, cell, experiment="bitvector_vae", on_log=None, provenance=None,
+    **changed settings)`` -> the :class:`Result` of :func:`train_and_evaluate`."""
+
+    def go(
+        directory: Path,
+        cell: Cell,
+        experiment: str = "bitvector_vae",
+        on_log: Callable[[int, dict[str, float]], None] | None = None,
+        provenance: dict[str, Any] | None = None,
+        **change: Any,
+    ) -> Result:
+        data = game_splits if experiment == "signal_game" else image_splits
+        settings = lvm_settings(experiment, **change)
+        return train_and_evaluate(
+            SETUPS[experiment],
+            settings,
+            data,
+            cell,
+            directory,
+            on_log=on_log,
+            provenance=provenance,
+        )
+
+    return go
+
+
+def _saved(directory: Path, name: str = LAST) -> dict[str, Any]:
+    return torch.load(directory / name, weights_only=False)
+
+
+def _assert_same_run(a: Result, b: Result, dir_a: Path, dir_b: Path) -> None:
+    """Same final weights, curves and metrics (but the timings)."""
+    weights_a, weights_b = _saved(dir_a)["model"], _saved(dir_b)["model"]
+    assert weights_a.keys() == weights_b.keys()
+    for key, value in weights_a.items():
+        torch.testing.assert_close(weights_b[key], value, rtol=0, atol=0, msg=key)
+    assert a.curves == b.curves
+    drop = set(TIMING)
+    assert {k: v for k, v in a.metrics.items() if k not in drop} == {
+        k: v for k, v in b.metrics.items() if k not in drop
+    }
+
+
+@pytest.mark.parametrize("method", ["sfe", "nvil"])  # with a moving average / a baseline net
+def test_an_interrupted_run_resumes_from_its_checkpoint_identically(
+    run: Callable[..., Result], tmp_path: Path, method: str
+) -> None:
+    cell = Cell(method, 0, 8)
+    straight = run(tmp_path / "straight", cell)
+
+    # "KilledError" after the first checkpoint: the same cell, stopped at step 4.
+    run(tmp_path / "resumed", cell, steps=4)
+    assert _saved(tmp_path / "resumed")["step"] == 4
+    resumed = run(tmp_path / "resumed", cell)
+
+    _assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "resumed")
+    assert resumed.curves["loss"][0] == [1, 3, 5, 7]
+
+
+def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(
+    run: Callable[..., Result], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cell, every_step = Cell("gumbel", 1, 4), {"checkpoint_every": 2, "log_every": 1}
+    straight = run(tmp_path / "straight", cell, **every_step)
+
+    def stop_at_step_4(step: int, _: dict[str, float]) -> None:
+        if step == 4:
+            raise KilledError
+
+    broken = tmp_path / "broken"
+    with pytest.raises(KilledError):
+        run(broken, cell, on_log=stop_at_step_4, **every_step)
+    assert (_saved(broken, PREVIOUS)["step"], _saved(broken)["step"]) == (2, 4)
+    (broken / LAST).write_bytes(b"half a checkpoint")
+
+    with caplog.at_level(logging.WARNING):
+        resumed = run(broken, cell, **every_step)
+    assert "cannot be read" in caplog.text
+    _assert_same_run(straight, resumed, tmp_path / "straight", broken)
+    assert not (broken / PREVIOUS).exists()  # a finished run keeps one checkpoint
+
+
+def test_a_checkpoint_of_other_settings_is_refused_naming_the_key(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    cell = Cell("sfe", 0, 8)
+    run(tmp_path, cell, steps=4)
+    with pytest.raises(LearnableSparsityError, match=r"other settings \(batch_size\)"):
+        run(tmp_path, cell, batch_size=4)
+    with pytest.raises(LearnableSparsityError, match=r"other settings \(provenance\)"):
+        run(tmp_path, cell, provenance={"data": "another digest"})
+    # Another method's learning rate is not this run's setting: it resumes.
+    resumed = run(tmp_path, cell, lr={"default": 0.01, "sfe": 0.005, "gumbel": 1.0})
+    assert resumed.curves["loss"][0] == [1, 3, 5, 7]
+
+
+def test_a_checkpoint_past_the_steps_is_refused(run: Callable[..., Result], tmp_path: Path) -> None:
+    run(tmp_path, Cell("sfe", 0, 8))
+    with pytest.raises(LearnableSparsityError, match=r"at step 8, past steps=4"):
+        run(tmp_path, Cell("sfe", 0, 8), steps=4)
+
+
+@pytest.mark.parametrize(
+    ("experiment", "cell", "headline"),
+    [
+        ("ssvae", Cell("sparsemax", 0), ("accuracy", "test_nelbo")),
+        ("signal_game", Cell("sparsemax", 0), ("communication_success",)),
+        ("bitvector_vae", Cell("topk_sparsemax", 0, 4), ("nll_bits_per_dim", "latent_dim")),
+    ],
+)
+def test_each_experiment_trains_evaluates_and_reports(
+    run: Callable[..., Result],
+    tmp_path: Path,
+    experiment: str,
+    cell: Cell,
+    headline: tuple[str, ...],
+) -> None:
+    logged: list[int] = []
+    result = run(tmp_path, cell, experiment, on_log=lambda step, _: logged.append(step))
+    assert list(result.metrics) == [*headline, "decoder_calls", *TIMING, "support"]
+    assert logged == result.curves["loss"][0] == [1, 3, 5, 7]
+    assert result.curves["support"][1] == result.curves["decoder_calls"][1]
+    assert result.metrics["support"] == statistics.fmean(result.curves["support"][1])
+    # Run again: the finished checkpoint is evaluated as it is, training time included.
+    again = run(tmp_path, cell, experiment, on_log=lambda step, _: logged.append(step))
+    assert again == result and len(logged) == 4

@@ -22,7 +22,7 @@ TOL = 1e-5
     ("overrides", "named"),
     [
         ({"normalizer": "relu"}, "normalizer"),
-        ({"d_model": 30, "n_heads": 4}, "d_model=30"),
+        ({"d_model": 30, "n_heads": 4}, "d_model must be divisible by n_heads=4"),
         ({"n_heads": 0}, "n_heads"),
         ({"src_vocab": 0}, "src_vocab"),
         ({"dropout": 1.0}, "dropout"),

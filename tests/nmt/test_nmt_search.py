@@ -55,7 +55,9 @@ def test_beam_size_one_equals_full_decoding_greedy_loop(
 ) -> None:
     model = make_model(normalizer, seed=0)
     src = make_tokens([5, 2, 7, 4], seed=20)
-    result = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1.0, max_len_b=2)
+    result = beam_search(
+        model, src, beam_size=1, length_penalty_exponent=0.0, max_len_a=1.0, max_len_b=2
+    )
     expected = [
         _oracle_greedy(model, _unpadded(src, b), max_len=int((src[b] != PAD).sum()) + 2)
         for b in range(4)
@@ -77,7 +79,7 @@ def test_larger_beam_scores_at_least_greedy_and_scores_are_model_scores(
     model = make_model(normalizer, seed=seed)
     src = make_tokens([6, 3, 5], seed=30 + seed)
     greedy = greedy_decode(model, src)
-    beam = beam_search(model, src, beam_size=4, alpha=0.0)
+    beam = beam_search(model, src, beam_size=4, length_penalty_exponent=0.0)
     for b in range(3):
         sentence = _unpadded(src, b)
         beam_score, greedy_score = _log_probs(model, sentence, [beam.tokens[b], greedy.tokens[b]])
@@ -94,7 +96,9 @@ def test_beam_wide_enough_for_every_prefix_is_exact(make_model, make_tokens, alp
     with torch.no_grad():
         model.output_proj.weight *= 3
     src = make_tokens([4, 2], seed=60)
-    result = beam_search(model, src, beam_size=400, alpha=alpha, max_len_a=0.0, max_len_b=2)
+    result = beam_search(
+        model, src, beam_size=400, length_penalty_exponent=alpha, max_len_a=0.0, max_len_b=2
+    )
     ordinary = [v for v in range(20) if v not in (PAD, BOS, EOS)]
     hyps = [[], *([a] for a in ordinary), *([a, b] for a in ordinary for b in ordinary)]
     for b in range(2):
@@ -110,7 +114,7 @@ def test_beam_wide_enough_for_every_prefix_is_exact(make_model, make_tokens, alp
 def test_scores_are_length_normalized(make_model, make_tokens) -> None:
     model = make_model("entmax15", seed=5)
     src = make_tokens([6, 4], seed=40)
-    result = beam_search(model, src, beam_size=3, alpha=0.6)
+    result = beam_search(model, src, beam_size=3, length_penalty_exponent=0.6)
     for b, hyp in enumerate(result.tokens):
         (log_prob,) = _log_probs(model, _unpadded(src, b), [hyp])
         expected = log_prob / length_penalty(len(hyp) + 1, 0.6)

@@ -1,4 +1,4 @@
-"""Tests for ``components.nmt.speed``: token counting, model state, the Table 4 layout."""
+"""Tests for ``components.nmt.speed``: token counting, model state, rounds and ratios."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ import torch
 
 from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
-from components.nmt.search import beam_search
+from components.nmt.batching import collate
+from components.nmt.search import DecodeSettings, beam_search
 from components.nmt.speed import (
+    SpeedSettings,
     Throughput,
     compare_variants,
     inference_throughput,
-    speed_table,
+    measure_speed,
+    summarize_rounds,
     training_throughput,
 )
-from components.nmt.training import collate
+from components.settings import SettingsError
 
 PAD, BOS, EOS = 0, 2, 3
 SPECIALS = {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS}
@@ -25,6 +28,7 @@ SPECIALS = {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS}
 BATCH_A = collate([[5, 6, 7], [8, 9]], [[10, 11, 12], [13]], **SPECIALS)
 BATCH_B = collate([[4, 5, 6, 7]], [[14, 15]], **SPECIALS)
 SOURCES = [[4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]]
+DECODE = DecodeSettings(beam_size=2, max_len_a=1.0, max_len_b=2, length_penalty=0.6)
 
 
 def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -57,10 +61,10 @@ def test_training_throughput_keeps_train_mode(make_model) -> None:
 @pytest.mark.parametrize("normalizer", list(NORMALIZERS))
 def test_inference_throughput_counts_generated_tokens(make_model, normalizer: str) -> None:
     model = make_model(normalizer).train()
-    settings = {"beam_size": 2, "max_len_a": 1.0, "max_len_b": 2}
-    result = inference_throughput(model, SOURCES, batch_size=2, **settings)
+    result = inference_throughput(model, SOURCES, DECODE, batch_size=2)
     assert model.training  # restored after decoding in eval mode
     model.eval()
+    settings = {"beam_size": 2, "max_len_a": 1.0, "max_len_b": 2, "length_penalty_exponent": 0.6}
     lengths = [
         len(hyp)
         for i in (0, 2)
@@ -87,49 +91,71 @@ def test_throughput_to_dict_has_fields_and_rates() -> None:
     }
 
 
-def test_compare_variants_renders_table_4(make_model) -> None:
+def test_compare_variants_times_every_variant_on_identical_inputs(make_model) -> None:
     models = {name: make_model(name) for name in NORMALIZERS}
     alphas = models["entmax_alpha"].alphas()
-    rows = compare_variants(
-        models, [BATCH_A], SOURCES[:2], train_steps=1, warmup_steps=0, beam_size=2, max_len_b=2
-    )
+    rows = compare_variants(models, [BATCH_A], SOURCES[:2], DECODE, train_steps=1, warmup_steps=0)
     assert set(rows) == set(NORMALIZERS)
     assert all(rows[name]["train"].tokens == 6 for name in rows)  # identical inputs
     after = models["entmax_alpha"].alphas()
     assert all(torch.equal(alphas[key], after[key]) for key in alphas)  # learned α untouched
-    lines = speed_table(rows, topk_k=2).splitlines()
-    labels = [line.split(" | ")[0].removeprefix("| ") for line in lines[2:]]
-    assert labels == ["Transformer (softmax)", "Sparsemax", "1.5-entmax", "α-entmax", "top-k (k=2)"]
-    softmax = lines[2].split(" | ")
-    assert softmax[2] == "1.00" and softmax[4].startswith("1.00")
 
 
-def test_speed_table_ratios_against_softmax() -> None:
-    def speed(tokens: int) -> Throughput:
-        return Throughput(tokens=tokens, source_tokens=0, sentences=1, steps=1, seconds=1.0)
+def _speed(tokens: int) -> Throughput:
+    return Throughput(tokens=tokens, source_tokens=0, sentences=1, steps=1, seconds=1.0)
 
-    rows = {
-        "topk": {"train": speed(4800), "inference": speed(660)},
-        "softmax": {"train": speed(4900), "inference": speed(700)},
-        "sparsemax": {"train": speed(3920), "inference": speed(0)},
-    }
-    assert speed_table(rows) == (
-        "| Model | Train tokens/s | Train ratio | Inference tokens/s | Inference ratio |\n"
-        "|---|---:|---:|---:|---:|\n"
-        "| Transformer (softmax) | 4,900 | 1.00 | 700 | 1.00 |\n"
-        "| Sparsemax | 3,920 | 0.80 | 0 | 0.00 |\n"
-        "| top-k | 4,800 | 0.98 | 660 | 0.94 |\n"
+
+def test_ratios_pair_each_round_with_the_softmax_of_the_same_round() -> None:
+    # Round 2 ran on a slower machine state: every variant lost half its speed.
+    rounds = [
+        {
+            "softmax": {"train": _speed(1000), "inference": _speed(100)},
+            "topk": {"train": _speed(900), "inference": _speed(80)},
+        },
+        {
+            "softmax": {"train": _speed(500), "inference": _speed(50)},
+            "topk": {"train": _speed(450), "inference": _speed(40)},
+        },
+        {
+            "softmax": {"train": _speed(1000), "inference": _speed(100)},
+            "topk": {"train": _speed(950), "inference": _speed(90)},
+        },
+    ]
+    rows = {row["variant"]: row for row in summarize_rounds(rounds)}
+    topk = rows["topk"]
+    assert topk["ratio_to_softmax_each_round"]["train"] == [0.9, 0.9, 0.95]
+    assert topk["train_ratio_to_softmax"] == 0.9  # the median of the per-round ratios
+    assert topk["inference_ratio_to_softmax"] == 0.8
+    assert topk["tokens_per_second_each_round"]["train"] == [900.0, 450.0, 950.0]
+    assert topk["train"]["tokens"] == 900  # the median round's measurement
+    assert rows["softmax"]["train_ratio_to_softmax"] == 1.0
+
+
+def test_measure_speed_builds_equal_models_and_runs_every_round(make_config) -> None:
+    config = make_config("softmax")
+    examples = [([4 + i % 10, 5, 6], [7, 8 + i % 5]) for i in range(12)]
+    settings = SpeedSettings(
+        corpus="tiny",
+        variants=("softmax", "topk"),
+        rounds=2,
+        train_steps=1,
+        warmup_steps=0,
+        max_tokens=20,
+        infer_sentences=3,
+        batch_sentences=2,
     )
+    seen: list[int] = []
+    rounds = measure_speed(config, examples, examples, settings, DECODE, on_round=seen.append)
+    assert seen == [0, 1] and len(rounds) == 2
+    assert all(set(r) == {"softmax", "topk"} for r in rounds)
+    assert all(r["topk"]["inference"].sentences == 3 for r in rounds)
 
 
-def test_speed_table_rejects_incomplete_rows() -> None:
-    row = {"train": Throughput(1, 0, 1, 1, 1.0), "inference": Throughput(1, 0, 1, 1, 1.0)}
-    with pytest.raises(LearnableSparsityError, match="softmax row"):
-        speed_table({"topk": row})
-    with pytest.raises(LearnableSparsityError, match="unknown variant 'relu'"):
-        speed_table({"softmax": row, "relu": row})
-    with pytest.raises(LearnableSparsityError, match="'topk' lacks inference"):
-        speed_table({"softmax": row, "topk": {"train": row["train"]}})
+def test_speed_settings_need_the_softmax_baseline() -> None:
+    with pytest.raises(SettingsError, match="variants must include softmax"):
+        SpeedSettings(corpus="c", variants=("topk",))
+    with pytest.raises(SettingsError, match="variants lists \\['topk'\\] more than once"):
+        SpeedSettings(corpus="c", variants=("softmax", "topk", "topk"))
 
 
 def test_compare_variants_rejects_unequal_models(make_model) -> None:
@@ -138,6 +164,7 @@ def test_compare_variants_rejects_unequal_models(make_model) -> None:
             {"softmax": make_model(), "topk": make_model("topk", d_ff=32)},
             [BATCH_A],
             SOURCES,
+            DECODE,
             train_steps=1,
             warmup_steps=0,
         )
@@ -146,6 +173,7 @@ def test_compare_variants_rejects_unequal_models(make_model) -> None:
             {"softmax": make_model(), "topk": make_model("sparsemax")},
             [BATCH_A],
             SOURCES,
+            DECODE,
             train_steps=1,
             warmup_steps=0,
         )
@@ -158,6 +186,6 @@ def test_invalid_arguments_name_the_value(make_model) -> None:
     with pytest.raises(LearnableSparsityError, match="at least one batch"):
         training_throughput(model, [], steps=1, warmup_steps=0)
     with pytest.raises(LearnableSparsityError, match="source sentence 1 is empty"):
-        inference_throughput(model, [[4, 5], []])
+        inference_throughput(model, [[4, 5], []], DECODE)
     with pytest.raises(LearnableSparsityError, match="batch_size must be an integer >= 1"):
-        inference_throughput(model, SOURCES, batch_size=0)
+        inference_throughput(model, SOURCES, DECODE, batch_size=0)

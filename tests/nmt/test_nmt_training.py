@@ -1,4 +1,5 @@
-"""Tests for ``components.nmt.training``: loss, schedule, batching, train step, averaging."""
+"""Tests for ``components.nmt.training`` (loss, schedule, train step, averaging) and
+``components.nmt.batching`` (collate, token batches)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,13 @@ import torch.nn.functional as F
 
 from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
+from components.nmt.batching import Batch, collate, token_batches
 from components.nmt.training import (
-    Batch,
     average_checkpoints,
     build_optimizer,
-    collate,
     inverse_sqrt_schedule,
     label_smoothed_nll,
     noam_peak_lr,
-    token_batches,
     train_step,
 )
 

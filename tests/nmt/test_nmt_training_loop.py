@@ -10,7 +10,7 @@ import torch
 
 from components.errors import LearnableSparsityError
 from components.nmt.model import Transformer, TransformerConfig
-from components.nmt.trainer import TrainingSettings, load_weights, train, validation_nll
+from components.nmt.training import TrainingSettings, load_weights, train, validation_nll
 
 
 def copy_task(n: int, seed: int) -> list[tuple[list[int], list[int]]]:

@@ -1,0 +1,95 @@
+"""Corpus settings (params ``corpora.<name>``) and a prepared corpus on disk.
+
+A corpus entry names its ``source``:
+
+* ``generated`` — the project's synthetic parallel corpus (:mod:`components.data.generated`):
+  ``sizes`` per split and a ``seed``; offline.
+* ``local`` — the user's files: ``files: {train: [src, tgt], valid: [...], test: [...]}``,
+  validated by :mod:`components.data.local`.
+* ``download`` — a published corpus of the registry (:mod:`components.data.registry`) by
+  ``name``, fetched into ``cache`` with resume and checksums.
+
+The prepared corpus is written by ``components.data.local.write_corpus``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from components.data.generated import generate_splits
+from components.data.local import SPLITS, Pairs, load_local_corpus
+from components.data.registry import CORPORA, fetch_corpus
+from components.settings import Settings, SettingsError, build, setting
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratedCorpus(Settings):
+    """The generated smoke corpus: ``sizes`` pairs per split from ``seed``."""
+
+    source: Literal["generated"]
+    sizes: dict[str, int] = setting(at_least=1)
+    seed: int = setting(0, at_least=0)
+
+    def validate(self) -> None:
+        _check_splits("sizes", self.sizes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalCorpus(Settings):
+    """The user's files: (source path, target path) per split."""
+
+    source: Literal["local"]
+    files: dict[str, tuple[str, ...]]
+
+    def validate(self) -> None:
+        _check_splits("files", self.files)
+        for split, paths in self.files.items():
+            if len(paths) != 2:
+                raise SettingsError(f"files.{split}", f"must be [source, target], got {paths}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DownloadedCorpus(Settings):
+    """A published corpus of the registry, cached in ``cache``."""
+
+    source: Literal["download"]
+    name: str
+    cache: str = "data/cache"
+
+    def validate(self) -> None:
+        if self.name not in CORPORA:
+            raise SettingsError("name", f"is {self.name!r}; the registry has {sorted(CORPORA)}")
+
+
+CorpusSettings = GeneratedCorpus | LocalCorpus | DownloadedCorpus
+SOURCES: dict[str, type[CorpusSettings]] = {
+    "generated": GeneratedCorpus,
+    "local": LocalCorpus,
+    "download": DownloadedCorpus,
+}
+
+
+def _check_splits(key: str, per_split: Mapping[str, Any]) -> None:
+    if sorted(per_split) != sorted(SPLITS):
+        raise SettingsError(key, f"must name the splits {list(SPLITS)}, got {sorted(per_split)}")
+
+
+def corpus_settings(data: Any, where: str) -> CorpusSettings:
+    """The settings of one corpus entry, of the class its ``source`` names."""
+    source = data.get("source") if isinstance(data, Mapping) else None
+    if source not in SOURCES:
+        raise SettingsError(f"{where}.source", f"must be one of {list(SOURCES)}, got {source!r}")
+    return build(SOURCES[source], data, where)
+
+
+def load_corpus(settings: CorpusSettings) -> dict[str, Pairs]:
+    """The (source, target) pairs of every split of the corpus ``settings`` describe."""
+    if isinstance(settings, GeneratedCorpus):
+        # The order of the splits decides which slice of the one generated corpus each gets.
+        return generate_splits({split: settings.sizes[split] for split in SPLITS}, settings.seed)
+    if isinstance(settings, LocalCorpus):
+        return load_local_corpus({split: tuple(paths) for split, paths in settings.files.items()})
+    return fetch_corpus(settings.name, Path(settings.cache))
