@@ -7,26 +7,22 @@ pieces (32000 in the paper profile). Word boundaries stay recoverable from the "
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-from components.data.bpe import train_joint_bpe
-from pipelines.corpora import OUT as CORPORA
-from pipelines.io import read_corpus
-from pipelines.params import load_params
+from components.data.bpe import BpeSettings, train_joint_bpe
+from components.data.local import read_corpus
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import Stage, run_stage
 
-OUT = Path("data/bpe")
 log = logging.getLogger(__name__)
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    params = load_params()
-    vocab_size = params.get("bpe.vocab_size", int)
-    for name in params.get("corpora", dict):
-        train = read_corpus(CORPORA / name)["train"]
-        path = train_joint_bpe(train, OUT / name / "bpe", vocab_size)
+def main(stage: Stage) -> None:
+    settings = stage.settings("bpe", BpeSettings)
+    for name in stage.params.get("corpora", dict):
+        train = read_corpus(layout.corpus_dir(name), ("train",))["train"]
+        path = train_joint_bpe(train, layout.bpe_model(name).with_suffix(""), settings.vocab_size)
         log.info("BPE for %s: %s", name, path)
 
 
 if __name__ == "__main__":
-    main()
+    run_stage("bpe", main)

@@ -15,7 +15,7 @@ import yaml
 
 from components.data.atomic import atomic_write_text
 from components.errors import LearnableSparsityError
-from pipelines.params import PARAMS_FILE, deep_merge, load_params
+from pipelines.scaffold.params import PARAMS_FILE, deep_merge, load_params
 
 PROFILES = Path("profiles")
 HEADER = (

@@ -1,9 +1,9 @@
 """DVC stage ``tables``: every reproduced number beside the publication's, and the report index.
 
 Reads the metrics the other stages wrote (BLEU, speed, head analysis, latent-variable results),
-builds the comparison tables of ``components.reporting.tables`` (labelled with the profile and the
-data; results of the smoke and ci profiles are marked as not comparable to the publications) and
-writes ``reports/tables/<name>.{md,csv,tex}``, ``reports/tables.md`` (all tables) and
+builds the comparison tables of ``components.reporting`` (labelled with the profile and the data;
+results of the smoke and ci profiles are marked as not comparable to the publications) and writes
+``reports/tables/<name>.{md,csv,tex}``, ``reports/tables.md`` (all tables) and
 ``reports/index.md`` (every table and figure, relative links only: no CDN needed).
 """
 
@@ -11,127 +11,108 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from pathlib import Path
 
-from components.data.atomic import atomic_write_text
-from components.errors import LearnableSparsityError
-from components.reporting.tables import (
-    ComparisonTable,
+from components.reporting.lvm_tables import LVM_SPECS, lvm_table
+from components.reporting.nmt_tables import (
     ast_bleu_table,
     head_summary_table,
-    lvm_table,
-    render_report,
     speed_comparison_table,
-    table_files,
-    to_markdown,
 )
-from pipelines.io import read_json
-from pipelines.params import Params, load_params
+from components.reporting.render import render_report, table_files, to_markdown
+from components.reporting.table import ComparisonTable
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import Stage, read_json, run_stage
 
-REPORTS = Path("reports")
-BLEU = Path("results/evaluate_nmt/bleu.json")
-SPEED = Path("results/speed/speed.json")
-HEADS = Path("results/analyze_heads")
-LVM = Path("results/train_lvm")
-LVM_EXPERIMENTS = ("ssvae", "signal_game", "bitvector_vae")
 log = logging.getLogger(__name__)
 
 
-def _read(path: Path) -> dict:
-    if not path.exists():
-        raise LearnableSparsityError(f"{path} is missing: run the stage that writes it first")
-    return read_json(path)
+def _split_key(key: str) -> tuple[str, str, int]:
+    """(corpus, variant, seed) of an NMT cell key "corpus/variant/seedN"."""
+    corpus, variant, seed = key.split("/")
+    return corpus, variant, int(seed.removeprefix("seed"))
 
 
-def _cells(bleu: dict) -> dict[str, dict[str, dict[int, dict]]]:
-    """{corpus: {variant: {seed: scores}}} from the cell keys "corpus/variant/seedN"."""
-    out: dict[str, dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
-    for key, scores in bleu["cells"].items():
-        corpus, variant, seed = key.split("/")
-        out[corpus][variant][int(seed.removeprefix("seed"))] = scores
-    return out
+def bleu_tables(profile: str) -> list[ComparisonTable]:
+    """The AST BLEU table per corpus (tokenized BLEU of every seed)."""
+    bleu = read_json(layout.results("evaluate_nmt") / "bleu.json")
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for key, cell in bleu["cells"].items():
+        corpus, variant, _ = _split_key(key)
+        scores[corpus][variant].append(cell["tokenized_bleu"])
+    signature = bleu["signatures"]["tokenized_bleu"]
+    return [ast_bleu_table(v, profile, corpus, signature) for corpus, v in scores.items()]
 
 
-def nmt_tables(profile: str) -> list[ComparisonTable]:
-    """The AST BLEU table per corpus, the speed table, and the head-analysis summaries."""
-    bleu = _read(BLEU)
-    tables = []
-    for corpus, variants in _cells(bleu).items():
-        scores = {v: [s["tokenized_bleu"] for s in seeds.values()] for v, seeds in variants.items()}
-        signature = bleu["signatures"]["tokenized_bleu"]
-        tables.append(ast_bleu_table(scores, profile, corpus, signature))
-
-    speed = _read(SPEED)
+def speed_table(profile: str) -> ComparisonTable:
+    """The speed table in EST Table 4 layout: every round's tokens/s and ratio to softmax."""
+    speed = read_json(layout.results("speed") / "speed.json")
     rounds = [
         {
             "variant": row["variant"],
-            "train_tokens_per_second": train,
-            "inference_tokens_per_second": inference,
+            **{
+                f"{phase}_{name}": row[each][phase][index]
+                for phase in ("train", "inference")
+                for name, each in (
+                    ("tokens_per_second", "tokens_per_second_each_round"),
+                    ("ratio_to_softmax", "ratio_to_softmax_each_round"),
+                )
+            },
         }
         for row in speed["rows"]
-        for train, inference in zip(
-            row["tokens_per_second_each_round"]["train"],
-            row["tokens_per_second_each_round"]["inference"],
-            strict=True,
-        )
+        for index in range(speed["rounds"])
     ]
     device = f"{speed['device']}, {speed['threads']} threads"
-    tables.append(speed_comparison_table(rounds, profile, device, speed["corpus"]))
+    return speed_comparison_table(rounds, profile, device, speed["corpus"])
 
-    heads = _read(HEADS / "heads.json")
-    for corpus in sorted({key.split("/")[0] for key in heads}):
+
+def head_tables(profile: str) -> list[ComparisonTable]:
+    """Head diversity (JS) per block and head-role counts, per corpus."""
+    heads = read_json(layout.results("analyze_heads") / "heads.json")
+    tables = []
+    for corpus in sorted({_split_key(key)[0] for key in heads}):
         js: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         roles = []
         for key, summary in heads.items():
-            cell_corpus, variant, _ = key.split("/")
+            cell_corpus, variant, _ = _split_key(key)
             if cell_corpus != corpus:
                 continue
             for block, value in summary["js"].items():
                 if value is not None:
                     js[variant][block].append(value)
-            analysis = _read(HEADS / "cells" / key / "analysis.json")
+            analysis = read_json(layout.cells("analyze_heads") / key / "analysis.json")
             roles += [{**role, "variant": variant} for role in analysis["roles"]]
         tables += head_summary_table(js, roles, profile, corpus)
     return tables
 
 
-def lvm_tables(profile: str, params: Params) -> list[ComparisonTable]:
-    """One table per latent-variable experiment whose results exist."""
+def lvm_tables(profile: str) -> list[ComparisonTable]:
+    """One table per latent-variable experiment (thesis Tables 5.1–5.3)."""
     tables = []
-    for experiment in LVM_EXPERIMENTS:
-        path = LVM / f"{experiment}.json"
-        if experiment not in params.get("lvm", dict):
-            continue
-        results = _read(path)
+    for experiment in LVM_SPECS:
+        results = read_json(layout.results("train_lvm") / f"{experiment}.json")
         tables.append(lvm_table(experiment, results["methods"], profile, results["data"]))
     return tables
 
 
-def _figures() -> list[tuple[str, str]]:
-    """Every PNG under reports/figures as (title, path relative to reports/)."""
-    return [
-        (str(path.relative_to(REPORTS / "figures").with_suffix("")), str(path.relative_to(REPORTS)))
-        for path in sorted((REPORTS / "figures").rglob("*.png"))
-    ]
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    params = load_params()
-    profile = params.get("profile", str)
-    tables = nmt_tables(profile) + lvm_tables(profile, params)
+def main(stage: Stage) -> None:
+    profile = stage.profile
+    tables = [*bleu_tables(profile), speed_table(profile), *head_tables(profile)]
+    tables += lvm_tables(profile)
     for table in tables:
         for relative, text in table_files(table).items():
-            atomic_write_text(REPORTS / relative, text)
-    atomic_write_text(
-        REPORTS / "tables.md",
-        f"# Reproduced vs published ({profile} profile)\n\n"
-        + "\n".join(to_markdown(table) for table in tables),
-    )
-    figures = _figures()
-    atomic_write_text(REPORTS / "index.md", render_report(tables, figures))
+            stage.write_text(layout.REPORTS / relative, text)
+    header = f"# Reproduced vs published ({profile} profile)\n\n"
+    stage.write_text(layout.TABLES_INDEX, header + "\n".join(to_markdown(t) for t in tables))
+    figures = [
+        (
+            str(path.relative_to(layout.FIGURES).with_suffix("")),
+            str(path.relative_to(layout.REPORTS)),
+        )
+        for path in sorted(layout.FIGURES.rglob("*.png"))
+    ]
+    stage.write_text(layout.REPORT_INDEX, render_report(tables, figures))
     log.info("%d tables, %d figures", len(tables), len(figures))
 
 
 if __name__ == "__main__":
-    main()
+    run_stage("tables", main)

@@ -31,6 +31,17 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
     return completed.stdout + completed.stderr
 
 
+def environment(repo: Path, uri: str) -> dict[str, str]:
+    """The stages' environment: this Python's tools, the copy's code, a local Ray, MLflow."""
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": uri,
+        "PYTHONPATH": str(repo),
+        "RAY_ADDRESS": "",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
 @pytest.fixture(scope="module")
 def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """Run `dvc repro` on the ci profile once; (repository copy, MLflow URI, second repro log)."""
@@ -48,13 +59,7 @@ def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, repo / name)
     uri = f"sqlite:///{work / 'mlflow.db'}"
-    env = {
-        **os.environ,
-        "MLFLOW_TRACKING_URI": uri,
-        "PYTHONPATH": str(repo),
-        "RAY_ADDRESS": "",
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
+    env = environment(repo, uri)
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid"]
     run(["git", "init", "-q"], repo, env)
     run([*git, "add", "-A"], repo, env)
@@ -167,3 +172,18 @@ def test_mlflow_has_a_parent_run_per_stage_and_a_child_per_cell(
 def test_second_repro_is_a_no_op(repro: tuple[Path, str, str]) -> None:
     _, _, second = repro
     assert "Data and pipelines are up to date" in second
+
+
+def test_changing_an_imported_file_makes_its_stages_stale(repro: tuple[Path, str, str]) -> None:
+    repo, uri, _ = repro
+    env = environment(repo, uri)
+    batching = repo / "components/nmt/batching.py"
+    original = batching.read_text()
+    try:
+        batching.write_text(original + "\n# an edit\n")
+        status = run(["dvc", "status"], repo, env)
+    finally:
+        batching.write_text(original)
+    stale = {line.rstrip(":") for line in status.splitlines() if line and not line[0].isspace()}
+    assert stale == {"train_nmt", "evaluate_nmt", "analyze_heads", "speed"}
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], repo, env)

@@ -1,28 +1,35 @@
-"""Reading ``params.yaml``: dotted keys, typed look-ups and errors that name the key at fault."""
+"""Reading ``params.yaml``: dotted keys, sections as settings dataclasses, errors naming the key.
+
+Every section a stage reads becomes the frozen settings dataclass of the component that uses it
+(``components.settings``), built and validated once in the driver before any work starts:
+``params.settings("nmt", NmtSettings)``. Errors name the file and the full key, e.g.
+``params.yaml: nmt.train.peak_lr must be > 0, got -0.001``.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 from components.errors import LearnableSparsityError
+from components.settings import Settings, SettingsError, build
 
 PARAMS_FILE = Path("params.yaml")
+S = TypeVar("S", bound=Settings)
 T = TypeVar("T")
 
 
 class Params:
     """A params mapping that remembers where it came from, for error messages."""
 
-    def __init__(self, data: Mapping[str, Any], source: str, prefix: str = "") -> None:
-        self.data, self.source, self.prefix = data, source, prefix
+    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+        self.data, self.source = data, source
 
     def _where(self, key: str) -> str:
-        return f"{self.source}: {self.prefix}{key}"
+        return f"{self.source}: {key}"
 
     def get(self, key: str, kind: type | tuple[type, ...] = object) -> Any:
         """The value at dotted ``key`` (e.g. ``nmt.train.max_steps``), checked to be a ``kind``."""
@@ -40,30 +47,24 @@ class Params:
             raise LearnableSparsityError(f"{self._where(key)} must be {names}, got {node!r}")
         return node
 
-    def section(self, key: str) -> Params:
-        """The mapping at ``key`` as a ``Params`` whose errors name the full key."""
-        return Params(self.get(key, Mapping), self.source, f"{self.prefix}{key}.")
-
-    def build(self, key: str, cls: type[T], **extra: Any) -> T:
-        """Construct dataclass ``cls`` from the mapping at ``key`` (plus ``extra`` fields).
-
-        Unknown keys, missing fields and the dataclass's own validation errors are reported
-        with the full key.
-        """
-        values = dict(self.get(key, Mapping))
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            known = sorted(fields - set(extra))
-            raise LearnableSparsityError(
-                f"{self._where(key)} has unknown keys {unknown}; known: {known}"
-            )
+    def settings(self, key: str, cls: type[S], **derived: Any) -> S:
+        """The section at dotted ``key`` as the settings dataclass ``cls`` (plus ``derived``
+        fields), validated; errors name the file and the full key."""
         try:
-            return cls(**values, **extra)
-        except TypeError as error:
-            raise LearnableSparsityError(f"{self._where(key)}: {error}") from None
-        except LearnableSparsityError as error:
-            raise LearnableSparsityError(f"{self._where(key)}: {error}") from None
+            return build(cls, self.get(key, Mapping), key, **derived)
+        except SettingsError as error:
+            raise LearnableSparsityError(f"{self.source}: {error}") from None
+
+    def entries(self, key: str, build_entry: Callable[[Any, str], T]) -> dict[str, T]:
+        """Every entry of the mapping at ``key`` (named datasets, corpora) built by
+        ``build_entry(value, full key)``, which raises ``SettingsError``; errors name the file."""
+        try:
+            return {
+                name: build_entry(value, f"{key}.{name}")
+                for name, value in self.get(key, Mapping).items()
+            }
+        except SettingsError as error:
+            raise LearnableSparsityError(f"{self.source}: {error}") from None
 
 
 def load_params(path: Path = PARAMS_FILE) -> Params:

@@ -1,9 +1,9 @@
 """Run a grid of independent cells as Ray tasks: locally by default, on a cluster on request.
 
-A *task* is a function ``task(cell: dict) -> dict``; every cell and every result is a plain
-picklable dict. The task must be a **top-level function of an importable module** (e.g.
-``pipelines.train_nmt.train_cell``): Ray pickles it by reference and each worker imports its
-module, so lambdas, closures and bound methods are not supported.
+A *task* is a function ``task(cell) -> dict``; cells are picklable objects and results plain
+picklable dicts. The task must be a **top-level function of an importable module** (e.g.
+``pipelines.scaffold.stage.execute_cell``): Ray pickles it by reference and each worker imports
+its module, so lambdas, closures and bound methods are not supported.
 
 Where the workers find the project's code: a local Ray (started by :func:`connect`) starts its
 workers in the driver's working directory with that directory first on their ``sys.path``, so
@@ -16,20 +16,20 @@ travels with the job.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import ray
 import torch
 from tqdm import tqdm
 
 from components.errors import LearnableSparsityError
-from pipelines.params import Params
+from components.settings import Settings, setting
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +38,35 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TRACEBACK_LINES = 8
 _CELL_REPR_CHARS = 1000
 _CONNECT_TIMEOUT_S = 5.0
+LOG_FORMAT = "%(asctime)s %(name)s %(message)s"
 
 
-@dataclass(frozen=True)
-class Resources:
-    """What one task of a grid asks Ray for (params ``ray.task_cpus`` / ``ray.task_gpus``).
+@dataclass(frozen=True, kw_only=True)
+class Resources(Settings):
+    """What one task of a grid asks Ray for; ``num_cpus`` is also its number of torch threads
+    (at least 1)."""
 
-    ``num_cpus`` is also the task's number of torch threads (at least 1).
+    num_cpus: float = setting(1.0, at_least=0)
+    num_gpus: float = setting(0.0, at_least=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaySettings(Settings):
+    """Params ``ray``: where grid cells run and what each asks for.
+
+    ``address``: None for a local Ray of ``num_cpus`` CPUs (or ``$RAY_ADDRESS`` if set), else a
+    cluster ("auto", "ray://host:10001"); ``task_cpus`` / ``task_gpus`` per grid cell (GPU
+    counts stay 0 where the cluster has no GPU: such a task would wait forever).
     """
 
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
+    address: str | None = None
+    num_cpus: int = setting(2, at_least=1)
+    task_cpus: float = setting(1.0, above=0)
+    task_gpus: float = setting(0.0, at_least=0)
 
-    def __post_init__(self) -> None:
-        for name in ("num_cpus", "num_gpus"):
-            value = getattr(self, name)
-            valid = isinstance(value, int | float) and not isinstance(value, bool)
-            if not valid or not math.isfinite(value) or value < 0:
-                raise LearnableSparsityError(
-                    f"Resources {name} (params ray.task_{name[4:]}) must be a number >= 0, "
-                    f"got {value!r}"
-                )
+    @property
+    def resources(self) -> Resources:
+        return Resources(num_cpus=self.task_cpus, num_gpus=self.task_gpus)
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -108,29 +116,9 @@ def _connect_cluster(address: str, source: str) -> None:
     log.info("connected to the Ray cluster at %s: %s", address, ray.cluster_resources())
 
 
-def task_resources(params: Params) -> Resources:
-    """CPUs and GPUs per grid task, from params ``ray.task_cpus`` / ``ray.task_gpus``."""
-    number = (int, float)
-    return Resources(params.get("ray.task_cpus", number), params.get("ray.task_gpus", number))
-
-
-def run_params_grid(
-    task: Callable[[dict], dict], cells: Sequence[dict], params: Params, description: str
-) -> list[dict]:
-    """:func:`run_grid` on the Ray of params ``ray`` (address, local CPUs, resources per task)."""
-    return run_grid(
-        task,
-        cells,
-        resources=task_resources(params),
-        description=description,
-        address=params.get("ray.address", (str, type(None))),
-        num_cpus=params.get("ray.num_cpus", int),
-    )
-
-
 def run_grid(
-    task: Callable[[dict], dict],
-    cells: Sequence[dict],
+    task: Callable[[Any], dict],
+    cells: Sequence[Any],
     *,
     resources: Resources,
     description: str,
@@ -148,9 +136,6 @@ def run_grid(
     """
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise LearnableSparsityError(f"max_retries must be an int >= 0, got {max_retries!r}")
-    for index, cell in enumerate(cells):
-        if not isinstance(cell, dict):
-            raise LearnableSparsityError(f"{description}: cell {index} is not a dict: {cell!r}")
     if not cells:
         return []
     connect(address, num_cpus)
@@ -195,8 +180,10 @@ def run_grid(
     return results
 
 
-def _run_cell(task: Callable[[dict], dict], cell: dict, num_cpus: float) -> dict:
-    """The Ray task around ``task``: torch gets as many threads as the task has CPUs."""
+def _run_cell(task: Callable[[Any], dict], cell: Any, num_cpus: float) -> dict:
+    """The Ray task around ``task``: log lines with times; torch gets as many threads as the
+    task has CPUs."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)
     torch.set_num_threads(max(1, int(num_cpus)))
     return task(cell)
 
@@ -219,7 +206,7 @@ def _check_feasible(resources: Resources) -> None:
         )
 
 
-def _describe_failure(index: int, cell: dict, error: ray.exceptions.RayError) -> str:
+def _describe_failure(index: int, cell: Any, error: ray.exceptions.RayError) -> str:
     """One failed cell for the error message: the cell and the end of its remote traceback."""
     shown = repr(cell)
     if len(shown) > _CELL_REPR_CHARS:

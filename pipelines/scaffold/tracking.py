@@ -1,15 +1,15 @@
 """MLflow helpers: one parent run per stage invocation, one child run per grid cell.
 
-Usage pattern (driver, then Ray tasks)::
+Usage pattern (driver, then Ray tasks; ``pipelines.scaffold.stage`` does this for every stage)::
 
     uri = tracking_uri(Path.cwd())
-    prepare(uri, experiment)                  # once, before fanning out
-    with stage_run(uri, experiment, "train_nmt", params) as stage:
-        run_id = stage.child(cell_key, cell_params)   # children are created by the driver
-        ...                                           # hand (uri, run_id) to the Ray task
+    stage = start_stage_run(uri, experiment, "train_nmt", params)   # prepares the store once
+    run_id = stage.child(cell_key, cell_params)   # children are created by the driver
+    ...                                           # hand RunLogger(uri, run_id) to the Ray task
     # in the task:
     with RunLogger(uri, run_id) as run:
         run.log_metrics({metric_name("alpha", block, "head0"): 1.3}, step)
+    stage.finish("FINISHED")                      # also ends children left RUNNING
 
 The default store is a SQLite file whose path must be absolute (workers and DVC's temporary
 experiment copies run in other directories); its experiments keep their artifacts in
@@ -28,6 +28,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from components.errors import LearnableSparsityError
+from components.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -145,7 +147,7 @@ def _check_name(name: str, kind: str, original: str) -> None:
         raise LearnableSparsityError(
             f"{kind} name {original!r} is not valid in MLflow (1 to {MAX_NAME_CHARS} of the "
             "characters A-Z a-z 0-9 _ - . / and space, no empty, '.' or '..' path segments); "
-            "build it with pipelines.tracking.metric_name"
+            "build it with pipelines.scaffold.tracking.metric_name"
         )
 
 
@@ -209,6 +211,17 @@ def _retry(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowSettings(Settings):
+    """Params ``mlflow``: the experiment every stage logs its runs to."""
+
+    experiment: str
+
+    def validate(self) -> None:
+        if not self.experiment.strip():
+            raise SettingsError("experiment", "must be a non-empty name")
 
 
 class RunLogger:
@@ -335,6 +348,18 @@ class StageRun(RunLogger):
         super().finish(status)
 
 
+def run_exists(uri: str, run_id: str | None) -> bool:
+    """Whether the store at ``uri`` has the run ``run_id`` (e.g. a model's training run, which
+    may have been logged to another store)."""
+    if run_id is None:
+        return False
+    try:
+        _retry(MlflowClient(uri).get_run, run_id)
+    except MlflowException:
+        return False
+    return True
+
+
 def _git_commit() -> str | None:
     """HEAD of the git checkout around the working directory, if there is one."""
     try:
@@ -346,12 +371,9 @@ def _git_commit() -> str | None:
     return result.stdout.strip() or None
 
 
-@contextmanager
-def stage_run(
-    uri: str, experiment: str, stage: str, params: Mapping[str, Any]
-) -> Iterator[StageRun]:
-    """The parent run of one invocation of ``stage``: named ``stage``, tagged with the stage and
-    the git commit, with ``params`` flattened; FINISHED, or FAILED if the block raises."""
+def start_stage_run(uri: str, experiment: str, stage: str, params: Mapping[str, Any]) -> StageRun:
+    """A new RUNNING parent run of one invocation of ``stage``: named ``stage``, tagged with the
+    stage and the git commit, with ``params`` flattened. End it with ``finish``."""
     experiment_id = prepare(uri, experiment)
     tags = {"stage": stage}
     commit = _git_commit()
@@ -359,6 +381,19 @@ def stage_run(
         tags[GIT_COMMIT_TAG] = commit
     client = MlflowClient(uri)
     run = _retry(client.create_run, experiment_id, tags=tags, run_name=stage)
-    with StageRun(uri, run.info.run_id, experiment_id, stage) as handle:
+    handle = StageRun(uri, run.info.run_id, experiment_id, stage)
+    try:
         handle.log_params(params)
+    except BaseException:
+        handle.finish("FAILED")
+        raise
+    return handle
+
+
+@contextmanager
+def stage_run(
+    uri: str, experiment: str, stage: str, params: Mapping[str, Any]
+) -> Iterator[StageRun]:
+    """:func:`start_stage_run` as a context: FINISHED, or FAILED if the block raises."""
+    with start_stage_run(uri, experiment, stage, params) as handle:
         yield handle

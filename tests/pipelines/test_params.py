@@ -1,4 +1,4 @@
-"""params.yaml reading and the profile switch: errors name the key, profiles overlay smoke."""
+"""params.yaml and the profiles: every section builds its settings; errors name the file and key."""
 
 from __future__ import annotations
 
@@ -7,27 +7,50 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.analysis.heads import AnalysisSettings
+from components.data.bpe import BpeSettings
+from components.data.corpora import corpus_settings
+from components.data.datasets import dataset_settings
 from components.errors import LearnableSparsityError
-from components.nmt.trainer import TrainingSettings
-from pipelines.nmt_grid import grid
-from pipelines.params import Params, deep_merge, load_params
+from components.nmt.grid import NmtSettings
+from components.nmt.model import TransformerConfig
+from components.nmt.speed import SpeedSettings
+from components.nmt.training import TrainingSettings
 from pipelines.profile import apply_profile
+from pipelines.scaffold.params import Params, deep_merge, load_params
+from pipelines.scaffold.runner import RaySettings
+from pipelines.scaffold.tracking import MlflowSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = {
+    "nmt": NmtSettings,
+    "analysis": AnalysisSettings,
+    "speed": SpeedSettings,
+    "bpe": BpeSettings,
+    "ray": RaySettings,
+    "mlflow": MlflowSettings,
+}
+
+
+def check_every_section(params: Params) -> None:
+    for key, cls in SECTIONS.items():
+        params.settings(key, cls)
+    params.entries("corpora", corpus_settings)
+    params.entries("images", dataset_settings)
 
 
 def test_committed_params_are_the_smoke_profile_and_valid() -> None:
     params = load_params(ROOT / "params.yaml")
     assert params.get("profile", str) == "smoke"
-    cells = grid(params)
-    assert {c.variant for c in cells} == {
+    check_every_section(params)
+    nmt = params.settings("nmt", NmtSettings)
+    assert {cell.variant for cell in nmt.cells()} == {
         "softmax",
         "sparsemax",
         "entmax15",
         "entmax_alpha",
         "topk",
     }
-    params.build("nmt.train", TrainingSettings, seed=0)
 
 
 @pytest.mark.parametrize("profile", ["paper", "ci"])
@@ -39,40 +62,130 @@ def test_profiles_apply_on_smoke_and_refuse_stacking(profile: str, tmp_path: Pat
     overlay = yaml.safe_load((ROOT / "profiles" / f"{profile}.yaml").read_text())
     assert merged.get("profile", str) == profile
     assert merged.get("nmt.train.max_steps", int) == overlay["nmt"]["train"]["max_steps"]
-    merged.build("nmt.train", TrainingSettings, seed=0)
-    grid(merged)
+    check_every_section(merged)
     with pytest.raises(LearnableSparsityError, match="git checkout"):
         apply_profile("ci", params_file, ROOT / "profiles")
     with pytest.raises(LearnableSparsityError, match="no profile 'huge'"):
         apply_profile("huge", params_file, ROOT / "profiles")
 
 
-def test_errors_name_the_key() -> None:
-    params = Params({"nmt": {"train": {"max_steps": "many"}, "seeds": [0, "x"]}}, "p.yaml")
-    with pytest.raises(LearnableSparsityError, match=r"p.yaml: nmt.train.max_steps must be int"):
-        params.get("nmt.train.max_steps", int)
-    with pytest.raises(LearnableSparsityError, match=r"p.yaml: nmt.model is missing"):
-        params.get("nmt.model.d_model")
-    with pytest.raises(LearnableSparsityError, match="must be int"):
-        Params({"a": True}, "p").get("a", int)
-    train = Params(
-        {"t": {"max_steps": 5, "max_tokens": 10, "warmup": 1, "peak_lr": 1.0, "lr": 2}}, "p"
-    )
-    with pytest.raises(LearnableSparsityError, match=r"p: t has unknown keys \['lr'\]"):
-        train.build("t", TrainingSettings)
-    bad = Params({"t": {"max_steps": 0, "max_tokens": 10, "warmup": 1, "peak_lr": 1.0}}, "p")
-    with pytest.raises(LearnableSparsityError, match=r"p: t: max_steps must be a positive"):
-        bad.build("t", TrainingSettings)
-
-
-def test_grid_rejects_unknown_variant_and_corpus(tmp_path: Path) -> None:
+def smoke_with(change: dict) -> Params:
     data = yaml.safe_load((ROOT / "params.yaml").read_text())
-    wrong = deep_merge(data, {"nmt": {"variants": ["softmax", "gumbel"]}})
-    with pytest.raises(LearnableSparsityError, match=r"nmt.variants has 'gumbel'"):
-        grid(Params(wrong, "params.yaml"))
-    wrong = deep_merge(data, {"nmt": {"corpora": ["wmt99"]}})
-    with pytest.raises(LearnableSparsityError, match=r"nmt.corpora names 'wmt99'"):
-        grid(Params(wrong, "params.yaml"))
+    return Params(deep_merge(data, change), "params.yaml")
+
+
+@pytest.mark.parametrize(
+    ("key", "cls", "change", "message"),
+    [
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"train": {"max_steps": "many"}}},
+            r"nmt.train.max_steps must be an integer",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"train": {"peak_lr": -1}}},
+            r"nmt.train.peak_lr must be > 0, got -1.0",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"variants": ["softmax", "gumbel"]}},
+            r"nmt.variants has \['gumbel'\]",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"variants": ["topk", "topk"]}},
+            r"nmt.variants lists \['topk'\] more than once",
+        ),
+        ("nmt", NmtSettings, {"nmt": {"seeds": [0, 0]}}, r"nmt.seeds lists \[0\] more than once"),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"model": {"n_heads": 3}}},
+            r"nmt.model.d_model must be divisible by n_heads=3",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"model": {"alpha_init": 3}}},
+            r"nmt.model.alpha_init must be > 1.01 and < 2",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"model": {"heads": 4}}},
+            r"nmt.model has unknown keys \['heads'\]",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"model": {"src_vocab": 4}}},
+            r"nmt.model has unknown keys \['src_vocab'\]",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"decode": {"beam_size": 0}}},
+            r"nmt.decode.beam_size must be >= 1",
+        ),
+        (
+            "nmt",
+            NmtSettings,
+            {"nmt": {"train": {"weight_decay": -0.1}}},
+            r"nmt.train.weight_decay must be >= 0",
+        ),
+        (
+            "analysis",
+            AnalysisSettings,
+            {"analysis": {"role_threshold": 0}},
+            r"analysis.role_threshold must be > 0 and <= 1",
+        ),
+        (
+            "speed",
+            SpeedSettings,
+            {"speed": {"variants": ["topk"]}},
+            r"speed.variants must include softmax",
+        ),
+        ("ray", RaySettings, {"ray": {"task_cpus": 0}}, r"ray.task_cpus must be > 0"),
+        (
+            "mlflow",
+            MlflowSettings,
+            {"mlflow": {"experiment": " "}},
+            r"mlflow.experiment must be a non-empty",
+        ),
+    ],
+)
+def test_errors_name_the_file_and_the_key(key: str, cls: type, change: dict, message: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=rf"^params\.yaml: {message}"):
+        smoke_with(change).settings(key, cls)
+
+
+def test_yaml_float_spellings_are_numbers() -> None:
+    # YAML 1.1 (PyYAML) reads 1e-3 without a dot as the string "1e-3".
+    params = Params(
+        yaml.safe_load("train: {max_steps: 5, max_tokens: 10, warmup: 1, peak_lr: 1e-3}"), "p"
+    )
+    assert params.settings("train", TrainingSettings).peak_lr == 0.001
+
+
+def test_entries_name_the_entry_at_fault() -> None:
+    params = smoke_with({"corpora": {"mine": {"source": "ftp"}}})
+    with pytest.raises(LearnableSparsityError, match=r"corpora.mine.source must be one of"):
+        params.entries("corpora", corpus_settings)
+    params = smoke_with({"images": {"digits": {"test_size": 1.5}}})
+    with pytest.raises(LearnableSparsityError, match=r"images.digits.test_size as a fraction"):
+        params.entries("images", dataset_settings)
+
+
+def test_derived_fields_are_set_by_code_not_params() -> None:
+    config = smoke_with({}).settings("nmt.model", TransformerConfig)
+    assert config.src_vocab is None
+    sized = config.for_vocabulary(300, "entmax_alpha")
+    assert (sized.src_vocab, sized.tgt_vocab, sized.normalizer) == (300, 300, "entmax_alpha")
 
 
 def test_load_params_errors(tmp_path: Path) -> None:

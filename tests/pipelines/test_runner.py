@@ -14,7 +14,7 @@ import torch
 
 import pipelines
 from components.errors import LearnableSparsityError
-from pipelines.runner import Resources, run_grid
+from pipelines.scaffold.runner import Resources, run_grid
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,17 +135,11 @@ def test_invalid_resources_are_refused(field: str, value: float) -> None:
         Resources(**{field: value})
 
 
-def test_cells_must_be_dicts() -> None:
-    cells: list = [{"x": 0}, [1]]
-    with pytest.raises(LearnableSparsityError, match=r"cell 1 is not a dict: \[1\]"):
-        run_grid(square, cells, resources=Resources(), description="cells")
-
-
 def test_an_unreachable_cluster_is_a_clear_error() -> None:
     # A fresh process: connect() reuses a Ray that is already initialised.
     script = (
         "from components.errors import LearnableSparsityError\n"
-        "from pipelines.runner import connect\n"
+        "from pipelines.scaffold.runner import connect\n"
         "for address in ('127.0.0.1:1', None):\n"
         "    try:\n"
         "        connect(address)\n"

@@ -13,8 +13,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
 from components.errors import LearnableSparsityError
-from pipelines.runner import Resources, run_grid
-from pipelines.tracking import (
+from pipelines.scaffold.runner import Resources, run_grid
+from pipelines.scaffold.tracking import (
     MAX_PARAM_VALUE_CHARS,
     PARENT_TAG,
     RunLogger,

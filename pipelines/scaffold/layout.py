@@ -1,0 +1,59 @@
+"""Every path of every stage, relative to the repository root (the stages' working directory).
+
+A stage finds what another stage wrote here, never by importing that stage; ``dvc.yaml``
+declares the same paths as the stages' ``deps`` and ``outs``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA = Path("data")
+MODELS = Path("models")
+RESULTS = Path("results")
+REPORTS = Path("reports")
+FIGURES = REPORTS / "figures"
+
+CORPORA = DATA / "corpora"  # stage corpora: <name>/{train,valid,test}.{src,tgt}, meta.json
+BPE = DATA / "bpe"  # stage bpe: <corpus>/bpe.model
+IMAGES = DATA / "images"  # stage images: <name>.pt, meta.json
+NMT_MODELS = MODELS / "nmt"  # stage train_nmt: <corpus>/<variant>/seed<k>/ (checkpoints)
+LVM_MODELS = MODELS / "lvm"  # stages train_lvm@<experiment>: <experiment>/<cell>/
+
+TABLES = REPORTS / "tables"  # stage tables: <name>.{md,csv,tex}
+TABLES_INDEX = REPORTS / "tables.md"
+REPORT_INDEX = REPORTS / "index.md"
+
+
+def corpus_dir(corpus: str) -> Path:
+    return CORPORA / corpus
+
+
+def bpe_model(corpus: str) -> Path:
+    return BPE / corpus / "bpe.model"
+
+
+def corpus_files(corpus: str, splits: tuple[str, ...]) -> tuple[Path, ...]:
+    """The source and target files of ``splits`` of a prepared corpus."""
+    return tuple(
+        corpus_dir(corpus) / f"{split}.{side}" for split in splits for side in ("src", "tgt")
+    )
+
+
+def image_data(name: str) -> Path:
+    return IMAGES / f"{name}.pt"
+
+
+def results(stage: str) -> Path:
+    """``results/<stage>``: the small JSON / CSV results of a stage (DVC metrics and plots)."""
+    return RESULTS / stage
+
+
+def cells(stage: str) -> Path:
+    """``results/<stage>/cells``: one directory per grid cell of an evaluation stage."""
+    return RESULTS / stage / "cells"
+
+
+def figures(kind: str) -> Path:
+    """``reports/figures/<kind>``: PNG figures (heads, lvm/<experiment>)."""
+    return FIGURES / kind

@@ -1,0 +1,325 @@
+"""The one scaffold every stage entrypoint stands on: params, grid cells with reuse, MLflow, output.
+
+A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top to bottom:
+
+1. ``stage.settings("nmt", NmtSettings)`` — every params section it needs, built and validated
+   before anything is touched (a bad value fails here, naming its key);
+2. ``stage.grid(task, cells, store=...)`` — the grid as Ray tasks with **cell reuse**;
+3. ``stage.write_json(...)`` / ``write_text`` / ``write_png`` — atomic outputs, optionally
+   logged to the stage's MLflow run.
+
+Cell reuse. A :class:`Cell` is a key (its directory under the stage's ``store``), the payload
+its task reads (plain JSON) and the input files it reads. Its *fingerprint* hashes the payload,
+the contents of the input files, the project code the task runs (``pipelines.scaffold.imports``: the
+task's module and everything it imports within the repo) and the torch threads it gets (they
+change the numbers). A cell whose ``done.json`` holds the same fingerprint is reused; one whose
+directory was started under another fingerprint is cleared and retrained; one started under the
+same fingerprint resumes (its task finds its checkpoints); directories of cells no longer in the
+grid are removed. The task runs in a Ray worker (``pipelines.scaffold.runner``), gets a
+:class:`CellRun` (its key, payload, directory, device and MLflow child run) and returns a JSON
+result, which the worker records in ``done.json`` before returning it.
+
+MLflow: the stage's parent run is created on first use (so a params error leaves no run behind),
+with the params sections the stage read; every cell that runs is a child run, ended FINISHED or
+FAILED with its task. Errors a user causes (:class:`LearnableSparsityError`) end the stage with
+one clear message and exit status 1; ``--verbose`` (or ``LEARNABLE_SPARSITY_VERBOSE=1``) adds
+the traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from matplotlib.figure import Figure
+
+from components.data.atomic import atomic_write_bytes, atomic_write_text
+from components.errors import LearnableSparsityError
+from components.settings import Settings, params_of
+from pipelines.scaffold import tracking
+from pipelines.scaffold.imports import code_digest
+from pipelines.scaffold.params import Params, load_params
+from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid
+
+log = logging.getLogger(__name__)
+S = TypeVar("S", bound=Settings)
+
+DONE = "done.json"  # a finished cell: {"fingerprint", "result", "mlflow_run_id"}
+STARTED = "cell.json"  # a cell's directory belongs to {"fingerprint", "payload"}
+VERBOSE_ENV = "LEARNABLE_SPARSITY_VERBOSE"
+_FIGURE_DPI = 110
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as indented JSON at ``path``, written atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """The JSON at ``path``; a missing or malformed file raises naming it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LearnableSparsityError(f"{path} is missing: run the stage that writes it") from None
+    except json.JSONDecodeError as error:
+        raise LearnableSparsityError(f"{path} is not valid JSON: {error}") from None
+
+
+def png(figure: Figure) -> bytes:
+    """``figure`` rendered as PNG."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=_FIGURE_DPI)
+    return buffer.getvalue()
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short, stable digest of JSON-serialisable ``parts``."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of the contents of ``path`` (an input of a cell); a missing file raises."""
+    if not Path(path).is_file():
+        raise LearnableSparsityError(f"{path} is missing: run the stage that writes it")
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a grid: ``key`` (unique; its directory under the store), the JSON ``payload``
+    its task reads, and the ``inputs`` (files) its result depends on."""
+
+    key: str
+    payload: Mapping[str, Any]
+    inputs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class CellRun:
+    """What a task receives in its Ray worker (picklable)."""
+
+    task: Callable[[CellRun], dict]
+    key: str
+    payload: Mapping[str, Any]
+    directory: Path
+    fingerprint: str
+    num_gpus: float
+    run: tracking.RunLogger
+
+    @property
+    def device(self) -> torch.device:
+        """cuda when the cell was given a GPU (an error if torch sees none), else cpu."""
+        if self.num_gpus <= 0:
+            return torch.device("cpu")
+        if not torch.cuda.is_available():
+            raise LearnableSparsityError(
+                "ray.task_gpus > 0 but torch sees no CUDA device in the task; set ray.task_gpus: 0"
+            )
+        return torch.device("cuda")
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log ``metrics`` (names made MLflow-safe) at ``step`` to the cell's run."""
+        self.run.log_metrics({tracking.metric_name(k): v for k, v in metrics.items()}, step)
+
+
+def execute_cell(cell: CellRun) -> dict:
+    """The Ray task of every grid: run the stage's task inside the cell's MLflow run (FINISHED,
+    or FAILED if it raises), then record the result in the cell's ``done.json``."""
+    with cell.run:
+        result = cell.task(cell)
+    record = {"fingerprint": cell.fingerprint, "result": result, "mlflow_run_id": cell.run.run_id}
+    write_json(cell.directory / DONE, record)
+    return result
+
+
+def done_record(store: Path, key: str) -> dict[str, Any]:
+    """The ``done.json`` of cell ``key`` of another stage's store (e.g. a trained model)."""
+    return read_json(store / key / DONE)
+
+
+class Stage:
+    """One invocation of a stage: its params, settings, MLflow parent run and outputs."""
+
+    def __init__(self, name: str, params: Params, uri: str) -> None:
+        self.name, self.params, self.uri = name, params, uri
+        self._read: dict[str, Any] = {}
+        self._run: tracking.StageRun | None = None
+
+    def settings(self, key: str, cls: type[S], **derived: Any) -> S:
+        """Params section ``key`` as ``cls``, validated (see ``Params.settings``)."""
+        built = self.params.settings(key, cls, **derived)
+        self._read[key] = params_of(built)
+        return built
+
+    def require_entries(self, key: str, names: Sequence[str], section: str) -> None:
+        """Every name of ``key`` (e.g. ``nmt.corpora``) is an entry of params ``section``."""
+        known = self.params.get(section, Mapping)
+        for name in names:
+            if name not in known:
+                raise LearnableSparsityError(
+                    f"{self.params.source}: {key} names {name!r}, which is not in {section} "
+                    f"({sorted(known)})"
+                )
+
+    @property
+    def profile(self) -> str:
+        return self.params.get("profile", str)
+
+    @property
+    def run(self) -> tracking.StageRun:
+        """The stage's MLflow parent run, created on first use."""
+        if self._run is None:
+            experiment = self.settings("mlflow", tracking.MlflowSettings).experiment
+            self._run = tracking.start_stage_run(
+                self.uri, experiment, self.name, {"profile": self.profile, **self._read}
+            )
+        return self._run
+
+    def finish(self, status: str) -> None:
+        if self._run is not None:
+            self._run.finish(status)
+
+    def grid(
+        self, task: Callable[[CellRun], dict], cells: Sequence[Cell], *, store: Path
+    ) -> list[dict]:
+        """``task`` on every cell as Ray tasks, reusing finished cells; results in cell order."""
+        keys = [cell.key for cell in cells]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise LearnableSparsityError(f"{self.name}: the grid has the cells {repeated} twice")
+        ray = self.settings("ray", RaySettings)
+        code = code_digest(_module_name(task))
+        prints = {
+            cell.key: fingerprint(
+                cell.payload, [file_digest(p) for p in cell.inputs], code, ray.task_cpus
+            )
+            for cell in cells
+        }
+        results: dict[str, dict] = {}
+        for cell in cells:
+            done = store / cell.key / DONE
+            if done.exists() and read_json(done)["fingerprint"] == prints[cell.key]:
+                results[cell.key] = read_json(done)["result"]
+        _remove_stale(store, prints)
+        todo = [cell for cell in cells if cell.key not in results]
+        log.info("%s: %d cells to run, %d reused", self.name, len(todo), len(results))
+        runs = []
+        for cell in todo:
+            directory = store / cell.key
+            write_json(directory / STARTED, {"fingerprint": prints[cell.key], **cell.payload})
+            child = self.run.child(cell.key, {"cell": cell.key, **cell.payload})
+            runs.append(
+                CellRun(
+                    task,
+                    cell.key,
+                    cell.payload,
+                    directory,
+                    prints[cell.key],
+                    ray.task_gpus,
+                    tracking.RunLogger(self.uri, child),
+                )
+            )
+        finished = run_grid(
+            execute_cell,
+            runs,
+            resources=ray.resources,
+            description=self.name,
+            address=ray.address,
+            num_cpus=ray.num_cpus,
+        )
+        results |= {run.key: result for run, result in zip(runs, finished, strict=True)}
+        self.run.set_tags(
+            {"cells_run": str(len(todo)), "cells_reused": str(len(cells) - len(todo))}
+        )
+        return [results[key] for key in keys]
+
+    def write_json(self, path: Path, data: Any, *, artifact: str | None = None) -> None:
+        """Atomic JSON at ``path``; also an artifact of the stage run under ``artifact``."""
+        write_json(path, data)
+        self._logged(path, artifact)
+
+    def write_text(self, path: Path, text: str, *, artifact: str | None = None) -> None:
+        atomic_write_text(path, text)
+        self._logged(path, artifact)
+
+    def write_png(self, path: Path, figure: Figure, *, artifact: str | None = None) -> None:
+        atomic_write_bytes(path, png(figure))
+        self._logged(path, artifact)
+
+    def _logged(self, path: Path, artifact: str | None) -> None:
+        if artifact is not None:
+            self.run.log_artifact(path, artifact or None)
+
+
+def _module_name(function: Callable) -> str:
+    """The importable name of ``function``'s module, also for a stage run as ``python -m``."""
+    name = function.__module__
+    if name == "__main__":
+        spec = sys.modules["__main__"].__spec__
+        if spec is None:
+            raise LearnableSparsityError("run a stage as `python -m pipelines.<stage>`")
+        name = spec.name
+    return name
+
+
+def clear(directory: Path) -> None:
+    """Remove ``directory`` (a stage's output it rewrites in full) if it exists."""
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _remove_stale(store: Path, prints: Mapping[str, str]) -> None:
+    """Clear the directories of cells that left the grid, and of cells started under another
+    fingerprint (their checkpoints belong to other settings, data or code)."""
+    for started in sorted(store.rglob(STARTED)) if store.is_dir() else []:
+        directory = started.parent
+        key = directory.relative_to(store).as_posix()
+        if key not in prints:
+            log.info("%s: no longer in the grid, removed", directory)
+        elif read_json(started)["fingerprint"] != prints[key]:
+            log.info("%s: settings, data or code changed, training from scratch", directory)
+        else:
+            continue
+        shutil.rmtree(directory)
+        for parent in directory.parents:
+            if parent == store or not parent.is_dir() or any(parent.iterdir()):
+                break
+            parent.rmdir()
+
+
+def run_stage(name: str, main: Callable[[Stage], None], argv: Sequence[str] | None = None) -> None:
+    """Run the stage entrypoint ``main`` on ``params.yaml``: logging, one MLflow parent run
+    (FINISHED / FAILED / KILLED with the stage), and a user's error as one clear message."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    verbose = "--verbose" in args or os.environ.get(VERBOSE_ENV) == "1"
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    stage = None
+    try:
+        stage = Stage(name, load_params(), tracking.tracking_uri(Path.cwd()))
+        main(stage)
+    except LearnableSparsityError as error:
+        if stage is not None:
+            stage.finish("FAILED")
+        detail = traceback.format_exc() if verbose else "(rerun with --verbose for details)"
+        log.error("%s failed: %s\n%s", name, error, detail)
+        raise SystemExit(1) from None
+    except BaseException as error:
+        if stage is not None:
+            stage.finish("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+        raise
+    stage.finish("FINISHED")

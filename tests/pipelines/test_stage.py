@@ -1,0 +1,183 @@
+"""The stage scaffold: grid cells are reused only when nothing they depend on changed, stale cells
+are removed, failures are reported, and errors end a stage with one clear message."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from components.errors import LearnableSparsityError
+from pipelines.scaffold import stage as scaffold
+from pipelines.scaffold.params import Params
+from pipelines.scaffold.stage import DONE, Cell, CellRun, Stage, run_stage
+
+# Ray tasks must be top-level functions of an importable module (conftest puts this folder on the
+# workers' PYTHONPATH).
+
+
+def count_and_square(run: CellRun) -> dict:
+    """Appends a line to the cell's ``calls`` file (how often it ran) and squares x."""
+    calls = run.directory / "calls"
+    calls.write_text(calls.read_text() + "x\n" if calls.exists() else "x\n")
+    run.log_metrics({"square": run.payload["x"] ** 2}, step=0)
+    return {"square": run.payload["x"] ** 2}
+
+
+def fail_on_three(run: CellRun) -> dict:
+    if run.payload["x"] == 3:
+        raise LearnableSparsityError("three is broken")
+    return {"x": run.payload["x"]}
+
+
+def params(task_cpus: float = 1) -> Params:
+    return Params(
+        {
+            "profile": "ci",
+            "mlflow": {"experiment": "stage-scaffold"},
+            "ray": {"address": None, "num_cpus": 2, "task_cpus": task_cpus, "task_gpus": 0},
+        },
+        "params.yaml",
+    )
+
+
+def calls(store: Path, key: str) -> int:
+    path = store / key / "calls"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def grid(
+    store: Path, mlflow_uri: str, xs: dict[str, int], inputs: tuple[Path, ...] = (), **ray: float
+) -> list[dict]:
+    stage = Stage("scaffold-test", params(**ray), mlflow_uri)
+    cells = [Cell(key, {"x": x}, inputs) for key, x in xs.items()]
+    try:
+        return stage.grid(count_and_square, cells, store=store)
+    finally:
+        stage.finish("FINISHED")
+
+
+def test_finished_cells_are_reused_and_changed_ones_rerun(
+    ray_local: None, mlflow_uri: str, store: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("v1")
+    xs = {"a/seed0": 2, "b/seed0": 3}
+    assert grid(store, mlflow_uri, xs, (data,)) == [{"square": 4}, {"square": 9}]
+    assert json.loads((store / "a/seed0" / DONE).read_text())["result"] == {"square": 4}
+    grid(store, mlflow_uri, xs, (data,))
+    assert calls(store, "a/seed0") == calls(store, "b/seed0") == 1  # both reused
+
+    grid(store, mlflow_uri, {"a/seed0": 2, "b/seed0": 5}, (data,))  # b's settings changed
+    assert (calls(store, "a/seed0"), calls(store, "b/seed0")) == (1, 1)  # b cleared, then ran once
+    assert json.loads((store / "b/seed0" / DONE).read_text())["result"] == {"square": 25}
+
+    data.write_text("v2")  # an input file changed: both rerun
+    grid(store, mlflow_uri, {"a/seed0": 2, "b/seed0": 5}, (data,))
+    assert (calls(store, "a/seed0"), calls(store, "b/seed0")) == (1, 1)
+    assert json.loads((store / "a/seed0" / DONE).read_text())["fingerprint"]
+
+
+def test_code_and_threads_are_part_of_the_fingerprint(
+    ray_local: None, mlflow_uri: str, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fingerprint() -> str:
+        return json.loads((store / "a" / DONE).read_text())["fingerprint"]
+
+    grid(store, mlflow_uri, {"a": 1})
+    one_thread = fingerprint()
+    grid(store, mlflow_uri, {"a": 1}, task_cpus=2)  # torch threads change the numbers
+    assert fingerprint() != one_thread
+    two_threads = fingerprint()
+    monkeypatch.setattr(scaffold, "code_digest", lambda module: "other code")
+    grid(store, mlflow_uri, {"a": 1}, task_cpus=2)
+    assert fingerprint() != two_threads
+
+
+def test_cells_that_left_the_grid_are_removed(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    grid(store, mlflow_uri, {"D8/x/seed0": 1, "D8/x/seed1": 2, "D16/x/seed0": 3})
+    grid(store, mlflow_uri, {"D8/x/seed0": 1})
+    assert sorted(p.parent.relative_to(store).as_posix() for p in store.rglob(DONE)) == [
+        "D8/x/seed0"
+    ]
+    assert not (store / "D16").exists()
+
+
+def test_an_interrupted_cell_keeps_its_directory_to_resume(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    grid(store, mlflow_uri, {"a": 1})
+    (store / "a" / DONE).unlink()  # killed after the checkpoint, before it finished
+    (store / "a" / "last.pt").write_text("checkpoint")
+    grid(store, mlflow_uri, {"a": 1})
+    assert (store / "a" / "last.pt").exists() and calls(store, "a") == 2
+
+
+def test_duplicate_keys_and_missing_inputs_fail_before_any_task(
+    mlflow_uri: str, store: Path, tmp_path: Path
+) -> None:
+    stage = Stage("scaffold-test", params(), mlflow_uri)
+    with pytest.raises(LearnableSparsityError, match=r"the grid has the cells \['a'\] twice"):
+        stage.grid(count_and_square, [Cell("a", {"x": 1}), Cell("a", {"x": 2})], store=store)
+    missing = tmp_path / "nowhere.txt"
+    with pytest.raises(LearnableSparsityError, match=r"nowhere\.txt is missing"):
+        stage.grid(count_and_square, [Cell("a", {"x": 1}, (missing,))], store=store)
+    assert not store.exists()
+
+
+def test_a_failed_cell_is_reported_and_its_run_failed(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    stage = Stage("scaffold-failing", params(), mlflow_uri)
+    cells = [Cell(f"x{x}", {"x": x}) for x in (1, 3)]
+    with pytest.raises(LearnableSparsityError, match=r"1 of 2 cells failed:\n.*three is broken"):
+        stage.grid(fail_on_three, cells, store=store)
+    stage.finish("FAILED")
+    assert (store / "x1" / DONE).exists() and not (store / "x3" / DONE).exists()
+    client = MlflowClient(mlflow_uri)
+    runs = client.search_runs(
+        [client.get_experiment_by_name("stage-scaffold").experiment_id],
+        "tags.stage = 'scaffold-failing'",
+    )
+    status = {run.info.run_name: run.info.status for run in runs}
+    assert status == {"x1": "FINISHED", "x3": "FAILED", "scaffold-failing": "FAILED"}
+
+
+def test_a_users_error_is_one_message_and_leaves_no_run(
+    tmp_path: Path,
+    mlflow_uri: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    (tmp_path / "params.yaml").write_text("profile: ci\nray: {num_cpus: 0}\n")
+
+    def main(stage: Stage) -> None:
+        from pipelines.scaffold.runner import RaySettings
+
+        stage.settings("ray", RaySettings)
+
+    with caplog.at_level(logging.ERROR), pytest.raises(SystemExit) as exit_:
+        run_stage("user-error", main, argv=[])
+    assert exit_.value.code == 1
+    assert "params.yaml: ray.num_cpus must be >= 1, got 0" in caplog.text
+    assert "Traceback" not in caplog.text and "--verbose" in caplog.text
+    client = MlflowClient(mlflow_uri)
+    assert not client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.stage = 'user-error'"
+    )
+    caplog.clear()
+    with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
+        run_stage("user-error", main, argv=["--verbose"])
+    assert "Traceback" in caplog.text

@@ -1,0 +1,104 @@
+"""dvc.yaml lists exactly the project code each stage runs (derived from its imports, never kept
+by hand), and no stage imports another."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipelines.scaffold.imports import ROOT, code_digest, code_files, dvc_deps
+
+DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+_COMMAND = re.compile(r"python (?:-m (?P<module>[\w.]+)|(?P<script>[\w/]+\.py))")
+
+
+def _entry(command: str) -> str:
+    match = _COMMAND.match(command)
+    assert match, f"unrecognised stage command {command!r}"
+    return match.group("module") or match.group("script")
+
+
+def _stages() -> dict[str, tuple[str, list[str]]]:
+    """stage name → (entry module or script, deps), foreach stages once."""
+    stages = {}
+    for name, stage in DVC["stages"].items():
+        body = stage.get("do", stage)
+        stages[name] = (_entry(body["cmd"]), body.get("deps", []))
+    return stages
+
+
+STAGES = _stages()
+CODE = ("components/", "pipelines/", "benchmarks/")
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_dvc_yaml_lists_the_code_each_stage_imports(stage: str) -> None:
+    entry, deps = STAGES[stage]
+    listed = [dep for dep in deps if dep.startswith(CODE) and not dep.endswith((".yaml", ".json"))]
+    missing = [
+        f for f in code_files(entry) if not any(f == d or f.startswith(d + "/") for d in listed)
+    ]
+    assert not missing, f"dvc.yaml stage {stage} misses {missing}; it needs {dvc_deps(entry)}"
+    assert sorted(listed) == dvc_deps(entry), (
+        f"dvc.yaml stage {stage} lists code it does not import: "
+        f"{sorted(set(listed) - set(dvc_deps(entry)))}"
+    )
+
+
+def _file(entry: str) -> str:
+    return entry if entry.endswith(".py") else str(Path(*entry.split("."))) + ".py"
+
+
+def test_no_stage_imports_another() -> None:
+    stage_files = {_file(entry) for entry, _ in STAGES.values()}
+    for entry, _ in STAGES.values():
+        imported = set(code_files(entry)) - {_file(entry)}
+        assert not imported & stage_files, f"{entry} imports the stages {imported & stage_files}"
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    for folder in ("components", "pipelines", "benchmarks"):
+        shutil.copytree(
+            ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    return tmp_path
+
+
+def test_a_changed_import_changes_the_code_digest(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    before = {e: code_digest(e, root) for e in ("pipelines.train_nmt", "pipelines.tables")}
+    batching = root / "components/nmt/batching.py"
+    batching.write_text(batching.read_text() + "\nPADDING_NOTE = 1\n")
+    assert code_digest("pipelines.train_nmt", root) != before["pipelines.train_nmt"]
+    assert code_digest("pipelines.tables", root) == before["pipelines.tables"]
+
+
+def test_imports_are_followed_transitively_and_scripts_see_their_siblings(tmp_path: Path) -> None:
+    (tmp_path / "components" / "pkg").mkdir(parents=True)
+    (tmp_path / "components" / "__init__.py").write_text('"""Docstring only: runs nothing."""\n')
+    (tmp_path / "components" / "pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (tmp_path / "components" / "pkg" / "a.py").write_text("from components.pkg import b\n")
+    (tmp_path / "components" / "pkg" / "b.py").write_text("def f():\n    import components.pkg.c\n")
+    (tmp_path / "components" / "pkg" / "c.py").write_text("import torch\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "run.py").write_text(
+        "from helper import x\nimport components.pkg.a\n"
+    )
+    (tmp_path / "benchmarks" / "helper.py").write_text("x = 1\n")
+    assert code_files("benchmarks/run.py", tmp_path) == [
+        "benchmarks/helper.py",
+        "benchmarks/run.py",
+        "components/pkg/__init__.py",
+        "components/pkg/a.py",
+        "components/pkg/b.py",
+        "components/pkg/c.py",
+    ]
+    assert dvc_deps("benchmarks/run.py", tmp_path) == [
+        "benchmarks/helper.py",
+        "benchmarks/run.py",
+        "components/pkg",
+    ]
