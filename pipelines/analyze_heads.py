@@ -20,21 +20,18 @@ from __future__ import annotations
 import csv
 import io
 import shutil
-from dataclasses import asdict
 
 from components.analysis import figures
 from components.analysis.alpha import flagged_heads
 from components.analysis.heads import AnalysisSettings, analyze_heads, summary
 from components.data.atomic import atomic_write_bytes
-from components.data.bpe import BpeModel
 from components.data.local import read_corpus
 from components.nmt.batching import encode_pairs
-from components.nmt.grid import NmtCell, NmtSettings
-from components.nmt.model import Transformer, TransformerConfig
-from components.nmt.training import load_weights, weight_files
+from components.nmt.grid import NmtSettings
 from components.settings import build, params_of
+from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout, tracking
-from pipelines.scaffold.stage import DONE, Cell, CellRun, Stage, clear, done_record, png, run_stage
+from pipelines.scaffold.stage import CellRun, Stage, clear, done_record, png, run_stage
 
 STAGE = "analyze_heads"
 RESULTS = layout.results(STAGE)
@@ -43,14 +40,10 @@ FIGURES = layout.figures("heads")
 
 def analyze_cell(run: CellRun) -> dict:
     """Ray task: the head analysis and the figures of one trained cell."""
-    cell = NmtCell(**run.payload["cell"])
+    cell, config, bpe = open_cell(run)
     settings = build(AnalysisSettings, run.payload["analysis"], "analysis")
-    config = build(TransformerConfig, run.payload["model"], "nmt.model")
-    bpe = BpeModel(layout.bpe_model(cell.corpus))
     valid = read_corpus(layout.corpus_dir(cell.corpus), ("valid",))["valid"]
-    model = Transformer(config.for_vocabulary(bpe.vocab_size, cell.variant))
-    model.load_state_dict(load_weights(layout.NMT_MODELS / cell.key, run.payload["average_last"]))
-    model.eval()
+    model = trained_model(cell, config, run.payload["average_last"])
     report = analyze_heads(model, bpe, valid, settings)
     trained = done_record(layout.NMT_MODELS, cell.key)
     history = trained["result"]["history"]["alphas"]
@@ -92,24 +85,8 @@ def main(stage: Stage) -> None:
     nmt = stage.settings("nmt", NmtSettings)
     settings = stage.settings("analysis", AnalysisSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
-    shared = {
-        "model": params_of(nmt.model),
-        "analysis": params_of(settings),
-        "average_last": nmt.decode.average_last,
-    }
-    cells = [
-        Cell(
-            cell.key,
-            {"cell": asdict(cell), **shared},
-            inputs=(
-                *layout.corpus_files(cell.corpus, ("valid",)),
-                layout.bpe_model(cell.corpus),
-                layout.NMT_MODELS / cell.key / DONE,
-                *weight_files(layout.NMT_MODELS / cell.key, nmt.decode.average_last),
-            ),
-        )
-        for cell in nmt.cells()
-    ]
+    shared = {"analysis": params_of(settings), "average_last": nmt.decode.average_last}
+    cells = nmt_cells(nmt, ("valid",), shared, reads_model=True)
     results = stage.grid(analyze_cell, cells, store=layout.cells(STAGE))
     for directory in (FIGURES, RESULTS / "plots"):
         clear(directory)

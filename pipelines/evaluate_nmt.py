@@ -13,20 +13,17 @@ Outputs: ``results/evaluate_nmt/cells/<cell>/translations.txt`` and ``metrics.js
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 
 from components.data.atomic import atomic_write_text
-from components.data.bpe import BpeModel
 from components.data.local import read_corpus
 from components.metrics.translation import translation_metrics
 from components.nmt.batching import encode_pairs
-from components.nmt.grid import NmtCell, NmtSettings
-from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.grid import NmtSettings
 from components.nmt.search import DecodeSettings, translate
-from components.nmt.training import load_weights, weight_files
 from components.settings import build, params_of
+from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun, Stage, run_stage, write_json
+from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
 
 STAGE = "evaluate_nmt"
 RESULTS = layout.results(STAGE)
@@ -35,14 +32,10 @@ log = logging.getLogger(__name__)
 
 def evaluate_cell(run: CellRun) -> dict:
     """Ray task: translate the test set of one cell and score it."""
-    cell = NmtCell(**run.payload["cell"])
+    cell, config, bpe = open_cell(run)
     decode = build(DecodeSettings, run.payload["decode"], "nmt.decode")
-    config = build(TransformerConfig, run.payload["model"], "nmt.model")
-    bpe = BpeModel(layout.bpe_model(cell.corpus))
     test = read_corpus(layout.corpus_dir(cell.corpus), ("test",))["test"]
-    model = Transformer(config.for_vocabulary(bpe.vocab_size, cell.variant))
-    model.load_state_dict(load_weights(layout.NMT_MODELS / cell.key, decode.average_last))
-    model.to(run.device).eval()
+    model = trained_model(cell, config, decode.average_last).to(run.device)
     tokens = translate(
         model,
         [source for source, _ in encode_pairs(bpe, test)],
@@ -66,19 +59,7 @@ def scalars(metrics: dict) -> dict[str, float]:
 def main(stage: Stage) -> None:
     nmt = stage.settings("nmt", NmtSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
-    shared = {"model": params_of(nmt.model), "decode": params_of(nmt.decode)}
-    cells = [
-        Cell(
-            cell.key,
-            {"cell": asdict(cell), **shared},
-            inputs=(
-                *layout.corpus_files(cell.corpus, ("test",)),
-                layout.bpe_model(cell.corpus),
-                *weight_files(layout.NMT_MODELS / cell.key, nmt.decode.average_last),
-            ),
-        )
-        for cell in nmt.cells()
-    ]
+    cells = nmt_cells(nmt, ("test",), {"decode": params_of(nmt.decode)}, reads_model=True)
     results = stage.grid(evaluate_cell, cells, store=layout.cells(STAGE))
     copy_baseline = {}
     for corpus in nmt.corpora:

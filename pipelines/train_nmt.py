@@ -19,15 +19,15 @@ from dataclasses import asdict
 
 import torch
 
-from components.data.bpe import BpeModel
 from components.data.local import read_corpus
 from components.nmt.batching import encode_pairs
-from components.nmt.grid import NmtCell, NmtSettings
-from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.grid import NmtSettings
+from components.nmt.model import Transformer
 from components.nmt.training import TrainingSettings, train
 from components.settings import build, params_of
+from pipelines.nmt_cells import nmt_cells, open_cell
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun, Stage, clear, run_stage
+from pipelines.scaffold.stage import CellRun, Stage, clear, run_stage
 
 STAGE = "train_nmt"
 RESULTS = layout.results(STAGE)
@@ -35,14 +35,12 @@ RESULTS = layout.results(STAGE)
 
 def train_cell(run: CellRun) -> dict:
     """Ray task: train one cell; its summary and history."""
-    cell = NmtCell(**run.payload["cell"])
+    cell, config, bpe = open_cell(run)
     settings = build(TrainingSettings, run.payload["train"], "nmt.train", seed=cell.seed)
-    config = build(TransformerConfig, run.payload["model"], "nmt.model")
-    bpe = BpeModel(layout.bpe_model(cell.corpus))
     corpus = read_corpus(layout.corpus_dir(cell.corpus), ("train", "valid"))
     train_set, valid_set = encode_pairs(bpe, corpus["train"]), encode_pairs(bpe, corpus["valid"])
     torch.manual_seed(cell.seed)
-    model = Transformer(config.for_vocabulary(bpe.vocab_size, cell.variant)).to(run.device)
+    model = Transformer(config).to(run.device)
     start = time.perf_counter()
     history = train(
         model,
@@ -86,18 +84,7 @@ def curves_csv(histories: dict[str, dict], part: str, column: str) -> str:
 def main(stage: Stage) -> None:
     nmt = stage.settings("nmt", NmtSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
-    shared = {"model": params_of(nmt.model), "train": params_of(nmt.train)}
-    cells = [
-        Cell(
-            cell.key,
-            {"cell": asdict(cell), **shared},
-            inputs=(
-                *layout.corpus_files(cell.corpus, ("train", "valid")),
-                layout.bpe_model(cell.corpus),
-            ),
-        )
-        for cell in nmt.cells()
-    ]
+    cells = nmt_cells(nmt, ("train", "valid"), {"train": params_of(nmt.train)})
     results = stage.grid(train_cell, cells, store=layout.NMT_MODELS)
     histories = {cell.key: result["history"] for cell, result in zip(cells, results, strict=True)}
     clear(RESULTS / "cells")

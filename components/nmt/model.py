@@ -115,14 +115,20 @@ class DecoderCache:
         )
 
 
+# AST's random α (alpha_init None) is drawn by Transformer._init_weights, in module order with the
+# other weights; until then a block holds the logit of this α (it consumes no random numbers).
+_ALPHA_BEFORE_RANDOM_INIT = 1.5
+
+
 def attention_block(config: TransformerConfig) -> Attention:
     """A fresh attention block with the config's normalizer, k, initial α and dropout."""
+    alpha_init = _ALPHA_BEFORE_RANDOM_INIT if config.alpha_init is None else config.alpha_init
     return Attention(
         config.d_model,
         config.n_heads,
         config.normalizer,
         k=config.topk_k,
-        alpha_init=1.5 if config.alpha_init is None else config.alpha_init,
+        alpha_init=alpha_init,
         dropout=config.attention_dropout,
     )
 

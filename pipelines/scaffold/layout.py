@@ -44,6 +44,11 @@ def image_data(name: str) -> Path:
     return IMAGES / f"{name}.pt"
 
 
+def done(cell_directory: Path) -> Path:
+    """A finished grid cell's record (fingerprint, result, MLflow run)."""
+    return cell_directory / "done.json"
+
+
 def results(stage: str) -> Path:
     """``results/<stage>``: the small JSON / CSV results of a stage (DVC metrics and plots)."""
     return RESULTS / stage

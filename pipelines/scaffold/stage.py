@@ -47,7 +47,7 @@ from matplotlib.figure import Figure
 from components.data.atomic import atomic_write_bytes, atomic_write_text
 from components.errors import LearnableSparsityError
 from components.settings import Settings, params_of
-from pipelines.scaffold import tracking
+from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.imports import code_digest
 from pipelines.scaffold.params import Params, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid
@@ -55,7 +55,6 @@ from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
 
-DONE = "done.json"  # a finished cell: {"fingerprint", "result", "mlflow_run_id"}
 STARTED = "cell.json"  # a cell's directory belongs to {"fingerprint", "payload"}
 VERBOSE_ENV = "LEARNABLE_SPARSITY_VERBOSE"
 _FIGURE_DPI = 110
@@ -144,13 +143,13 @@ def execute_cell(cell: CellRun) -> dict:
     with cell.run:
         result = cell.task(cell)
     record = {"fingerprint": cell.fingerprint, "result": result, "mlflow_run_id": cell.run.run_id}
-    write_json(cell.directory / DONE, record)
+    write_json(layout.done(cell.directory), record)
     return result
 
 
 def done_record(store: Path, key: str) -> dict[str, Any]:
     """The ``done.json`` of cell ``key`` of another stage's store (e.g. a trained model)."""
-    return read_json(store / key / DONE)
+    return read_json(layout.done(store / key))
 
 
 class Stage:
@@ -213,7 +212,7 @@ class Stage:
         }
         results: dict[str, dict] = {}
         for cell in cells:
-            done = store / cell.key / DONE
+            done = layout.done(store / cell.key)
             if done.exists() and read_json(done)["fingerprint"] == prints[cell.key]:
                 results[cell.key] = read_json(done)["result"]
         _remove_stale(store, prints)

@@ -12,8 +12,9 @@ from mlflow import MlflowClient
 
 from components.errors import LearnableSparsityError
 from pipelines.scaffold import stage as scaffold
+from pipelines.scaffold.layout import done
 from pipelines.scaffold.params import Params
-from pipelines.scaffold.stage import DONE, Cell, CellRun, Stage, run_stage
+from pipelines.scaffold.stage import Cell, CellRun, Stage, run_stage
 
 # Ray tasks must be top-level functions of an importable module (conftest puts this folder on the
 # workers' PYTHONPATH).
@@ -72,25 +73,25 @@ def test_finished_cells_are_reused_and_changed_ones_rerun(
     data.write_text("v1")
     xs = {"a/seed0": 2, "b/seed0": 3}
     assert grid(store, mlflow_uri, xs, (data,)) == [{"square": 4}, {"square": 9}]
-    assert json.loads((store / "a/seed0" / DONE).read_text())["result"] == {"square": 4}
+    assert json.loads(done(store / "a/seed0").read_text())["result"] == {"square": 4}
     grid(store, mlflow_uri, xs, (data,))
     assert calls(store, "a/seed0") == calls(store, "b/seed0") == 1  # both reused
 
     grid(store, mlflow_uri, {"a/seed0": 2, "b/seed0": 5}, (data,))  # b's settings changed
     assert (calls(store, "a/seed0"), calls(store, "b/seed0")) == (1, 1)  # b cleared, then ran once
-    assert json.loads((store / "b/seed0" / DONE).read_text())["result"] == {"square": 25}
+    assert json.loads(done(store / "b/seed0").read_text())["result"] == {"square": 25}
 
     data.write_text("v2")  # an input file changed: both rerun
     grid(store, mlflow_uri, {"a/seed0": 2, "b/seed0": 5}, (data,))
     assert (calls(store, "a/seed0"), calls(store, "b/seed0")) == (1, 1)
-    assert json.loads((store / "a/seed0" / DONE).read_text())["fingerprint"]
+    assert json.loads(done(store / "a/seed0").read_text())["fingerprint"]
 
 
 def test_code_and_threads_are_part_of_the_fingerprint(
     ray_local: None, mlflow_uri: str, store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def fingerprint() -> str:
-        return json.loads((store / "a" / DONE).read_text())["fingerprint"]
+        return json.loads(done(store / "a").read_text())["fingerprint"]
 
     grid(store, mlflow_uri, {"a": 1})
     one_thread = fingerprint()
@@ -107,7 +108,7 @@ def test_cells_that_left_the_grid_are_removed(
 ) -> None:
     grid(store, mlflow_uri, {"D8/x/seed0": 1, "D8/x/seed1": 2, "D16/x/seed0": 3})
     grid(store, mlflow_uri, {"D8/x/seed0": 1})
-    assert sorted(p.parent.relative_to(store).as_posix() for p in store.rglob(DONE)) == [
+    assert sorted(p.parent.relative_to(store).as_posix() for p in store.rglob("done.json")) == [
         "D8/x/seed0"
     ]
     assert not (store / "D16").exists()
@@ -117,7 +118,7 @@ def test_an_interrupted_cell_keeps_its_directory_to_resume(
     ray_local: None, mlflow_uri: str, store: Path
 ) -> None:
     grid(store, mlflow_uri, {"a": 1})
-    (store / "a" / DONE).unlink()  # killed after the checkpoint, before it finished
+    done(store / "a").unlink()  # killed after the checkpoint, before it finished
     (store / "a" / "last.pt").write_text("checkpoint")
     grid(store, mlflow_uri, {"a": 1})
     assert (store / "a" / "last.pt").exists() and calls(store, "a") == 2
@@ -143,7 +144,7 @@ def test_a_failed_cell_is_reported_and_its_run_failed(
     with pytest.raises(LearnableSparsityError, match=r"1 of 2 cells failed:\n.*three is broken"):
         stage.grid(fail_on_three, cells, store=store)
     stage.finish("FAILED")
-    assert (store / "x1" / DONE).exists() and not (store / "x3" / DONE).exists()
+    assert done(store / "x1").exists() and not done(store / "x3").exists()
     client = MlflowClient(mlflow_uri)
     runs = client.search_runs(
         [client.get_experiment_by_name("stage-scaffold").experiment_id],
