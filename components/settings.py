@@ -126,6 +126,17 @@ def build(cls: type[S], data: Any, where: str = "", **derived: Any) -> S:
         raise error.within(where) from None
 
 
+def build_tagged(
+    classes: Mapping[str, type[Settings]], data: Any, where: str, tag: str = "source"
+) -> Settings:
+    """The settings of a section whose ``tag`` key picks its class (e.g. a corpus entry with
+    ``source: local``), built from ``data``; an unknown or missing tag names the key."""
+    chosen = data.get(tag) if isinstance(data, Mapping) else None
+    if chosen not in classes:
+        raise SettingsError(_join(where, tag), f"must be one of {list(classes)}, got {chosen!r}")
+    return build(classes[chosen], data, where)
+
+
 def params_of(settings: Settings) -> dict[str, Any]:
     """``settings`` in the form :func:`build` reads back: plain JSON data (tuples as lists,
     nested settings as mappings), without the derived fields."""

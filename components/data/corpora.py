@@ -22,7 +22,7 @@ from typing import Any, Literal
 from components.data.generated import generate_splits
 from components.data.local import SPLITS, Pairs, load_local_corpus
 from components.data.registry import CORPORA, fetch_corpus
-from components.settings import Settings, SettingsError, build, setting
+from components.settings import Settings, SettingsError, build_tagged, setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,10 +79,7 @@ def _check_splits(key: str, per_split: Mapping[str, Any]) -> None:
 
 def corpus_settings(data: Any, where: str) -> CorpusSettings:
     """The settings of one corpus entry, of the class its ``source`` names."""
-    source = data.get("source") if isinstance(data, Mapping) else None
-    if source not in SOURCES:
-        raise SettingsError(f"{where}.source", f"must be one of {list(SOURCES)}, got {source!r}")
-    return build(SOURCES[source], data, where)
+    return build_tagged(SOURCES, data, where)
 
 
 def load_corpus(settings: CorpusSettings) -> dict[str, Pairs]:

@@ -37,7 +37,7 @@ from components.data.signal_game import (
     split_game_data,
 )
 from components.errors import LearnableSparsityError
-from components.settings import Settings, SettingsError, build, setting
+from components.settings import Settings, SettingsError, build_tagged, setting
 
 SPLITS = ("train", "valid", "test")
 Size = int | float
@@ -101,10 +101,7 @@ SOURCES: dict[str, type[DatasetSettings]] = {
 
 def dataset_settings(data: Any, where: str) -> DatasetSettings:
     """The settings of one dataset entry, of the class its ``source`` names."""
-    source = data.get("source") if isinstance(data, Mapping) else None
-    if source not in SOURCES:
-        raise SettingsError(f"{where}.source", f"must be one of {list(SOURCES)}, got {source!r}")
-    return build(SOURCES[source], data, where)
+    return build_tagged(SOURCES, data, where)
 
 
 def build_dataset(settings: DatasetSettings) -> dict[str, Any]:

@@ -157,6 +157,17 @@ class DecodeSettings(Settings):
     batch_sentences: int = setting(100, at_least=1)
     average_last: int = setting(1, at_least=1)
 
+    def search(self, model: Transformer, src: Tensor) -> SearchOutput:
+        """:func:`beam_search` of the padded ``src`` with these settings."""
+        return beam_search(
+            model,
+            src,
+            beam_size=self.beam_size,
+            length_penalty_exponent=self.length_penalty,
+            max_len_a=self.max_len_a,
+            max_len_b=self.max_len_b,
+        )
+
 
 def translate(
     model: Transformer,
@@ -174,14 +185,7 @@ def translate(
     hypotheses: list[list[int]] = []
     for start in range(0, len(sources), size):
         src = pad(sources[start : start + size], model.config.pad_id).to(device)
-        hypotheses += beam_search(
-            model,
-            src,
-            beam_size=settings.beam_size,
-            length_penalty_exponent=settings.length_penalty,
-            max_len_a=settings.max_len_a,
-            max_len_b=settings.max_len_b,
-        ).tokens
+        hypotheses += settings.search(model, src).tokens
         if on_batch is not None:
             on_batch(len(hypotheses))
     return hypotheses

@@ -28,13 +28,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
 from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
 from components.nmt.batching import Batch, Example, batches_of, collate_examples, pad
 from components.nmt.model import Transformer, TransformerConfig
-from components.nmt.search import DecodeSettings, beam_search
+from components.nmt.search import DecodeSettings
 from components.nmt.training import build_optimizer, train_step
 from components.settings import Settings, SettingsError, setting
 
@@ -199,22 +198,12 @@ def inference_throughput(
         for i in range(0, len(ordered), batch_size)
     ]
 
-    def search(src: Tensor) -> list[list[int]]:
-        return beam_search(
-            model,
-            src,
-            beam_size=decode.beam_size,
-            length_penalty_exponent=decode.length_penalty,
-            max_len_a=decode.max_len_a,
-            max_len_b=decode.max_len_b,
-        ).tokens
-
     model.eval()
     try:
         for src in padded[:warmup_batches]:
-            search(src)
+            decode.search(model, src)
         with _timer(device) as elapsed:
-            hypotheses = [hyp for src in padded for hyp in search(src)]
+            hypotheses = [hyp for src in padded for hyp in decode.search(model, src).tokens]
     finally:
         model.train(was_training)
     return Throughput(
