@@ -1,6 +1,7 @@
 # The two commands of the README. Each creates (or updates, when pyproject.toml changed) the
 # virtual environment .venv on first use, so a fresh clone needs nothing else.
-#   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline)
+#   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline),
+#                after a preflight of everything the profile needs (python -m pipelines.preflight)
 #   make test    the tests, exactly as CI (.ci/run) runs them
 PYTHON ?= python3.11
 VENV := .venv
@@ -16,6 +17,7 @@ $(INSTALLED): pyproject.toml
 	touch $@
 
 repro: $(INSTALLED)
+	$(IN_VENV) python -m pipelines.preflight
 	$(IN_VENV) dvc repro
 
 test: $(INSTALLED)

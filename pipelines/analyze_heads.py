@@ -31,11 +31,20 @@ from components.nmt.grid import NmtSettings
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout, tracking
-from pipelines.scaffold.stage import CellRun, Stage, clear, done_record, png, run_stage
+from pipelines.scaffold.stage import (
+    CellRun,
+    Stage,
+    clear,
+    done_record,
+    png,
+    run_stage,
+    write_json,
+)
 
 STAGE = "analyze_heads"
 RESULTS = layout.results(STAGE)
 FIGURES = layout.figures("heads")
+TRAINING_STAGE = "train_nmt"  # whose MLflow run of a model also gets the model's analysis
 
 
 def analyze_cell(run: CellRun) -> dict:
@@ -58,14 +67,21 @@ def analyze_cell(run: CellRun) -> dict:
     scalars = {f"analysis/js/{k}": v for k, v in cell_summary["js"].items() if v is not None}
     scalars |= {f"analysis/density/{k}": v for k, v in cell_summary["mean_density"].items()}
     loggers = [run.run]
-    if tracking.run_exists(run.run.uri, trained.get("mlflow_run_id")):
-        loggers.append(tracking.RunLogger(run.run.uri, trained["mlflow_run_id"]))
+    training_tags = {
+        "stage": TRAINING_STAGE,
+        "cell": cell.key,
+        "fingerprint": trained["fingerprint"],
+    }
+    experiment = tracking.experiment_of(run.run.uri, run.run.run_id)
+    training_run = tracking.find_run(run.run.uri, experiment, training_tags, ("FINISHED",))
+    if training_run is not None:  # the model's training was logged to this store
+        loggers.append(tracking.RunLogger(run.run.uri, training_run))
     for logger in loggers:
         logger.log_metrics({tracking.metric_name(k): v for k, v in scalars.items()}, step=0)
         logger.flush()
         for path in paths:
             logger.log_artifact(path, "analysis")
-    return {
+    result = {
         "analysis": report["analysis"],
         "roles": report["roles"],
         "alphas": report["alphas"],
@@ -73,6 +89,8 @@ def analyze_cell(run: CellRun) -> dict:
         "summary": cell_summary,
         "figures": [path.name for path in paths],
     }
+    write_json(run.directory / "analysis.json", result)
+    return result
 
 
 def series_csv(rows: list[tuple[object, object]], header: tuple[str, str]) -> str:
@@ -96,7 +114,6 @@ def main(stage: Stage) -> None:
         for name in result["figures"]:
             figure_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(layout.cells(STAGE) / cell.key / "figures" / name, figure_dir / name)
-        stage.write_json(layout.cells(STAGE) / cell.key / "analysis.json", result)
         metrics[cell.key] = result["summary"]
         js = [(k, v) for k, v in result["summary"]["js"].items() if v is not None]
         stage.write_text(RESULTS / "plots" / "js" / f"{flat}.csv", series_csv(js, ("block", "js")))

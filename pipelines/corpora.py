@@ -1,7 +1,8 @@
 """DVC stage ``corpora``: every corpus named in params ``corpora`` → ``data/corpora/<name>/``.
 
-A corpus entry is generated (the smoke corpus), the user's local files, or a published corpus
-downloaded through the registry (see ``components.data.corpora``). Each corpus directory holds
+A corpus entry is generated (the smoke corpus), the user's local files (which must lie in
+``data/external``, a DVC dependency of this stage), or a published corpus downloaded through the
+registry (see ``components.data.corpora``). Each corpus directory holds
 ``{train,valid,test}.{src,tgt}`` and ``meta.json`` (its settings, sizes and the SHA-256 of
 every file).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from components.data.corpora import corpus_settings, load_corpus
+from components.data.corpora import LocalCorpus, corpus_settings, load_corpus
 from components.data.local import write_corpus
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage, write_json
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 
 def main(stage: Stage) -> None:
     corpora = stage.params.entries("corpora", corpus_settings)
+    for name, settings in corpora.items():
+        if isinstance(settings, LocalCorpus):
+            for split, paths in settings.files.items():
+                for index, path in enumerate(paths):
+                    stage.require_external(f"corpora.{name}.files.{split}[{index}]", path)
     for name, settings in corpora.items():
         meta = write_corpus(layout.corpus_dir(name), load_corpus(settings))
         source = dataclasses.asdict(settings)

@@ -2,14 +2,15 @@
 
 Every entry of params ``images`` names a dataset and its ``source`` (scikit-learn's digits,
 MNIST / Fashion-MNIST downloads, game features derived from the digits, or the user's EGG
-files; see ``components.data.datasets``). ``data/images/meta.json`` describes them all.
+files, which must lie in ``data/external``; see ``components.data.datasets``).
+``data/images/meta.json`` describes them all.
 """
 
 from __future__ import annotations
 
 import logging
 
-from components.data.datasets import build_dataset, dataset_settings, save_dataset
+from components.data.datasets import EggGame, build_dataset, dataset_settings, save_dataset
 from components.settings import params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage, write_json
@@ -19,6 +20,10 @@ log = logging.getLogger(__name__)
 
 def main(stage: Stage) -> None:
     datasets = stage.params.entries("images", dataset_settings)
+    for name, settings in datasets.items():
+        if isinstance(settings, EggGame):
+            stage.require_external(f"images.{name}.features", settings.features)
+            stage.require_external(f"images.{name}.labels", settings.labels)
     meta = {}
     for name, settings in datasets.items():
         stored = build_dataset(settings)

@@ -45,7 +45,7 @@ def bleu_tables(profile: str) -> list[ComparisonTable]:
 
 def speed_table(profile: str) -> ComparisonTable:
     """The speed table in EST Table 4 layout: every round's tokens/s and ratio to softmax."""
-    speed = read_json(layout.results("speed") / "speed.json")
+    speed = read_json(layout.results("speed") / "rounds.json")
     rounds = [
         {
             "variant": row["variant"],

@@ -1,8 +1,10 @@
-"""End to end: `dvc repro` of the real stages on the ci profile, in a copy of the repository.
+"""End to end: `dvc repro` of the real stages on the ci profile, in copies of the repository.
 
-The copy is a fresh git repository (DVC needs one) holding exactly the project's files; MLflow
+A copy is a fresh git repository (DVC needs one) holding exactly the project's files; MLflow
 logs to a SQLite database in the temporary directory. Checks the stage outputs, the MLflow
-parent/child runs, and that a second `dvc repro` does nothing.
+parent/child runs, that a second `dvc repro` does nothing, that a second copy whose run is
+killed with SIGKILL mid-training resumes and ends with the same outputs (and no MLflow run left
+RUNNING), and that changed code, settings and input files rerun exactly what depends on them.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,10 +48,10 @@ def environment(repo: Path, uri: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
-    """Run `dvc repro` on the ci profile once; (repository copy, MLflow URI, second repro log)."""
-    work = tmp_path_factory.mktemp("e2e")
-    repo = work / "repo"
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's files (not its outputs) as they are when the module starts: every copy is
+    made from this one, so all copies run the same code."""
+    files = tmp_path_factory.mktemp("snapshot")
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -54,10 +59,19 @@ def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
         text=True,
         check=True,
     ).stdout.split()
+    outputs = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
     for name in listed:
-        if (ROOT / name).is_file() and not name.startswith(("data/", "models/", "results/")):
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, repo / name)
+        if (ROOT / name).is_file() and not name.startswith(outputs):
+            (files / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, files / name)
+    return files
+
+
+def copy_repository(snapshot: Path, work: Path) -> tuple[Path, str, dict[str, str]]:
+    """A git repository under ``work`` with the ``snapshot``'s files on the ci profile; (its
+    path, its MLflow URI, the stages' environment)."""
+    repo = work / "repo"
+    shutil.copytree(snapshot, repo)
     uri = f"sqlite:///{work / 'mlflow.db'}"
     env = environment(repo, uri)
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid"]
@@ -65,9 +79,48 @@ def repro(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     run([*git, "add", "-A"], repo, env)
     run([*git, "commit", "-qm", "copy"], repo, env)
     run([sys.executable, "-m", "pipelines.profile", "ci"], repo, env)
+    return repo, uri, env
+
+
+@pytest.fixture(scope="module")
+def repro(snapshot: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """Run `dvc repro` on the ci profile once; (repository copy, MLflow URI, second repro log)."""
+    repo, uri, env = copy_repository(snapshot, tmp_path_factory.mktemp("e2e"))
     run(["dvc", "repro"], repo, env)
     second = run(["dvc", "repro"], repo, env)
     return repo, uri, second
+
+
+@pytest.fixture(scope="module")
+def interrupted(
+    snapshot: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str, list[str]]:
+    """A second copy: `dvc repro` killed with SIGKILL (driver, Ray and all) after the first NMT
+    checkpoint, then `dvc repro` again; (the copy, its MLflow URI, the cells it interrupted)."""
+    repo, uri, env = copy_repository(snapshot, tmp_path_factory.mktemp("e2e_killed"))
+    process = subprocess.Popen(
+        ["dvc", "repro", "train_nmt"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    models = repo / "models" / "nmt"
+    deadline = time.monotonic() + 600
+    while not any(models.rglob("last.pt")) and process.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    cut = sorted(
+        str(path.parent.relative_to(models))
+        for path in models.rglob("cell.json")
+        if not (path.parent / "done.json").exists()
+    )
+    time.sleep(2)  # let Ray's reaper take down the killed driver's workers
+    run(["dvc", "repro"], repo, env)
+    return repo, uri, cut
 
 
 def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
@@ -90,7 +143,9 @@ def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
     header = (repo / "results/train_nmt/train_loss.csv").read_text().splitlines()[0]
     assert header.split(",") == ["step", *keys]
     speed = json.loads((repo / "results/speed/speed.json").read_text())
-    assert {row["variant"] for row in speed["rows"]} == set(VARIANTS)
+    assert set(speed) == set(VARIANTS) and speed["softmax"]["train_ratio_to_softmax"] == 1.0
+    rounds = json.loads((repo / "results/speed/rounds.json").read_text())
+    assert {row["variant"] for row in rounds["rows"]} == set(VARIANTS)
 
 
 def test_head_analysis_outputs(repro: tuple[Path, str, str]) -> None:
@@ -187,3 +242,76 @@ def test_changing_an_imported_file_makes_its_stages_stale(repro: tuple[Path, str
     stale = {line.rstrip(":") for line in status.splitlines() if line and not line[0].isspace()}
     assert stale == {"train_nmt", "evaluate_nmt", "analyze_heads", "speed"}
     assert "Data and pipelines are up to date" in run(["dvc", "status"], repo, env)
+
+
+# Stages whose outputs hold measured time: the speed table and the benchmark (and the tables
+# stage, which renders the speed table). Every other output is a function of code, data and
+# settings.
+TIMED = {"speed", "benchmark_normalizers", "tables"}
+
+
+def locked(repo: Path) -> dict:
+    """dvc.lock's entries of the stages whose outputs must not depend on the run."""
+    stages = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    return {name: stage for name, stage in stages.items() if name not in TIMED}
+
+
+def test_a_killed_repro_resumes_and_matches_an_uninterrupted_one(
+    repro: tuple[Path, str, str], interrupted: tuple[Path, str, list[str]]
+) -> None:
+    repo, _, _ = repro
+    killed_repo, killed_uri, cut = interrupted
+    assert cut, "the kill came after every cell had finished: nothing was interrupted"
+    # Same code, data and settings: byte-identical outputs, although cells were cut and resumed.
+    assert locked(killed_repo) == locked(repo)
+    client = MlflowClient(killed_uri)
+    experiment = client.get_experiment_by_name("learnable-sparsity").experiment_id
+    runs = client.search_runs([experiment], max_results=1000)
+    assert not [r.info.run_name for r in runs if r.info.status == "RUNNING"]
+    killed = [r for r in runs if r.info.status == "KILLED"]
+    assert any(
+        r.info.run_name == "train_nmt" and "is gone" in r.data.tags["end_reason"] for r in killed
+    )
+    cells = {
+        r.data.tags["cell"]: r
+        for r in runs
+        if r.data.tags.get("stage") == "train_nmt" and "cell" in r.data.tags
+    }
+    for key in cut:  # one MLflow run per cell, continued after the kill
+        assert (
+            cells[key].info.status == "FINISHED" and cells[key].data.tags.get("resumed") == "true"
+        )
+        steps = [m.step for m in client.get_metric_history(cells[key].info.run_id, "loss")]
+        assert set(steps) == {4, 8, 12}
+
+
+def test_changed_settings_code_and_inputs_rerun_what_depends_on_them(
+    repro: tuple[Path, str, str],
+) -> None:
+    repo, uri, _ = repro
+    env = environment(repo, uri)
+    params = repo / "params.yaml"
+    original = params.read_text()
+    data = yaml.safe_load(original)
+    # One method's learning rate: only its cells of the bit-vector VAE retrain.
+    data["lvm"]["bitvector_vae"]["lr"]["gumbel"] = 0.004
+    params.write_text(yaml.safe_dump(data, sort_keys=False))
+    log = run(["dvc", "repro", "train_lvm@bitvector_vae"], repo, env)
+    assert "train_lvm/bitvector_vae: 1 cells to run, 2 reused" in log
+    # A data transform of the images (a code file the cells import): every SSVAE cell retrains.
+    images = repo / "components/data/images.py"
+    images.write_text(images.read_text() + "\n# an edit of the binarisation's module\n")
+    log = run(["dvc", "repro", "train_lvm@ssvae"], repo, env)
+    assert "train_lvm/ssvae: 3 cells to run, 0 reused" in log
+    # A measurement rerun, then its settings back: `dvc repro --dry` must not claim that DVC's
+    # run cache restores it (a speed measurement is not cached), and the stage does run.
+    data["speed"]["rounds"] = 2
+    params.write_text(yaml.safe_dump(data, sort_keys=False))
+    run(["dvc", "repro", "-s", "speed"], repo, env)
+    params.write_text(original)
+    dry = run(["dvc", "repro", "--dry", "-s", "speed"], repo, env)
+    assert "Running stage 'speed'" in dry and "cached" not in dry
+    # A file of the user's own data: the corpora stage is stale.
+    (repo / "data/external/my.src").write_text("a line\n")
+    status = run(["dvc", "status", "corpora"], repo, env)
+    assert "corpora:" in status and "data/external" in status

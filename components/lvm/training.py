@@ -240,9 +240,9 @@ SetupFn = Callable[[S, D, Cell, torch.Generator], Setup]
 @dataclass(frozen=True)
 class Result:
     """A trained and evaluated cell. ``metrics``: the experiment's test metrics, plus
-    ``decoder_calls`` (mean per example over training), ``train_seconds``, ``seconds_per_step``
-    and, for the sparse methods, ``support`` (mean support size over training). ``curves``:
-    (steps, values) of each of :data:`CURVES` at the logged steps (empty where not recorded)."""
+    ``decoder_calls`` (mean per example over training) and, for the sparse methods,
+    ``support`` (mean support size over training). ``curves``: (steps, values) of each of
+    :data:`CURVES` at the logged steps (empty where not recorded)."""
 
     metrics: dict[str, float]
     curves: dict[str, tuple[list[int], list[float]]]
@@ -267,6 +267,7 @@ def train_and_evaluate(
     *,
     name: str | None = None,
     on_log: LogFn | None = None,
+    on_checkpoint: Callable[[int], None] | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> Result:
     r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
@@ -276,12 +277,15 @@ def train_and_evaluate(
     ``setup(settings, data, cell, generator)`` and trains it with Adam at the method's ``lr``
     over the model and method parameters, ``checkpoint_every`` steps at a time. After each chunk
     ``directory/last.pt`` holds everything needed to continue identically (model, optimizer,
-    method state, both RNG states, step, history, training time); a run finds it, checks it was
+    method state, both RNG states, step, history); a run finds it, checks it was
     written under the same :meth:`LvmSettings.run_settings` (and ``provenance``, e.g. digests of
     the data and code), except for the :data:`RESUMABLE` keys, and continues from it.
 
     ``name`` (default: the cell's key) names the run in logs and errors; ``on_log(step,
-    metrics)`` receives each logged average (e.g. to forward to a tracking server).
+    metrics)`` receives each logged average (e.g. to forward to a tracking server) and
+    ``on_checkpoint(step)`` is called after each checkpoint (e.g. to flush those). Nothing
+    measured in wall-clock time is kept in the checkpoint or the result: identical settings give
+    identical files and numbers.
     """
     name = cell.key if name is None else name
     torch.manual_seed(cell.seed)
@@ -292,7 +296,7 @@ def train_and_evaluate(
     )
     run_settings = settings.run_settings(cell) | {"provenance": dict(provenance or {})}
     checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)
-    step, history, seconds = 0, History(), 0.0
+    step, history = 0, History()
     state = checkpoint.load()
     if state is not None:
         if state["step"] > settings.steps:
@@ -304,10 +308,10 @@ def train_and_evaluate(
         optimizer.load_state_dict(state["optimizer"])
         method.load_state_dict(state["method"])
         restore_rng(state["rng"], generator)
-        step, history, seconds = state["step"], History(**state["history"]), state["seconds"]
+        step, history = state["step"], History(**state["history"])
         log.info("%s: resuming from %s at step %d", name, directory, step)
 
-    start, first, earlier = time.perf_counter(), step, seconds
+    start, first = time.perf_counter(), step
 
     def progress(at: int, metrics: dict[str, float]) -> None:
         if on_log is not None:
@@ -331,7 +335,6 @@ def train_and_evaluate(
         history.steps += part.steps
         history.records += part.records
         step += chunk
-        seconds = earlier + time.perf_counter() - start
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -339,16 +342,13 @@ def train_and_evaluate(
             "rng": rng_state(generator),
             "step": step,
             "history": dataclasses.asdict(history),
-            "seconds": seconds,
         }
         checkpoint.save(state, final=step == settings.steps)
+        if on_checkpoint is not None:
+            on_checkpoint(step)
     model.eval()
     metrics = evaluate()
-    metrics |= {
-        "decoder_calls": statistics.fmean(history.series("decoder_calls")[1]),
-        "train_seconds": seconds,
-        "seconds_per_step": seconds / settings.steps,
-    }
+    metrics["decoder_calls"] = statistics.fmean(history.series("decoder_calls")[1])
     support = history.series("support")[1]
     if support:
         metrics["support"] = statistics.fmean(support)

@@ -222,6 +222,7 @@ def train(
     checkpoint_dir: Path,
     variant: str,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
+    on_checkpoint: Callable[[int], None] | None = None,
 ) -> TrainingHistory:
     """Train ``model`` for ``settings.max_steps`` updates, resuming from ``checkpoint_dir``.
 
@@ -229,7 +230,9 @@ def train(
     ``checkpoint_every`` steps and at the end, plus ``step<N>.pt`` model weights of the last
     ``keep_checkpoints`` saves for checkpoint averaging. A checkpoint written with other
     settings (except :data:`RESUMABLE`) is refused, naming the differing keys. A NaN/Inf loss
-    raises ``LearnableSparsityError`` naming the step and ``variant``.
+    raises ``LearnableSparsityError`` naming the step and ``variant``. ``on_log(step, metrics)``
+    gets every logged record (with tokens per second, which the history leaves out so that
+    identical settings give identical files); ``on_checkpoint(step)`` follows every save.
     """
     if not train_set or not valid_set:
         raise LearnableSparsityError(
@@ -270,6 +273,8 @@ def train(
         saved = sorted(checkpoint_dir.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
         for old in saved[: -settings.keep_checkpoints]:
             old.unlink()
+        if on_checkpoint is not None:
+            on_checkpoint(step)
 
     def record_validation() -> None:
         nll = validation_nll(model, valid_set, settings.max_tokens)
@@ -306,14 +311,14 @@ def train(
             if step % settings.log_every == 0 or step == settings.max_steps:
                 elapsed = time.perf_counter() - window_start
                 tokens = sum(m["tokens"] for m in window)
-                metrics = {
+                record = {
                     "loss": sum(m["loss"] * m["tokens"] for m in window) / tokens,
                     "nll": sum(m["nll"] * m["tokens"] for m in window) / tokens,
                     "lr": window[-1]["lr"],
                     "grad_norm": window[-1]["grad_norm"],
-                    "tokens_per_second": tokens / max(elapsed, 1e-9),
                 }
-                history.train.append({"step": step, **metrics})
+                history.train.append({"step": step, **record})
+                metrics = {**record, "tokens_per_second": tokens / max(elapsed, 1e-9)}
                 alphas = _alphas(model)
                 if alphas:
                     history.alphas.append({"step": step, "alphas": alphas})

@@ -14,6 +14,7 @@ RESULTS = Path("results")
 REPORTS = Path("reports")
 FIGURES = REPORTS / "figures"
 
+EXTERNAL = DATA / "external"  # the user's own input files (local corpora, EGG features): a dep
 CORPORA = DATA / "corpora"  # stage corpora: <name>/{train,valid,test}.{src,tgt}, meta.json
 BPE = DATA / "bpe"  # stage bpe: <corpus>/bpe.model
 IMAGES = DATA / "images"  # stage images: <name>.pt, meta.json

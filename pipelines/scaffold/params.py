@@ -67,12 +67,31 @@ class Params:
             raise LearnableSparsityError(f"{self.source}: {error}") from None
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one
+    silently: a second ``seeds:`` would quietly replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"key {key!r} appears twice",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_params(path: Path = PARAMS_FILE) -> Params:
     """Parse ``path`` (YAML); a missing or malformed file raises an error naming it."""
     if not path.exists():
         raise LearnableSparsityError(f"params file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)  # safe: a SafeLoader
     except yaml.YAMLError as error:
         raise LearnableSparsityError(f"params file {path} is not valid YAML: {error}") from None
     if not isinstance(data, Mapping):

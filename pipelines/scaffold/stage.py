@@ -34,7 +34,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
 
 STARTED = "cell.json"  # a cell's directory belongs to {"fingerprint", "payload"}
+TASK_SECONDS = "task_seconds"
 VERBOSE_ENV = "LEARNABLE_SPARSITY_VERBOSE"
 _FIGURE_DPI = 110
 
@@ -109,7 +112,7 @@ class Cell:
     inputs: tuple[Path, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass
 class CellRun:
     """What a task receives in its Ray worker (picklable)."""
 
@@ -120,6 +123,10 @@ class CellRun:
     fingerprint: str
     num_gpus: float
     run: tracking.RunLogger
+    # Wall time of the cell before this attempt (earlier, interrupted attempts) and the start of
+    # this one (set by execute_cell).
+    seconds_before: float = 0.0
+    started: float = 0.0
 
     @property
     def device(self) -> torch.device:
@@ -136,15 +143,58 @@ class CellRun:
         """Log ``metrics`` (names made MLflow-safe) at ``step`` to the cell's run."""
         self.run.log_metrics({tracking.metric_name(k): v for k, v in metrics.items()}, step)
 
+    def flush(self, _step: int | None = None) -> None:
+        """Write the buffered metrics and the cell's wall time so far (``task_seconds``, over
+        all its attempts) now. Call it after every checkpoint: what an interrupted cell logged
+        up to its checkpoint is kept, and the resumed cell continues the same MLflow run."""
+        seconds = self.seconds_before + time.perf_counter() - self.started
+        self.run.log_metrics({TASK_SECONDS: seconds}, step=0)
+        self.run.flush()
+
 
 def execute_cell(cell: CellRun) -> dict:
     """The Ray task of every grid: run the stage's task inside the cell's MLflow run (FINISHED,
-    or FAILED if it raises), then record the result in the cell's ``done.json``."""
+    or FAILED if it raises; tagged with this machine's library versions and CPU kernels) and
+    its wall time, then record the result and the digest of every file the cell wrote in its
+    ``done.json``."""
     with cell.run:
+        cell.run.set_tags(tracking.system_tags())
+        cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
+        cell.started = time.perf_counter()
         result = cell.task(cell)
-    record = {"fingerprint": cell.fingerprint, "result": result, "mlflow_run_id": cell.run.run_id}
+        cell.flush()
+    record = {"fingerprint": cell.fingerprint, "result": result, "files": _files(cell.directory)}
     write_json(layout.done(cell.directory), record)
     return result
+
+
+def _files(directory: Path) -> dict[str, str]:
+    """SHA-256 of every file a cell wrote in its directory (not its own records)."""
+    records = {STARTED, layout.done(directory).name}
+    return {
+        path.relative_to(directory).as_posix(): file_digest(path)
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name not in records
+    }
+
+
+def _intact(directory: Path, record: Mapping[str, Any]) -> bool:
+    """Whether a finished cell's files are as it left them (none missing, changed or added)."""
+    if "files" not in record:
+        return False
+    current = _files(directory)
+    if current == record["files"]:
+        return True
+    changed = sorted(
+        set(current) ^ set(record["files"])
+        | {
+            name
+            for name in current.keys() & record["files"].keys()
+            if current[name] != record["files"][name]
+        }
+    )
+    log.warning("%s: %s changed since the cell finished; running it again", directory, changed)
+    return False
 
 
 def done_record(store: Path, key: str) -> dict[str, Any]:
@@ -175,6 +225,16 @@ class Stage:
                     f"{self.params.source}: {key} names {name!r}, which is not in {section} "
                     f"({sorted(known)})"
                 )
+
+    def require_external(self, key: str, path: str) -> None:
+        """The user's input file ``path`` (params ``key``) lies in ``data/external``, which DVC
+        tracks as a dependency: an edit of the file then reruns the stage."""
+        inside = Path(path).resolve().is_relative_to(layout.EXTERNAL.resolve())
+        if not inside:
+            raise LearnableSparsityError(
+                f"{self.params.source}: {key} is {path!r}, outside {layout.EXTERNAL}/: put (or "
+                f"`dvc add`) your files there, so that DVC sees when they change"
+            )
 
     @property
     def profile(self) -> str:
@@ -212,9 +272,12 @@ class Stage:
         }
         results: dict[str, dict] = {}
         for cell in cells:
-            done = layout.done(store / cell.key)
-            if done.exists() and read_json(done)["fingerprint"] == prints[cell.key]:
-                results[cell.key] = read_json(done)["result"]
+            directory = store / cell.key
+            record = read_json(layout.done(directory)) if layout.done(directory).exists() else {}
+            if record.get("fingerprint") == prints[cell.key] and _intact(directory, record):
+                results[cell.key] = record["result"]
+            elif record:  # finished under other settings, or its files were damaged
+                shutil.rmtree(directory)
         _remove_stale(store, prints)
         todo = [cell for cell in cells if cell.key not in results]
         log.info("%s: %d cells to run, %d reused", self.name, len(todo), len(results))
@@ -222,7 +285,11 @@ class Stage:
         for cell in todo:
             directory = store / cell.key
             write_json(directory / STARTED, {"fingerprint": prints[cell.key], **cell.payload})
-            child = self.run.child(cell.key, {"cell": cell.key, **cell.payload})
+            child = self.run.child(
+                cell.key,
+                {"cell": cell.key, **cell.payload},
+                {"cell": cell.key, "fingerprint": prints[cell.key]},
+            )
             runs.append(
                 CellRun(
                     task,
@@ -301,12 +368,18 @@ def _remove_stale(store: Path, prints: Mapping[str, str]) -> None:
             parent.rmdir()
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM (``kill``, a scheduler) ends a stage like Ctrl-C: its MLflow runs are KILLED."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def run_stage(name: str, main: Callable[[Stage], None], argv: Sequence[str] | None = None) -> None:
     """Run the stage entrypoint ``main`` on ``params.yaml``: logging, one MLflow parent run
     (FINISHED / FAILED / KILLED with the stage), and a user's error as one clear message."""
     args = sys.argv[1:] if argv is None else list(argv)
     verbose = "--verbose" in args or os.environ.get(VERBOSE_ENV) == "1"
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    signal.signal(signal.SIGTERM, _interrupt)
     stage = None
     try:
         stage = Stage(name, load_params(), tracking.tracking_uri(Path.cwd()))
@@ -318,7 +391,11 @@ def run_stage(name: str, main: Callable[[Stage], None], argv: Sequence[str] | No
         log.error("%s failed: %s\n%s", name, error, detail)
         raise SystemExit(1) from None
     except BaseException as error:
+        # ray.init replaces the SIGTERM handler with sys.exit(SIGTERM): killed all the same.
+        killed = isinstance(error, KeyboardInterrupt) or (
+            isinstance(error, SystemExit) and error.code == signal.SIGTERM
+        )
         if stage is not None:
-            stage.finish("KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED")
+            stage.finish("KILLED" if killed else "FAILED")
         raise
     stage.finish("FINISHED")

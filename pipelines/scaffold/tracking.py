@@ -22,16 +22,20 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import random
 import re
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+import torch
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
@@ -48,8 +52,13 @@ MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_PARAM_VALUE_CHARS = 6000
 MAX_NAME_CHARS = 250
 STATUSES = ("FINISHED", "FAILED", "KILLED")
+UNFINISHED = ("RUNNING", "FAILED", "KILLED")
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
 PARENT_TAG = "mlflow.parentRunId"
+RESUMED_TAG = "resumed"
+END_REASON_TAG = "end_reason"
+# Environment variables that pin the CPU kernels (README: "Rerunning on another machine").
+PORTABILITY_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
 
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
 _RETRY_ATTEMPTS = 10
@@ -273,6 +282,11 @@ class RunLogger:
         if len(self._buffer) >= self.flush_every:
             self.flush()
 
+    def latest(self, key: str) -> float | None:
+        """The value of metric ``key`` at its latest step in this run (written ones only)."""
+        history = _retry(self.client.get_metric_history, self.run_id, key)
+        return max(history, key=lambda m: (m.step, m.timestamp)).value if history else None
+
     def flush(self) -> None:
         """Write the buffered metrics (batches of at most 1000)."""
         while self._buffer:
@@ -331,9 +345,25 @@ class StageRun(RunLogger):
         self.experiment_id, self.stage = experiment_id, stage
         self.children: list[str] = []
 
-    def child(self, name: str, params: Mapping[str, Any]) -> str:
-        """Create a nested RUNNING run ``name`` with ``params``; its run id, for a task."""
-        tags = {PARENT_TAG: self.run_id, "stage": self.stage}
+    def child(
+        self, name: str, params: Mapping[str, Any], identity: Mapping[str, str] | None = None
+    ) -> str:
+        """A RUNNING nested run ``name`` with ``params``; its run id, for a task.
+
+        ``identity`` (tags such as a grid cell's key and fingerprint) makes the run resumable:
+        an unfinished run of this stage with the same identity (a cell interrupted under the
+        same fingerprint, which resumes from its checkpoint) is resumed instead of creating a
+        new one; it moves under this stage run and keeps its metric history.
+        """
+        tags = {**(identity or {}), PARENT_TAG: self.run_id, "stage": self.stage, **driver_tags()}
+        earlier = None
+        if identity:
+            earlier = find_run(self.uri, self.experiment_id, tags, UNFINISHED)
+        if earlier is not None:
+            _retry(self.client.update_run, earlier, status="RUNNING")
+            RunLogger(self.uri, earlier).set_tags({**tags, RESUMED_TAG: "true"})
+            self.children.append(earlier)
+            return earlier
         run = _retry(self.client.create_run, self.experiment_id, tags=tags, run_name=name)
         run_id = run.info.run_id
         self.children.append(run_id)
@@ -348,16 +378,81 @@ class StageRun(RunLogger):
         super().finish(status)
 
 
-def run_exists(uri: str, run_id: str | None) -> bool:
-    """Whether the store at ``uri`` has the run ``run_id`` (e.g. a model's training run, which
-    may have been logged to another store)."""
-    if run_id is None:
-        return False
+def find_run(
+    uri: str, experiment_id: str, tags: Mapping[str, str], statuses: Collection[str]
+) -> str | None:
+    """The newest run of ``experiment_id`` with all ``tags`` (except the parent) and one of the
+    ``statuses``; None if there is none."""
+    wanted = {k: v for k, v in tags.items() if k != PARENT_TAG and not k.startswith("driver.")}
+    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in wanted.items())
+    runs = _retry(
+        MlflowClient(uri).search_runs,
+        [experiment_id],
+        query,
+        order_by=["attributes.start_time DESC"],
+        max_results=50,
+    )
+    return next((run.info.run_id for run in runs if run.info.status in statuses), None)
+
+
+def experiment_of(uri: str, run_id: str) -> str:
+    """The experiment id of run ``run_id``."""
+    return _retry(MlflowClient(uri).get_run, run_id).info.experiment_id
+
+
+def driver_tags() -> dict[str, str]:
+    """Where this process runs: a run tagged with them and left RUNNING by a process that is
+    gone was interrupted (see :func:`end_orphans`)."""
+    return {"driver.host": socket.gethostname(), "driver.pid": str(os.getpid())}
+
+
+def system_tags() -> dict[str, str]:
+    """What decides the numbers besides code and settings: library versions and the CPU kernels
+    torch and MKL pick (results differ in the last digits between kernel choices)."""
+    tags = {
+        "system.python": platform.python_version(),
+        "system.torch": torch.__version__,
+        "system.numpy": np.__version__,
+        "system.machine": platform.machine(),
+        "system.cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "system.threads": str(torch.get_num_threads()),
+        "system.cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+    }
+    for variable in PORTABILITY_ENV:
+        tags[f"system.{variable}"] = os.environ.get(variable, "unset")
+    return tags
+
+
+def _alive(pid: int) -> bool:
     try:
-        _retry(MlflowClient(uri).get_run, run_id)
-    except MlflowException:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
     return True
+
+
+def end_orphans(uri: str, experiment_id: str, stage: str) -> list[str]:
+    """Mark KILLED the runs of ``stage`` left RUNNING by a driver of this host that is gone
+    (killed with ``kill -9``, a lost machine...), with the reason as a tag; their ids."""
+    host = socket.gethostname()
+    runs = _retry(
+        MlflowClient(uri).search_runs,
+        [experiment_id],
+        f"tags.stage = '{stage}' and tags.`driver.host` = '{host}' and "
+        "attributes.status = 'RUNNING'",
+        max_results=1000,
+    )
+    ended = []
+    for run in runs:
+        pid = int(run.data.tags.get("driver.pid", "0"))
+        if pid and pid != os.getpid() and not _alive(pid):
+            logger = RunLogger(uri, run.info.run_id)
+            logger.set_tags({END_REASON_TAG: f"its driver (pid {pid} on {host}) is gone"})
+            _retry(logger.client.set_terminated, run.info.run_id, "KILLED")
+            ended.append(run.info.run_id)
+    return ended
 
 
 def _git_commit() -> str | None:
@@ -375,7 +470,9 @@ def start_stage_run(uri: str, experiment: str, stage: str, params: Mapping[str, 
     """A new RUNNING parent run of one invocation of ``stage``: named ``stage``, tagged with the
     stage and the git commit, with ``params`` flattened. End it with ``finish``."""
     experiment_id = prepare(uri, experiment)
-    tags = {"stage": stage}
+    for run_id in end_orphans(uri, experiment_id, stage):
+        log.warning("MLflow run %s of an interrupted %s marked KILLED", run_id, stage)
+    tags = {"stage": stage, **driver_tags(), **system_tags()}
     commit = _git_commit()
     if commit:
         tags[GIT_COMMIT_TAG] = commit

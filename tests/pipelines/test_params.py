@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from components.analysis.heads import AnalysisSettings
-from components.data.bpe import BpeSettings
 from components.data.corpora import corpus_settings
 from components.data.datasets import dataset_settings
 from components.errors import LearnableSparsityError
@@ -16,27 +15,18 @@ from components.nmt.grid import NmtSettings
 from components.nmt.model import TransformerConfig
 from components.nmt.speed import SpeedSettings
 from components.nmt.training import TrainingSettings
+from pipelines.preflight import settings_checks
 from pipelines.profile import apply_profile
 from pipelines.scaffold.params import Params, deep_merge, load_params
 from pipelines.scaffold.runner import RaySettings
 from pipelines.scaffold.tracking import MlflowSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = {
-    "nmt": NmtSettings,
-    "analysis": AnalysisSettings,
-    "speed": SpeedSettings,
-    "bpe": BpeSettings,
-    "ray": RaySettings,
-    "mlflow": MlflowSettings,
-}
 
 
 def check_every_section(params: Params) -> None:
-    for key, cls in SECTIONS.items():
-        params.settings(key, cls)
-    params.entries("corpora", corpus_settings)
-    params.entries("images", dataset_settings)
+    failed = [check for check in settings_checks(params) if not check.ok]
+    assert not failed
 
 
 def test_committed_params_are_the_smoke_profile_and_valid() -> None:
@@ -195,3 +185,33 @@ def test_load_params_errors(tmp_path: Path) -> None:
     broken.write_text("nmt: [unclosed\n")
     with pytest.raises(LearnableSparsityError, match="not valid YAML"):
         load_params(broken)
+
+
+def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    twice = tmp_path / "params.yaml"
+    twice.write_text("nmt:\n  seeds: [0]\n  variants: [softmax]\n  seeds: [1]\n")
+    with pytest.raises(LearnableSparsityError, match=r"key 'seeds' appears twice(.|\n)*line 4"):
+        load_params(twice)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"nmt": {"model": {"dropout": 1.5}}}, r"nmt.model.dropout must be >= 0 and < 1"),
+        ({"nmt": {"model": {"d_ff": 0}}}, r"nmt.model.d_ff must be >= 1"),
+        ({"nmt": {"model": {"enc_layers": 0}}}, r"nmt.model.enc_layers must be >= 1"),
+        ({"nmt": {"model": {"topk_k": 0}}}, r"nmt.model.topk_k must be >= 1"),
+        (
+            {"nmt": {"train": {"label_smoothing": 1.0}}},
+            r"nmt.train.label_smoothing must be >= 0 and < 1",
+        ),
+        ({"nmt": {"train": {"clip_norm": -1}}}, r"nmt.train.clip_norm must be >= 0"),
+        (
+            {"nmt": {"train": {"peak_lr": "fast"}}},
+            r"nmt.train.peak_lr must be a number, got 'fast'",
+        ),
+    ],
+)
+def test_the_settings_probed_in_the_audit_fail_in_the_driver(change: dict, message: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=rf"^params\.yaml: {message}"):
+        smoke_with(change).settings("nmt", NmtSettings)

@@ -28,6 +28,18 @@ def count_and_square(run: CellRun) -> dict:
     return {"square": run.payload["x"] ** 2}
 
 
+def fail_on_first_attempt(run: CellRun) -> dict:
+    """Logs a step and flushes (a checkpoint); the first attempt then dies, the second passes."""
+    run.log_metrics({"loss": 1.0}, step=1)
+    run.flush()
+    marker = run.directory / "attempted"
+    if not marker.exists():
+        marker.touch()
+        raise LearnableSparsityError("interrupted")
+    run.log_metrics({"loss": 0.5}, step=2)
+    return {"attempts": 2}
+
+
 def fail_on_three(run: CellRun) -> dict:
     if run.payload["x"] == 3:
         raise LearnableSparsityError("three is broken")
@@ -182,3 +194,40 @@ def test_a_users_error_is_one_message_and_leaves_no_run(
     with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
         run_stage("user-error", main, argv=["--verbose"])
     assert "Traceback" in caplog.text
+
+
+def test_damaged_files_of_a_finished_cell_make_it_run_again(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    grid(store, mlflow_uri, {"a": 1, "b": 2})
+    (store / "a" / "calls").write_text("truncated")  # a damaged checkpoint, say
+    grid(store, mlflow_uri, {"a": 1, "b": 2})
+    assert (store / "a" / "calls").read_text() == "x\n"  # cleared and run from scratch
+    assert calls(store, "b") == 1  # intact: reused
+
+
+def test_an_interrupted_cell_continues_its_mlflow_run(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    cells = [Cell("a", {"x": 1})]
+    for attempt in (1, 2):
+        stage = Stage("scaffold-resume", params(), mlflow_uri)
+        try:
+            stage.grid(fail_on_first_attempt, cells, store=store)
+        except LearnableSparsityError:
+            assert attempt == 1
+            stage.finish("FAILED")
+        else:
+            stage.finish("FINISHED")
+    client = MlflowClient(mlflow_uri)
+    experiment = client.get_experiment_by_name("stage-scaffold").experiment_id
+    children = client.search_runs(
+        [experiment], "tags.stage = 'scaffold-resume' and tags.cell = 'a'"
+    )
+    assert len(children) == 1  # the second attempt continued the first one's run
+    run = children[0]
+    assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [1, 1, 2]
+    seconds = client.get_metric_history(run.info.run_id, "task_seconds")
+    assert len(seconds) == 3 and seconds[-1].value >= seconds[0].value > 0
+    assert "system.cpu_capability" in run.data.tags and "system.torch" in run.data.tags

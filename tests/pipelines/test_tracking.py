@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 from components.errors import LearnableSparsityError
 from pipelines.scaffold.runner import Resources, run_grid
 from pipelines.scaffold.tracking import (
+    END_REASON_TAG,
     MAX_PARAM_VALUE_CHARS,
     PARENT_TAG,
     RunLogger,
@@ -25,6 +31,7 @@ from pipelines.scaffold.tracking import (
     tracking_uri,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 POINTS = 1000  # steps per task; two metrics each: 2000 points per task
 
 
@@ -227,3 +234,39 @@ def test_bad_metrics_and_statuses_name_the_value(mlflow_uri: str) -> None:
         run.finish("DONE")
     with pytest.raises(LearnableSparsityError, match="flush_every must be an int >= 1, got 0"):
         RunLogger(mlflow_uri, "no-such-run", flush_every=0)
+
+
+def test_runs_of_a_driver_that_is_gone_are_marked_killed(mlflow_uri: str) -> None:
+    experiment = prepare(mlflow_uri, "orphans")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a finished process: its pid is not alive
+    client = MlflowClient(mlflow_uri)
+    tags = {"stage": "train", "driver.host": socket.gethostname()}
+    orphan = client.create_run(experiment, tags={**tags, "driver.pid": str(gone.pid)})
+    alive = client.create_run(experiment, tags={**tags, "driver.pid": str(os.getpid())})
+    with stage_run(mlflow_uri, "orphans", "train", {}) as stage:
+        assert stage.run_id not in (orphan.info.run_id, alive.info.run_id)
+    killed = client.get_run(orphan.info.run_id)
+    assert killed.info.status == "KILLED"
+    assert f"pid {gone.pid}" in killed.data.tags[END_REASON_TAG]
+    assert client.get_run(alive.info.run_id).info.status == "RUNNING"  # its driver still runs
+
+
+def test_sigterm_ends_a_stage_and_its_run_killed(mlflow_uri: str, elsewhere: Path) -> None:
+    (elsewhere / "params.yaml").write_text("profile: ci\nmlflow: {experiment: sigterm}\n")
+    script = (
+        "import time\n"
+        "from pipelines.scaffold.stage import run_stage\n"
+        "def main(stage):\n"
+        "    print(stage.run.run_id, flush=True)\n"
+        "    time.sleep(60)\n"
+        "run_stage('sleepy', main)\n"
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=elsewhere, env=env, stdout=subprocess.PIPE, text=True
+    )
+    run_id = driver.stdout.readline().strip()
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=60) != 0
+    assert MlflowClient(mlflow_uri).get_run(run_id).info.status == "KILLED"

@@ -1,0 +1,242 @@
+"""Preflight: everything the profile in ``params.yaml`` needs, checked before any stage runs.
+
+``python -m pipelines.preflight`` (``make repro`` runs it first) checks every params section (all
+errors at once, not the first one a stage meets), the user's input files, the downloads (in the
+cache, or their hosts reachable), GPUs and the Ray cluster where the profile asks for them, the
+MLflow store, the benchmark's reference package and free disk space. It prints one line per
+check, with what to do where one fails, and exits with status 1 if any does. It reads and probes
+only: nothing is downloaded or written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import torch
+
+from components.analysis.heads import AnalysisSettings
+from components.data.bpe import BpeSettings
+from components.data.corpora import DownloadedCorpus, LocalCorpus, corpus_settings
+from components.data.datasets import EggGame, IdxImages, dataset_settings
+from components.data.images import IDX_FILES, IMAGE_DATASETS
+from components.data.registry import CORPORA
+from components.errors import LearnableSparsityError
+from components.lvm.bitvector_vae import BitVectorVaeSettings
+from components.lvm.signal_game import SignalGameSettings
+from components.lvm.ssvae import SsvaeSettings
+from components.nmt.grid import NmtSettings
+from components.nmt.speed import SpeedSettings
+from components.settings import Settings
+from pipelines.scaffold import layout
+from pipelines.scaffold.params import Params, load_params
+from pipelines.scaffold.runner import RaySettings
+from pipelines.scaffold.tracking import MlflowSettings, tracking_uri
+
+# Every params section a stage reads, with the settings it becomes.
+SECTIONS: dict[str, type[Settings]] = {
+    "bpe": BpeSettings,
+    "nmt": NmtSettings,
+    "analysis": AnalysisSettings,
+    "speed": SpeedSettings,
+    "lvm.ssvae": SsvaeSettings,
+    "lvm.signal_game": SignalGameSettings,
+    "lvm.bitvector_vae": BitVectorVaeSettings,
+    "ray": RaySettings,
+    "mlflow": MlflowSettings,
+}
+# Named entries of these sections are built by these functions.
+ENTRIES: dict[str, Callable[[Any, str], Settings]] = {
+    "corpora": corpus_settings,
+    "images": dataset_settings,
+}
+PROBE_TIMEOUT_S = 5.0
+MIN_FREE_GB = 2.0  # below this even the smoke profile's checkpoints and caches may not fit
+
+
+@dataclass(frozen=True)
+class Check:
+    """One requirement: ``what`` it is, whether it is met, and the detail (what to do if not)."""
+
+    what: str
+    ok: bool
+    detail: str = ""
+
+
+def settings_checks(params: Params) -> Iterator[Check]:
+    """Every params section and every named entry builds its settings."""
+    for key, cls in SECTIONS.items():
+        try:
+            params.settings(key, cls)
+            yield Check(f"params {key}", True)
+        except LearnableSparsityError as error:
+            yield Check(f"params {key}", False, str(error))
+    for key, build_entry in ENTRIES.items():
+        for name, data in params.get(key, dict).items():
+            try:
+                build_entry(data, f"{key}.{name}")
+                yield Check(f"params {key}.{name}", True)
+            except LearnableSparsityError as error:
+                yield Check(f"params {key}.{name}", False, f"{params.source}: {error}")
+
+
+def _reachable(url: str) -> str | None:
+    """None if a TCP connection to ``url``'s host opens within the timeout, else why not."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as error:
+        return f"{parts.hostname}:{port} is unreachable ({error})"
+    return None
+
+
+def _download_check(what: str, files: list[tuple[str, Path]]) -> Check:
+    missing = [(url, path) for url, path in files if not path.is_file()]
+    if not missing:
+        return Check(what, True, f"{len(files)} files cached")
+    problem = _reachable(missing[0][0])
+    if problem is None:
+        return Check(what, True, f"{len(missing)} of {len(files)} files to download")
+    return Check(
+        what,
+        False,
+        f"{len(missing)} files to download, but {problem}: download them once where the "
+        f"network is reachable, or copy them into {missing[0][1].parent} (reused offline)",
+    )
+
+
+def input_checks(params: Params) -> Iterator[Check]:
+    """The user's files exist in data/external; downloads are cached or reachable."""
+    for name, corpus in _built(params, "corpora").items():
+        if isinstance(corpus, LocalCorpus):
+            paths = [Path(p) for pair in corpus.files.values() for p in pair]
+            yield _file_check(f"corpus {name} (local files)", paths)
+        elif isinstance(corpus, DownloadedCorpus):
+            spec = CORPORA[corpus.name]
+            root = Path(corpus.cache) / spec.name
+            files = [(remote.url, root / remote.name) for remote in spec.files]
+            yield _download_check(f"corpus {name} (download {spec.name})", files)
+    for name, dataset in _built(params, "images").items():
+        if isinstance(dataset, EggGame):
+            paths = [Path(dataset.features), Path(dataset.labels)]
+            yield _file_check(f"images {name} (EGG features)", paths)
+        elif isinstance(dataset, IdxImages):
+            spec = IMAGE_DATASETS[dataset.source]
+            root = Path(dataset.cache) / spec.name
+            files = [(spec.base_url.rstrip("/") + "/" + f, root / f) for f in IDX_FILES.values()]
+            yield _download_check(f"images {name} (download {spec.name})", files)
+
+
+def _built(params: Params, key: str) -> dict[str, Settings]:
+    """The entries of ``key`` that build (the others are reported by settings_checks)."""
+    built = {}
+    for name, data in params.get(key, dict).items():
+        try:
+            built[name] = ENTRIES[key](data, f"{key}.{name}")
+        except LearnableSparsityError:
+            continue
+    return built
+
+
+def _file_check(what: str, paths: list[Path]) -> Check:
+    external = layout.EXTERNAL.resolve()
+    missing = [str(p) for p in paths if not p.is_file()]
+    outside = [str(p) for p in paths if not p.resolve().is_relative_to(external)]
+    if missing or outside:
+        detail = f"missing: {missing}" if missing else ""
+        if outside:
+            detail += f"{'; ' if detail else ''}outside {layout.EXTERNAL}/: {outside}"
+        return Check(what, False, detail + f" (put your files in {layout.EXTERNAL}/)")
+    return Check(what, True, f"{len(paths)} files")
+
+
+def compute_checks(params: Params) -> Iterator[Check]:
+    """GPUs where cells ask for them; the Ray cluster where one is named."""
+    try:
+        ray = params.settings("ray", RaySettings)
+    except LearnableSparsityError:
+        return
+    address = ray.address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        if address == "auto" or not port.isdigit():
+            yield Check("Ray cluster", True, f"{address!r}: connected when a stage starts")
+        else:
+            problem = _reachable(f"tcp://{host}:{port}")
+            yield Check(f"Ray cluster {address}", problem is None, problem or "reachable")
+    elif ray.task_gpus > 0:
+        gpus = torch.cuda.device_count()
+        yield Check(
+            "GPUs",
+            gpus >= ray.task_gpus,
+            f"{gpus} visible, each cell asks for {ray.task_gpus}"
+            + ("" if gpus else ": set ray.task_gpus: 0 or name a cluster (ray.address)"),
+        )
+
+
+def tracking_check() -> Check:
+    """The MLflow store can be written (a SQLite file's folder) or reached (a server)."""
+    uri = tracking_uri(Path.cwd())
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        writable = os.access(folder if folder.exists() else folder.parent, os.W_OK)
+        return Check("MLflow store", writable, uri if writable else f"cannot write in {folder}")
+    if uri.startswith(("http://", "https://")):
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+        except (urllib.error.URLError, OSError) as error:
+            return Check("MLflow server", False, f"{uri} does not answer ({error})")
+        return Check("MLflow server", True, uri)
+    return Check("MLflow store", True, uri)
+
+
+def environment_checks() -> Iterator[Check]:
+    """The benchmark's reference package and free disk space."""
+    found = importlib.util.find_spec("entmax") is not None
+    yield Check("entmax package (benchmark)", found, "" if found else "pip install -e '.[dev]'")
+    free = shutil.disk_usage(Path.cwd()).free / 1e9
+    yield Check("free disk space", free >= MIN_FREE_GB, f"{free:.1f} GB")
+
+
+def preflight(params: Params) -> list[Check]:
+    """Every check, in order."""
+    return [
+        *settings_checks(params),
+        *input_checks(params),
+        *compute_checks(params),
+        tracking_check(),
+        *environment_checks(),
+    ]
+
+
+def main() -> None:
+    try:
+        params = load_params()
+        profile = params.get("profile", str)
+    except LearnableSparsityError as error:
+        print(f"preflight: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    checks = preflight(params)
+    width = max(len(check.what) for check in checks)
+    print(f"preflight of the {profile!r} profile ({layout.DATA.resolve().parent}):")
+    for check in checks:
+        print(f"  {'ok  ' if check.ok else 'FAIL'}  {check.what:<{width}}  {check.detail}")
+    failed = [check for check in checks if not check.ok]
+    if failed:
+        print(f"preflight: {len(failed)} of {len(checks)} checks failed", file=sys.stderr)
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The preflight: every missing requirement of a profile is listed at once, before any stage."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from pipelines import preflight
+from pipelines.scaffold.params import Params, deep_merge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project folder with the smoke params, as the working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    return tmp_path
+
+
+def smoke_with(change: dict) -> Params:
+    return Params(deep_merge(yaml.safe_load((ROOT / "params.yaml").read_text()), change), "p.yaml")
+
+
+def failed(params: Params) -> dict[str, str]:
+    return {c.what: c.detail for c in preflight.preflight(params) if not c.ok}
+
+
+def test_the_smoke_profile_needs_nothing_more(project: Path) -> None:
+    assert failed(smoke_with({})) == {}
+    command = [sys.executable, "-m", "pipelines.preflight"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "preflight of the 'smoke' profile" in result.stdout and "FAIL" not in result.stdout
+
+
+def test_every_bad_section_is_listed_not_only_the_first(project: Path) -> None:
+    params = smoke_with(
+        {
+            "nmt": {"train": {"peak_lr": -1}},
+            "speed": {"variants": ["topk"]},
+            "bpe": {"vocab_size": 2},
+        }
+    )
+    problems = failed(params)
+    assert set(problems) == {"params nmt", "params speed", "params bpe"}
+    assert "p.yaml: nmt.train.peak_lr must be > 0" in problems["params nmt"]
+
+
+def test_missing_and_misplaced_user_files(project: Path) -> None:
+    (project / "data/external").mkdir(parents=True)
+    (project / "data/external/train.src").write_text("x\n")
+    (project / "elsewhere.tgt").write_text("y\n")
+    files = {
+        "train": ["data/external/train.src", "elsewhere.tgt"],
+        "valid": ["data/external/valid.src", "data/external/valid.tgt"],
+        "test": ["data/external/test.src", "data/external/test.tgt"],
+    }
+    problems = failed(smoke_with({"corpora": {"mine": {"source": "local", "files": files}}}))
+    detail = problems["corpus mine (local files)"]
+    assert "missing: ['data/external/valid.src', 'data/external/valid.tgt'" in detail
+    assert "outside data/external/: ['elsewhere.tgt']" in detail
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_downloads_are_cached_or_reachable(tmp_path: Path) -> None:
+    cached = tmp_path / "cache" / "a.gz"
+    cached.parent.mkdir()
+    cached.write_bytes(b"x")
+    assert preflight._download_check("cached", [("http://127.0.0.1:1/a.gz", cached)]).ok
+    with socket.socket() as server:  # something listens: the download can start
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/b.gz"
+        assert preflight._download_check("reachable", [(url, tmp_path / "b.gz")]).ok
+    url = f"http://127.0.0.1:{_closed_port()}/b.gz"
+    check = preflight._download_check("offline", [(url, tmp_path / "cache" / "b.gz")])
+    assert (
+        not check.ok and "unreachable" in check.detail and str(tmp_path / "cache") in check.detail
+    )
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="this machine has a GPU")
+def test_gpus_asked_of_a_machine_without_any(project: Path) -> None:
+    problems = failed(smoke_with({"ray": {"task_gpus": 1}}))
+    assert "set ray.task_gpus: 0" in problems["GPUs"]
+
+
+def test_an_unreachable_cluster(project: Path) -> None:
+    address = f"127.0.0.1:{_closed_port()}"
+    problems = failed(smoke_with({"ray": {"address": address}}))
+    assert "unreachable" in problems[f"Ray cluster {address}"]
