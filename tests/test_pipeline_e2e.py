@@ -113,9 +113,9 @@ def interrupted(
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    cut = sorted(
+    cut = sorted(  # cells that had started training (a checkpoint) but not finished
         str(path.parent.relative_to(models))
-        for path in models.rglob("cell.json")
+        for path in models.rglob("last.pt")
         if not (path.parent / "done.json").exists()
     )
     time.sleep(2)  # let Ray's reaper take down the killed driver's workers

@@ -64,19 +64,26 @@ class BitVectorDistribution:
     r"""A sparse distribution over bit vectors z ∈ {0,1}^D, S configuration slots per example.
 
     ``configs`` [B, S, D] holds {0, 1} floats, ``probs`` [B, S] their probabilities (0 on slots
-    outside the support; differentiable in the scores t). ``certified`` (top-k sparsemax): the
-    result equals sparsemax over all 2^D configurations. ``iterations`` (SparseMAP): active-set
+    outside the support; differentiable in the scores t). ``certified`` (top-k sparsemax): True
+    where the result provably equals sparsemax over all 2^D configurations; a sufficient
+    condition only (see :func:`topk_sparsemax`). ``iterations`` (SparseMAP): active-set
     iterations per example.
+    ``projection`` (SparseMAP): μ as an output of SparseMAP itself, whose backward is the Jacobian
+    of the projection onto the marginal polytope even where the support does not span the face
+    containing μ (ties); ``marginals`` returns it.
     """
 
     configs: Tensor
     probs: Tensor
     certified: Tensor | None = None
     iterations: Tensor | None = None
+    projection: Tensor | None = None
 
     @property
     def marginals(self) -> Tensor:
-        """μ = Σ_z p(z) z, [B, D]: the probability of each bit being on."""
+        """μ = Σ_z p(z) z, [B, D]: the probability of each bit being on (``projection`` if set)."""
+        if self.projection is not None:
+            return self.projection
         return torch.einsum("bs,bsd->bd", self.probs, self.configs)
 
     @property
@@ -86,7 +93,11 @@ class BitVectorDistribution:
 
 
 def _expectation(probs: Tensor, codes: Tensor, loss_fn: LossFn, dense: bool) -> Estimate:
-    """Σ_s probs[b, s] ℓ(b, codes[b, s]) over the slots with probs > 0 (all slots if dense)."""
+    """Σ_s probs[b, s] ℓ(b, codes[b, s]) over the slots with probs > 0 (all slots if dense).
+
+    A row with NaN probabilities (from a NaN score) has no slot with probs > 0; its expectation
+    is NaN, in value and gradient, not the empty sum 0.
+    """
     B = probs.shape[0]
     evaluated = torch.ones_like(probs, dtype=torch.bool) if dense else probs > 0
     example, slot = evaluated.nonzero(as_tuple=True)
@@ -98,6 +109,9 @@ def _expectation(probs: Tensor, codes: Tensor, loss_fn: LossFn, dense: bool) -> 
         )
     weighted = probs[example, slot] * losses
     expected = weighted.new_zeros(B).index_add(0, example, weighted)
+    nan_rows = probs.isnan().any(-1)
+    if bool(nan_rows.any()):  # Σ probs is NaN there, and its gradient reaches the scores
+        expected = expected + torch.where(nan_rows, probs.sum(-1), 0.0)
     return Estimate(expected, expected, evaluated.sum(-1))
 
 
@@ -164,16 +178,23 @@ def topk_sparsemax(t: Tensor, k: int) -> BitVectorDistribution:
 
     The k best are found exactly (:func:`k_best_bit_vectors`); their scores ⟨t, z⟩ keep the
     graph to t, so gradients flow through the sparsemax Jacobian (the top-k selection itself is
-    piecewise constant). ``certified`` is True where fewer than k configurations get probability:
-    the result is then exactly sparsemax over all 2^D configurations (and only then, since a
-    full sparsemax with support < k is found by the restricted one).
+    piecewise constant).
+
+    ``certified`` is True exactly where fewer than k configurations get probability, which holds
+    iff the sparsemax over all 2^D configurations has fewer than k in its support; the result
+    then equals that sparsemax (the k-th best has p = 0, so every configuration outside the k
+    best, scoring no more, would get 0 too). It is sufficient, not necessary, for exactness: the
+    result also equals the full sparsemax when that has exactly k configurations in its support
+    (the (k+1)-th best score is at most the threshold τ), a case the flag does not detect. False
+    means "not certified", not "inexact". Rows with a NaN score (NaN probabilities) are never
+    certified.
     """
     if t.dim() != 2:
         raise ValueError(f"scores t must be [batch, D], got shape {tuple(t.shape)}")
     configs, valid = k_best_bit_vectors(t.detach(), k)
     scores = torch.einsum("bkd,bd->bk", configs, t)
     probs = sparsemax(scores, mask=valid)
-    certified = ((probs > 0).sum(-1) < k).detach()
+    certified = (((probs > 0).sum(-1) < k) & ~probs.isnan().any(-1)).detach()
     return BitVectorDistribution(configs, probs, certified=certified)
 
 

@@ -14,7 +14,13 @@ Conventions shared by every function here:
 * ``mask`` is boolean and broadcastable to ``x``; True means "may receive probability". Masked
   entries, and entries equal to −inf, get exactly 0.
 * A row with no unmasked entry returns all zeros, and its gradient is zero (never NaN).
-* fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype.
+* A row with a NaN score in an unmasked position returns NaN in every entry, as ``torch.softmax``
+  does, and so does its gradient (and the α-gradient it feeds); other rows are unaffected, and a
+  NaN in a masked position is replaced by the mask like any other score. The sparse solvers find
+  such rows from the row max (which NaN propagates to: no extra pass) and solve them as empty
+  rows, so they neither stall the batch's iterations nor disable the candidate packing.
+* fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype. α-entmax
+  with α > 2 is computed in fp64 (see ``_FLOAT64_ABOVE_ALPHA``) and cast back likewise.
 * Any ``dim``; non-contiguous inputs are fine.
 
 Root finding. With scaled scores z = (α−1)(x − max x) ≤ 0 the threshold lies in
@@ -23,7 +29,8 @@ of that bracket (the map τ ↦ Σ_i [z_i − τ]_+^{1/(α−1)} is convex and d
 these steps never overshoot), and finish with the exact threshold in closed form from the support
 found, verified against the KKT conditions; rows that fail verification go to the sort-based
 algorithm, which is also kept as the internal oracle. General α uses Newton steps on
-log Σ_i p_i inside a bisection bracket with a tolerance-based stop (exact in one step for α → 1).
+log Σ_i p_i inside a bisection bracket with a tolerance-based stop, or a stop once the bracket has
+collapsed to adjacent floats (exact in one step for α → 1).
 """
 
 from __future__ import annotations
@@ -40,13 +47,18 @@ _MIN_BETA = 1e-7
 _EXACT_MAX_ITER = 32
 # The α-gradient switches to its cancellation-free form below this α − 1 (see _alpha_grad).
 _STABLE_ALPHA_GRAD_BELOW = 0.5
+# Above this α, entmax is computed in float64 whatever the input dtype. For α > 2 the output
+# p = base^{1/(α−1)} has an infinite slope at base = 0, so an error δ of base (a few ulps of 1,
+# which τ cannot beat in the working dtype) moves p by up to δ^{1/(α−1)}: 4e-3 at α = 4 in fp32,
+# 6e-6 in fp64. For α ≤ 2 the error stays O(δ) and the input dtype is kept.
+_FLOAT64_ABOVE_ALPHA = 2.0
 
 
 class EntmaxThreshold(NamedTuple):
     """Threshold of α-entmax: p_i = [(α−1) x_i − tau]_+^{1/(α−1)}, and root-finder iterations.
 
-    ``tau`` has the shape of ``x`` with ``dim`` of size 1 (``+inf`` for fully masked rows);
-    ``iterations`` counts the solver's passes over each row.
+    ``tau`` has the shape of ``x`` with ``dim`` of size 1 (``+inf`` for fully masked rows, NaN
+    for rows with a NaN score); ``iterations`` counts the solver's passes over each row.
     """
 
     tau: Tensor
@@ -90,13 +102,6 @@ def _to_last_dim(x: Tensor, dim: int, mask: Tensor | None) -> Tensor:
 
 def _from_last_dim(p: Tensor, dim: int, dtype: torch.dtype) -> Tensor:
     return p.movedim(-1, dim).to(dtype)
-
-
-def _row_max(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Row max (0 for rows with no finite entry) and whether the row has a finite entry."""
-    row_max = x.amax(dim=-1, keepdim=True)
-    live = row_max > float("-inf")
-    return row_max.masked_fill(~live, 0.0), live
 
 
 class _Candidates:
@@ -287,12 +292,15 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     α ≤ 2, so steps from u = 0 never overshoot; h is linear on each support for sparsemax and
     tends to β log Σp (linear in u) for softmax, so α near 1 or 2 converges in a few steps. A
     step that leaves the bisection bracket [lo, hi] is replaced by bisection. Stops when
-    |Σp − 1| ≤ tol for every row.
+    |Σp − 1| ≤ tol for every row, or where the bracket has shrunk to two ulps: with α > 2, Σp is
+    so steep near the root (slope Σ p^{2−α}/β) that adjacent floats can straddle it with
+    |Σp − 1| > tol, and such a row would otherwise hold the batch until ``max_iter``.
 
     Rows with no finite entry stop at once. Returns (u, iterations per row).
     """
     d = z.shape[-1]  # K ≤ d candidates (p_i ≤ 1/K at the upper end) tighten the bracket
     tol = _tolerance(z.dtype, d)
+    eps = torch.finfo(z.dtype).eps
     # Twice the mantissa bits: every bisection step halves the bracket, Newton steps do better.
     max_iter = 2 * round(-math.log2(torch.finfo(z.dtype).eps))
     inv_beta_m1 = 1 / beta - 1
@@ -314,6 +322,7 @@ def _entmax_root(z: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
         iterations += ~done
         lo = torch.where(err > 0, u, lo)
         hi = torch.where(err < 0, u, hi)
+        done = done | (hi - lo <= 2 * eps * hi)
         # Newton on h(u) = (Σp)^β − 1 = ‖[1 + z − u]_+‖_{1/β} − 1, h' = −(Σp)^{β−1} Σ p^{1−β}.
         log_mass = torch.log(mass)
         step = torch.expm1(beta * log_mass) * torch.exp((1 - beta) * log_mass)
@@ -381,13 +390,39 @@ def _alpha_grad(p: Tensor, log_p: Tensor, s: Tensor, grad: Tensor, beta: Tensor)
 # --------------------------------------------------------------------------- autograd functions
 
 
-def _scaled_candidates(
-    x: Tensor, beta: float | Tensor
-) -> tuple[_Candidates, Tensor, Tensor, Tensor]:
-    """Candidates of x for α = 1 + β, their shifted scores x − max, the row max and liveness."""
-    row_max, live = _row_max(x)
+class _Rows(NamedTuple):
+    """Scores of a call, prepared for the solvers by ``_scaled_candidates``."""
+
+    candidates: _Candidates
+    shifted: Tensor  # the candidates' x − row max ([..., K])
+    row_max: Tensor  # 0 on rows with no finite entry ([..., 1])
+    live: Tensor  # whether the row has a finite entry (False on NaN rows)
+    nan: Tensor | None  # rows with a NaN score, solved as empty rows; None when there is none
+
+
+def _poison(t: Tensor, nan: Tensor | None) -> Tensor:
+    """``t`` with NaN on every entry of the rows flagged in ``nan`` (rows with a NaN score)."""
+    return t if nan is None else t.masked_fill(nan, math.nan)
+
+
+def _scaled_candidates(x: Tensor, beta: float | Tensor) -> _Rows:
+    """Candidates of x for α = 1 + β, their shifted scores x − max, the row max and liveness.
+
+    Rows with a NaN (the row max propagates it, so finding them costs no pass over x) are
+    replaced by empty rows: the solvers stop on them at once and the packing sees no candidate
+    there. The callers put NaN back on their outputs and gradients (``_poison``).
+    """
+    row_max = x.amax(dim=-1, keepdim=True)
+    nan = torch.isnan(row_max)
+    if bool(nan.any()):
+        x = x.masked_fill(nan, float("-inf"))
+        row_max = row_max.masked_fill(nan, float("-inf"))
+    else:
+        nan = None
+    live = row_max > float("-inf")
+    row_max = row_max.masked_fill(~live, 0.0)
     candidates = _Candidates(x, row_max - 1 / beta)
-    return candidates, candidates.values - row_max, row_max, live
+    return _Rows(candidates, candidates.values - row_max, row_max, live, nan)
 
 
 class SparsemaxFunction(torch.autograd.Function):
@@ -398,18 +433,19 @@ class SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        candidates, z, _, _ = _scaled_candidates(x, 1.0)
-        tau, _ = _sparsemax_threshold(z)
-        p = (z - tau).clamp_(min=0)
-        ctx.candidates = candidates
+        rows = _scaled_candidates(x, 1.0)
+        tau, _ = _sparsemax_threshold(rows.shifted)
+        p = (rows.shifted - tau).clamp_(min=0)
+        ctx.candidates, ctx.nan = rows.candidates, rows.nan
         ctx.save_for_backward(p)
-        return candidates.scatter(p)
+        return _poison(rows.candidates.scatter(p), rows.nan)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (p,) = ctx.saved_tensors
         grad = ctx.candidates.gather(grad)
-        return ctx.candidates.scatter(_jacobian_vector_product((p > 0).to(grad.dtype), grad))
+        grad_x = _jacobian_vector_product((p > 0).to(grad.dtype), grad)
+        return _poison(ctx.candidates.scatter(grad_x), ctx.nan)
 
 
 class Entmax15Function(torch.autograd.Function):
@@ -420,19 +456,19 @@ class Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        candidates, shifted, _, _ = _scaled_candidates(x, 0.5)
-        z = shifted / 2
+        rows = _scaled_candidates(x, 0.5)
+        z = rows.shifted / 2
         tau, _ = _entmax15_threshold(z)
         sqrt_p = (z - tau).clamp_(min=0)
-        ctx.candidates = candidates
+        ctx.candidates, ctx.nan = rows.candidates, rows.nan
         ctx.save_for_backward(sqrt_p)
-        return candidates.scatter(sqrt_p.square())
+        return _poison(rows.candidates.scatter(sqrt_p.square()), rows.nan)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (sqrt_p,) = ctx.saved_tensors
         grad = ctx.candidates.gather(grad)
-        return ctx.candidates.scatter(_jacobian_vector_product(sqrt_p, grad))
+        return _poison(ctx.candidates.scatter(_jacobian_vector_product(sqrt_p, grad)), ctx.nan)
 
 
 class EntmaxFunction(torch.autograd.Function):
@@ -444,18 +480,18 @@ class EntmaxFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
         beta = (alpha - 1).clamp(min=_MIN_BETA)
-        candidates, shifted, _, live = _scaled_candidates(x, beta)
-        z = beta * shifted
+        rows = _scaled_candidates(x, beta)
+        z = beta * rows.shifted
         u, _ = _entmax_root(z, beta)
         _, p = _entmax_terms((z - u).clamp_(min=-1), 1 / beta - 1, bool((beta < 1).all()))
         p = p / p.sum(dim=-1, keepdim=True)
         softmax_rows = alpha - 1 < _MIN_BETA
         if bool(softmax_rows.any()):  # the α → 1 limit, exactly
-            p = torch.where(softmax_rows, torch.softmax(shifted, dim=-1), p)
-        p = p.masked_fill(~live, 0.0)
-        ctx.candidates = candidates
+            p = torch.where(softmax_rows, torch.softmax(rows.shifted, dim=-1), p)
+        p = p.masked_fill(~rows.live, 0.0)
+        ctx.candidates, ctx.nan = rows.candidates, rows.nan
         ctx.save_for_backward(p, alpha)
-        return candidates.scatter(p)
+        return _poison(rows.candidates.scatter(p), rows.nan)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -465,18 +501,22 @@ class EntmaxFunction(torch.autograd.Function):
         on = p > 0
         log_p = torch.where(on, p, 1.0).log()
         s = torch.where(on, torch.exp((1 - beta) * log_p), 0.0)
-        grad_x = ctx.candidates.scatter(_jacobian_vector_product(s, grad))
+        grad_x = _poison(ctx.candidates.scatter(_jacobian_vector_product(s, grad)), ctx.nan)
         grad_alpha = None
         if ctx.needs_input_grad[1]:
-            grad_alpha = _alpha_grad(p, log_p, s, grad, beta).sum_to_size(alpha.shape)
+            per_row = _poison(_alpha_grad(p, log_p, s, grad, beta), ctx.nan)
+            grad_alpha = per_row.sum_to_size(alpha.shape)
         return grad_x, grad_alpha
 
 
 # --------------------------------------------------------------------------- public API
 
 
-def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
-    """Validate α (≥ 1, broadcastable to x with size 1 along dim) and move ``dim`` last."""
+def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> tuple[Tensor, bool]:
+    """Validate α (≥ 1, broadcastable to x with size 1 along dim) and move ``dim`` last.
+
+    Also returns whether some α exceeds ``_FLOAT64_ABOVE_ALPHA`` (same device sync as the check).
+    """
     dtype = _compute_dtype(x)
     a = alpha.to(dtype) if isinstance(alpha, Tensor) else torch.tensor(alpha, dtype=dtype)
     a = a.to(x.device)
@@ -500,9 +540,10 @@ def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
             f"alpha of shape {tuple(a.shape)} is not broadcastable to x of shape {tuple(x.shape)}"
         )
     bad = torch.isnan(a) | (a < 1)
-    if bool(bad.any()):
+    any_bad, above = torch.stack([bad.any(), (a > _FLOAT64_ABOVE_ALPHA).any()]).tolist()
+    if any_bad:
         raise ValueError(f"alpha must be >= 1 (α = 1 is softmax); got {a[bad].flatten()[0].item()}")
-    return a.movedim(d, -1)
+    return a.movedim(d, -1), above
 
 
 def _softmax_with_empty_rows(x: Tensor, row_max: Tensor) -> Tensor:
@@ -537,7 +578,8 @@ def entmax(x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None 
 
     ``alpha`` is a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (one α per
     row, per head with shape [1, H, 1, 1], ...); the result is differentiable in x and in α.
-    Float α = 1, 1.5 and 2 dispatch to softmax, ``entmax15`` and ``sparsemax``.
+    Float α = 1, 1.5 and 2 dispatch to softmax, ``entmax15`` and ``sparsemax``. Calls where some
+    α exceeds 2 are computed in float64 (``_FLOAT64_ABOVE_ALPHA``); others in the input dtype.
     """
     if not isinstance(alpha, Tensor):
         if alpha == 1:
@@ -546,8 +588,11 @@ def entmax(x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None 
             return entmax15(x, dim, mask)
         if alpha == 2:
             return sparsemax(x, dim, mask)
-    a = _alpha_to_last_dim(alpha, x, dim)
-    p = EntmaxFunction.apply(_to_last_dim(x, dim, mask), a)
+    a, above = _alpha_to_last_dim(alpha, x, dim)
+    xl = _to_last_dim(x, dim, mask)
+    if above:
+        xl, a = xl.to(torch.float64), a.to(torch.float64)
+    p = EntmaxFunction.apply(xl, a)
     return _from_last_dim(p, dim, x.dtype)
 
 
@@ -561,8 +606,11 @@ def topk_softmax(x: Tensor, k: int, dim: int = -1, mask: Tensor | None = None) -
         raise ValueError(f"k must be a positive integer, got {k!r}")
     xl = _to_last_dim(x, dim, mask)
     top = xl.topk(min(k, xl.shape[-1]), dim=-1).values
-    # Fewer than k unmasked entries make the k-th value −inf, which keeps all unmasked ones.
-    kept = xl.masked_fill(xl < top[..., -1:], float("-inf"))
+    # Fewer than k unmasked entries make the k-th value −inf, which keeps all unmasked ones. A NaN
+    # is never below the k-th value, so a row with a NaN stays NaN. Adding −inf (not masked_fill)
+    # keeps dropped entries in the graph: their gradient p_i (g_i − ⟨p, g⟩) is exactly 0 on
+    # ordinary rows and NaN on a NaN row, as softmax's.
+    kept = xl + torch.where(xl < top[..., -1:], float("-inf"), 0.0)
     return _from_last_dim(_softmax_with_empty_rows(kept, top[..., :1]), dim, x.dtype)
 
 
@@ -577,15 +625,19 @@ def entmax_threshold(
     """
     xl = _to_last_dim(x, dim, mask)
     if isinstance(alpha, Tensor) or alpha not in (1.5, 2):
-        beta = (_alpha_to_last_dim(alpha, x, dim) - 1).clamp(min=_MIN_BETA)
-        _, shifted, row_max, live = _scaled_candidates(xl, beta)
-        u, iterations = _entmax_root(beta * shifted, beta)
+        a, above = _alpha_to_last_dim(alpha, x, dim)
+        if above:
+            xl, a = xl.to(torch.float64), a.to(torch.float64)
+        beta = (a - 1).clamp(min=_MIN_BETA)
+        rows = _scaled_candidates(xl, beta)
+        u, iterations = _entmax_root(beta * rows.shifted, beta)
         scaled_tau = u - 1
     else:
         beta = alpha - 1
-        _, shifted, row_max, live = _scaled_candidates(xl, beta)
+        rows = _scaled_candidates(xl, beta)
         solve = _sparsemax_threshold if alpha == 2 else _entmax15_threshold
-        scaled_tau, iterations = solve(beta * shifted)
-    tau = scaled_tau + beta * row_max
-    tau = tau.masked_fill(~live, float("inf"))
+        scaled_tau, iterations = solve(beta * rows.shifted)
+    tau = scaled_tau + beta * rows.row_max
+    tau = _poison(tau.masked_fill(~rows.live, float("inf")), rows.nan)
+    tau = tau.to(_compute_dtype(x))
     return EntmaxThreshold(tau.movedim(-1, dim), iterations.movedim(-1, dim))

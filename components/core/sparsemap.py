@@ -16,8 +16,23 @@ ask the MAP oracle for the most violated structure z* = argmax_z ⟨a_z, t − �
 ⟨a_{z*}, t − μ⟩ ≤ ⟨μ, t − μ⟩ (no dual variable is negative), else add z*. All examples of a
 batch iterate together on padded sets of D + 2 slots; finished rows are left out of the solves.
 
-Backward (implicit differentiation of the KKT system on the support S, where p > 0):
-solve [[Q, 1], [1ᵀ, 0]] [v; ν] = [∂L/∂p_S; 0], then ∂L/∂t = A_S v.
+Backward of p (implicit differentiation of the KKT system on the support S, where p > 0):
+solve [[Q, 1], [1ᵀ, 0]] [v; ν] = [∂L/∂p_S; 0], then ∂L/∂t = A_S v. Through μ = A_Sᵀ p this gives
+the projector onto the directions of aff(S), which is the Jacobian of μ only when S spans the
+minimal face F of the polytope containing μ. It need not: at ties (t = ½·1 on the cube ends on
+S = {0, 1}, a segment of the 3-dimensional F), and, at large D, wherever the active set stops
+within its tolerance on fewer structures than F needs (about 35 instead of ~45 at D = 128 with
+t ~ N(0, 1)). p itself is not differentiable at such points (the decomposition of μ is not
+unique); the support-only backward is the derivative of the affine extension of ∂L/∂p_S to F,
+which keeps the gradient of E_p[f] invariant to f + c and needs no f off the support.
+
+Backward of μ (``BitVectorDistribution.marginals``, an output of its own): the Jacobian of the
+projection, the orthogonal projector onto the directions of F, exact wherever the projection is
+differentiable (there F is the face exposed by t − μ). It completes the directions of S lazily,
+in the backward, by asking the oracle for vertices of that face off the current span: maximisers
+of ⟨z, (t − μ) ± ε d⟩ for generic directions d projected off the span, with ties of t − μ merged
+and ε small enough to only break them (``_face_directions``). Rows whose support spans F stop
+after one probe; the marginals' backward costs about one forward at D = 128.
 
 MAP oracles are callables t [B, D] -> best structure [B, D]: :func:`bernoulli_map` (independent
 bits: z_i = [t_i > 0]) and :func:`budget_map` (at most B bits on).
@@ -38,8 +53,23 @@ MapOracle = Callable[[Tensor], Tensor]
 _SOLVE_DTYPE = torch.float64
 # Relative tolerance of the optimality test and of the feasibility of the QP solution.
 _TOL = 1e-10
+# A weight of the equality-constrained solve above −_WEIGHT_TOL counts as 0, not as negative: the
+# solve's round-off grows with the active set (about 2e-9 with 36 structures at D = 128), and
+# treating it as a negative weight makes the method cycle (drop a structure, re-add it, ...).
+_WEIGHT_TOL = 1e-8
 # Grid (relative to max |t|) the gaps t − μ are snapped to before the oracle sees them.
 _GAP_TOL = 1e-9
+# Norm below which a direction counts as 0 in the face's basis: the components of 0/1 vectors
+# outside a span of 0/1 vectors are orders of magnitude larger, round-off is ~1e-15.
+_RANK_TOL = 1e-9
+# Gaps t − μ closer than this (relative to the scale of the optimality test) are ties when the
+# backward finds the face of μ: the forward stops with gaps accurate to within _TOL on that
+# scale (a few 1e-9 seen at D = 128), so true ties can differ by that much; 100 times more only
+# also merges the gaps of points within ~1e-6 of a kink, where either face is a fair derivative.
+_TIE_TOL = 100 * _TOL
+# Seed of the fixed sequence of Gaussian directions that probe a face for vertices off the
+# current span (generic directions: orthogonal to a given face direction with probability 0).
+_PROBE_SEED = 20180323
 
 
 def bernoulli_map(t: Tensor) -> Tensor:
@@ -60,6 +90,11 @@ def budget_map(budget: int) -> MapOracle:
         return z.scatter_(-1, top.indices, (top.values > 0).to(t.dtype))
 
     return oracle
+
+
+def _scale(t: Tensor) -> Tensor:
+    """Scale of the inner products of the optimality test, per row: 1 + max|t|² + D."""
+    return 1.0 + t.abs().amax(-1) ** 2 + t.shape[-1]
 
 
 def _kkt_matrix(gram: Tensor, active: Tensor) -> Tensor:
@@ -104,7 +139,7 @@ def _active_set(
     iterations = torch.zeros(B, dtype=torch.long, device=t.device)
     converged = torch.zeros(B, dtype=torch.bool, device=t.device)
     rows = torch.arange(B, device=t.device)
-    scale = 1.0 + t.abs().amax(-1) ** 2 + D
+    scale = _scale(t)
     quantum = _GAP_TOL * (1.0 + t.abs().amax(-1, keepdim=True))
 
     for _ in range(max_iter):
@@ -115,7 +150,7 @@ def _active_set(
         p_hat = _solve_equality_qp(gram, scores, active)
 
         # Infeasible rows: move towards p_hat until the first weight hits 0 and drop it.
-        negative = active & (p_hat < -_TOL)
+        negative = active & (p_hat < -_WEIGHT_TOL)
         infeasible = live & negative.any(-1)
         ratio = torch.where(negative, p / (p - p_hat).clamp(min=1e-300), 2.0)
         step, blocking = ratio.min(-1)
@@ -174,23 +209,112 @@ def _active_set(
     return configs, p, iterations, converged
 
 
+def _merge_ties(gap: Tensor, tol: Tensor) -> Tensor:
+    """``gap`` [B, D] with the values of each row that chain together at spacings ≤ ``tol`` made
+    equal (to their smallest), and set to 0 where the chain reaches 0."""
+    B, D = gap.shape
+    values, order = torch.cat([gap, gap.new_zeros(B, 1)], dim=-1).sort(dim=-1)
+    start = torch.ones_like(values, dtype=torch.bool)
+    start[:, 1:] = values.diff(dim=-1) > tol
+    position = torch.arange(D + 1, device=gap.device).expand(B, -1)
+    first = torch.where(start, position, 0).cummax(dim=-1).values  # where each chain starts
+    zero_chain = first.gather(-1, (order == D).to(torch.int8).argmax(-1, keepdim=True))
+    merged = torch.where(first == zero_chain, 0.0, values.gather(-1, first))
+    return torch.empty_like(merged).scatter_(-1, order, merged)[:, :D]
+
+
+def _project(basis: Tensor, v: Tensor) -> Tensor:
+    """U Uᵀ v per row for an orthonormal basis U [B, D, K] (zero columns allowed) and v [B, D]."""
+    return torch.einsum("bdk,bk->bd", basis, torch.einsum("bdk,bd->bk", basis, v))
+
+
+@torch.no_grad()
+def _face_directions(t: Tensor, configs: Tensor, p: Tensor, oracle: MapOracle) -> Tensor:
+    """Orthonormal basis [B, D, K] (unused columns 0) of the directions of the face exposed by
+    t − μ, which is the minimal face containing μ wherever the projection is differentiable.
+
+    Starts from the support (its slots come first, slot 0 is in it), then probes: with d a new
+    generic direction each round, projected off the current span, the oracle's maximisers of
+    ⟨z, g ± ε d⟩ (g the gaps with ties merged, ε‖d‖_∞ a quarter of the tie tolerance, so only ties
+    are broken) are vertices of the face with ±⟨z − z₀, d⟩ maximal; any positive one adds a
+    direction. A row stops when neither does: the face has no extent along d, hence (d being
+    generic) none off the span.
+
+    Ties are merged coordinate-wise, which suits oracles whose maximiser depends only on the
+    order of the scores and on their signs (independent bits, a budget).
+    """
+    B, _, D = configs.shape
+    s0 = configs[:, 0]
+    on = (p > 0)[:, 1:, None]
+    q, r = torch.linalg.qr(((configs[:, 1:] - s0[:, None]) * on).transpose(1, 2))
+    # Support slots come first and are affinely independent: padding columns alone give R_jj = 0.
+    kept = torch.diagonal(r, dim1=1, dim2=2).abs() > _RANK_TOL
+    basis = torch.cat([q * kept[:, None, :], q.new_zeros(B, D, D)], dim=-1)
+    slot = torch.full((B,), q.shape[-1], dtype=torch.long, device=t.device)
+    rows = torch.arange(B, device=t.device)
+    tol = _TIE_TOL * _scale(t)[:, None]
+    gap = _merge_ties(t - torch.einsum("bs,bsd->bd", p, configs), tol)
+    generator = torch.Generator().manual_seed(_PROBE_SEED)
+    open_rows = torch.ones(B, dtype=torch.bool, device=t.device)
+    for _ in range(D):
+        # A fresh direction each round: the vertices found along one direction absorb it, and
+        # what is left of it off the span shrinks geometrically.
+        probe = torch.randn(D, generator=generator, dtype=t.dtype).to(t.device).expand(B, D)
+        # The columns in use and the two this round can fill (a view: it sees them filled).
+        used = basis[..., : int(slot.max()) + 2]
+        d = probe - _project(used, probe)
+        norm = d.norm(dim=-1, keepdim=True)
+        open_rows &= norm[:, 0] > _RANK_TOL  # the span is the whole space
+        if not bool(open_rows.any()):
+            break
+        d = d / norm.clamp(min=_RANK_TOL)
+        eps = tol / (4 * d.abs().amax(-1, keepdim=True))  # moves no gap past another or 0
+        found = torch.zeros_like(open_rows)
+        for sign in (1.0, -1.0):
+            w = oracle(gap + sign * eps * d) - s0
+            extent = sign * (w * d).sum(-1)
+            for _ in range(2):  # Gram–Schmidt twice is orthogonal to working precision
+                w = w - _project(used, w)
+            length = w.norm(dim=-1)
+            new = open_rows & (extent > _RANK_TOL) & (length > _RANK_TOL)
+            basis[rows[new], :, slot[new]] = w[new] / length[new, None]
+            slot += new.long()
+            found |= new
+        open_rows &= found
+    return basis
+
+
 class SparseMAPFunction(torch.autograd.Function):
-    """p = SparseMAP(t) on given structures; backward through the KKT system on the support."""
+    """p = SparseMAP(t) on given structures and μ = Σ p(z) z; see the module docstring for the
+    two backwards (p: the KKT system on the support; μ: the projector onto the face's directions).
+    """
 
     @staticmethod
-    def forward(ctx, t: Tensor, configs: Tensor, p: Tensor) -> Tensor:
-        ctx.save_for_backward(configs, p)
-        return p.to(t.dtype)
+    def forward(
+        ctx, t: Tensor, configs: Tensor, p: Tensor, oracle: MapOracle
+    ) -> tuple[Tensor, Tensor]:
+        ctx.set_materialize_grads(False)
+        ctx.oracle, ctx.dtype = oracle, t.dtype
+        ctx.save_for_backward(t.detach().to(p.dtype), configs, p)
+        mu = torch.einsum("bs,bsd->bd", p, configs)
+        return p.to(t.dtype), mu.to(t.dtype)
 
     @staticmethod
-    def backward(ctx, grad_p: Tensor) -> tuple[Tensor, None, None]:
-        configs, p = ctx.saved_tensors
-        support = p > 0
-        kkt = _kkt_matrix(configs @ configs.transpose(1, 2), support)
-        rhs = torch.cat([grad_p.to(p.dtype) * support, p.new_zeros(p.shape[0], 1)], 1)
-        v = torch.linalg.solve(kkt, rhs)[:, :-1] * support
-        grad_t = torch.einsum("bc,bcd->bd", v, configs)
-        return grad_t.to(grad_p.dtype), None, None
+    def backward(
+        ctx, grad_p: Tensor | None, grad_mu: Tensor | None
+    ) -> tuple[Tensor | None, None, None, None]:
+        t, configs, p = ctx.saved_tensors
+        grad_t = torch.zeros_like(t)
+        if grad_p is not None:
+            support = p > 0
+            kkt = _kkt_matrix(configs @ configs.transpose(1, 2), support)
+            rhs = torch.cat([grad_p.to(p.dtype) * support, p.new_zeros(p.shape[0], 1)], 1)
+            v = torch.linalg.solve(kkt, rhs)[:, :-1] * support
+            grad_t += torch.einsum("bc,bcd->bd", v, configs)
+        if grad_mu is not None:
+            basis = _face_directions(t, configs, p, ctx.oracle)
+            grad_t += _project(basis, grad_mu.to(p.dtype))
+        return grad_t.to(ctx.dtype), None, None, None
 
 
 def sparsemap(
@@ -200,7 +324,8 @@ def sparsemap(
 
     Returns a :class:`BitVectorDistribution` whose slots hold the support (at most D + 1
     configurations, padded to the largest support of the batch), probabilities differentiable in
-    t, its ``marginals`` μ (the projection of t onto the polytope of ``oracle``) and the
+    t, its ``marginals`` μ (the projection of t onto the polytope of ``oracle``, differentiable
+    with the projection's Jacobian, ties included: see the module docstring) and the
     active-set ``iterations`` per example. ``max_iter`` caps the iterations (the authors used
     300); rows that do not converge raise an error naming the cap.
     """
@@ -223,5 +348,5 @@ def sparsemap(
     configs = configs.gather(1, order[..., None].expand_as(configs))
     width = max(int((p > 0).sum(-1).max()), 1)
     p, configs = p[:, :width].contiguous(), configs[:, :width].contiguous()
-    probs = SparseMAPFunction.apply(t, configs, p)
-    return BitVectorDistribution(configs.to(t.dtype), probs, iterations=iterations)
+    probs, mu = SparseMAPFunction.apply(t, configs, p, oracle)
+    return BitVectorDistribution(configs.to(t.dtype), probs, iterations=iterations, projection=mu)

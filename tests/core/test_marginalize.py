@@ -72,6 +72,26 @@ def test_marginalize_is_the_exact_expectation_and_gradient(mapping: str) -> None
         assert (support < 10).any()
 
 
+@pytest.mark.parametrize("mapping", ["softmax", "sparsemax", "entmax15"])
+def test_marginalize_keeps_nan_scores_nan(mapping: str) -> None:
+    """A NaN score makes that example's expectation and gradient NaN (not an empty sum 0); the
+    other examples are those of the batch without it."""
+    g = torch.Generator().manual_seed(6)
+    scores = torch.randn(4, 7, generator=g, dtype=F64) * 2
+    table = torch.randn(4, 7, generator=g, dtype=F64)
+    scores[2, 3] = float("nan")
+    results = []
+    for s in (scores, scores.nan_to_num(0.0)):
+        s = s.clone().requires_grad_()
+        result = marginalize(s, RecordingLoss(table), mapping)
+        (grad,) = torch.autograd.grad(result.surrogate.sum(), s)
+        results.append((result.loss.detach(), grad))
+    (loss, grad), (clean_loss, clean_grad) = results
+    assert loss[2].isnan() and grad[2].isnan().all()
+    keep = torch.tensor([True, True, False, True])
+    assert torch.equal(loss[keep], clean_loss[keep]) and torch.equal(grad[keep], clean_grad[keep])
+
+
 def test_sparse_marginalization_gradient_matches_finite_differences() -> None:
     g = torch.Generator().manual_seed(1)
     f = torch.randn(1, 12, generator=g, dtype=F64)
@@ -153,6 +173,40 @@ def test_topk_sparsemax_and_its_certificate_match_enumeration(D: int, k: int) ->
             # Sparsemax over the k best: the threshold of the restricted problem.
             top = (dist.configs[b] @ t[b]).sort(descending=True).values
             torch.testing.assert_close(dist.probs[b].sort(descending=True).values, sparsemax(top))
+
+
+def _equals_full_sparsemax(dist, b: int, everything: torch.Tensor, full: torch.Tensor) -> bool:
+    ours = dict(zip(map(tuple, dist.configs[b].tolist()), dist.probs[b].tolist(), strict=True))
+    return all(
+        abs(ours.get(z, 0.0) - p) <= 1e-12
+        for z, p in zip(map(tuple, everything.tolist()), full[b].tolist(), strict=True)
+    )
+
+
+def test_topk_sparsemax_certificate_is_sufficient_not_necessary() -> None:
+    """``certified`` ⇒ equal to the full sparsemax (brute force over 2^D); not conversely: with
+    exactly k configurations in the full support the result is exact yet not certified."""
+    # D = 2, k = 2: scores ⟨t, z⟩ = 1.2, 1.0, 0.2, 0 and τ = 0.6: the full support is the k best.
+    t = torch.tensor([[1.0, 0.2]], dtype=F64)
+    dist = topk_sparsemax(t, 2)
+    everything, full = full_sparsemax(t)
+    assert int((full > 0).sum()) == 2 and not bool(dist.certified[0])
+    assert _equals_full_sparsemax(dist, 0, everything, full)
+    # A sweep over scales and k: certified ⇒ exact; exact ⇔ full support ≤ k (certified: < k).
+    g = torch.Generator().manual_seed(4)
+    D = 6
+    t = torch.randn(64, D, generator=g, dtype=F64) * torch.logspace(-1, 1.5, 64, dtype=F64)[:, None]
+    everything, full = full_sparsemax(t)
+    full_support = (full > 0).sum(-1)
+    for k in (2, 3, 5, 8):
+        dist = topk_sparsemax(t, k)
+        exact = torch.tensor([_equals_full_sparsemax(dist, b, everything, full) for b in range(64)])
+        assert (exact | ~dist.certified).all(), "certified but not the full sparsemax"
+        assert exact.tolist() == (full_support <= k).tolist()
+        assert (exact & ~dist.certified).any(), "no exact-but-uncertified case in the sweep"
+    # A NaN score gives NaN probabilities, which are not certified.
+    nan = topk_sparsemax(torch.tensor([[0.3, float("nan"), -0.2], [0.3, 0.1, -0.2]]), 3)
+    assert nan.probs[0].isnan().all() and nan.certified.tolist() == [False, False]
 
 
 def test_topk_sparsemax_gradient_matches_finite_differences() -> None:

@@ -147,16 +147,17 @@ def _assert_entmax_close(p, ref, alpha, x, dim=-1, tol=None):
     """max |p − ref| ≤ tol, plus, for α > 2, the conditioning of the 1/(α−1) < 1 power.
 
     For α > 2, p = base^{1/(α−1)} is not Lipschitz at base = 0: an absolute error δ of a few ulps
-    in base = (α−1)x − τ (which every implementation working in p.dtype makes, since τ is only
-    representable to ~ulp(1)) moves a small p by up to (p^{α−1} + δ)^{1/(α−1)} − p (e.g. ~2e-5
-    at p ≈ 3e-3 for α = 3 in fp32). That slack is allowed on top of ``tol``; for α ≤ 2 none is.
+    in base = (α−1)x − τ (which every implementation makes, since τ is only representable to
+    ~ulp(1)) moves a small p by up to (p^{α−1} + δ)^{1/(α−1)} − p. The module computes α > 2 in
+    float64 whatever p.dtype, so δ is a few fp64 ulps (in fp32 it would be ~2e-5 at p ≈ 3e-3 for
+    α = 3). That slack is allowed on top of ``tol``; for α ≤ 2 none is.
     """
     tol = TOL[p.dtype] if tol is None else tol
     ref = ref.detach().to(F64)
     err = (p.detach().to(F64) - ref).abs()
     a = _expand_alpha(alpha, x, dim)
     am1 = torch.as_tensor(a, dtype=F64) - 1
-    delta = 4 * torch.finfo(p.dtype).eps
+    delta = 4 * torch.finfo(F64).eps
     slack = torch.where(am1 > 1, (ref**am1 + delta) ** (1 / am1) - ref, 0.0)
     bad = err > tol + slack
     assert not bool(bad.any()), (
@@ -1082,3 +1083,168 @@ def test_packed_path_matches_oracle_with_gradients(name, dtype):
     if name == "heads":
         expected = a64.grad.sum(dim=(0, 2), keepdim=True)
         assert _max_err(ag.grad, expected) <= (1e-3 if dtype == F32 else 1e-8)
+
+
+# --------------------------------------------------------------------------- 8. NaN scores
+# A row with a NaN score in an unmasked position is NaN everywhere, forward and backward (as with
+# torch.softmax); other rows are exactly what they are without it; a masked NaN is just masked.
+
+
+def _nan_case(dtype):
+    """x [4, 3, 9] with NaN in three unmasked positions, all in column 1 of dim 1 (a "head"), and
+    in one masked position; the mask; the flags of the NaN rows [4, 3, 1]; x with NaN set to 0."""
+    x = _randn((4, 3, 9), 2100, dtype, 2.0)
+    mask = _rand_mask(x.shape, 2101, keep=0.7)
+    mask[..., 0] = True
+    nan_rows = torch.zeros(4, 3, 1, dtype=torch.bool)
+    for i, k in ((0, 4), (2, 0), (3, 8)):
+        x[i, 1, k] = math.nan
+        mask[i, 1, k] = True
+        nan_rows[i, 1] = True
+    mask[1, 0, 3] = False
+    x[1, 0, 3] = math.nan  # masked: must not poison row (1, 0)
+    return x, mask, nan_rows, torch.nan_to_num(x, nan=0.0)
+
+
+def _named_case(name):
+    return lambda x, a, mask: _run(name, x, -1, mask)
+
+
+# name -> (f(x, α, mask), α of shape broadcastable to [4, 3, 1] or None, oracle spec of CASES)
+NAN_CASES = {
+    **{name: (_named_case(name), None, name) for name in NAMES},
+    "entmax_heads": (
+        lambda x, a, mask: entmax(x, a, mask=mask),
+        torch.tensor([1.3, 1.8, 2.6]).view(3, 1),
+        None,
+    ),
+    "entmax_rows_grad": (
+        lambda x, a, mask: entmax(x, a, mask=mask),
+        torch.tensor(ROW_ALPHAS)[torch.arange(12) % len(ROW_ALPHAS)].view(4, 3, 1),
+        None,
+    ),
+    "entmax_alpha_one_tensor": (
+        lambda x, a, mask: entmax(x, a, mask=mask),
+        torch.ones(3, 1),
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("name", tuple(NAN_CASES))
+def test_nan_rows_give_nan_and_leave_other_rows_alone(name, dtype):
+    x, mask, nan_rows, clean = _nan_case(dtype)
+    gout = _randn(x.shape, 2102, dtype)
+    fn, alpha, spec = NAN_CASES[name]
+    alpha = None if alpha is None else alpha.to(dtype)
+    results = []
+    for scores in (x, clean):
+        xg = scores.clone().requires_grad_()
+        ag = None if alpha is None else alpha.clone().requires_grad_()
+        p = fn(xg, ag, mask)
+        (p * gout).sum().backward()
+        results.append((p.detach(), xg.grad, None if ag is None else ag.grad))
+    (p, grad, agrad), (p_clean, grad_clean, agrad_clean) = results
+    rows = nan_rows.expand_as(x)
+    assert bool(p[rows].isnan().all()), "a row with a NaN score must be NaN"
+    assert bool(grad[rows & mask].isnan().all()), "the gradient of a NaN row must be NaN"
+    assert bool((grad[~mask] == 0).all()), "masked entries are not inputs: gradient 0"
+    assert not bool(p[~rows].isnan().any()) and not bool(grad[~rows].isnan().any())
+    # The other rows, row (1, 0) with its masked NaN included, are those of the clean scores.
+    assert torch.equal(p[~rows], p_clean[~rows])
+    assert torch.equal(grad[~rows], grad_clean[~rows])
+    expected = (
+        _expected(spec, clean, -1, mask)
+        if spec is not None
+        else masked_oracle(clean, _expand_alpha(alpha, x, -1), -1, mask)
+    )
+    assert _max_err(p[~rows], expected[~rows]) <= TOL[dtype]
+    if agrad is not None:
+        # α's gradient is NaN where it gathers a NaN row: head 1, or the NaN rows themselves.
+        poisoned = nan_rows if agrad.shape == nan_rows.shape else nan_rows.any(0)
+        assert bool(agrad[poisoned].isnan().all())
+        assert torch.equal(agrad[~poisoned], agrad_clean[~poisoned])
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_1.25", "entmax_2.5"])
+def test_nan_rows_keep_the_packed_path_and_stop_at_once(name, monkeypatch):
+    """Long sparse rows: a NaN row neither disables candidate packing for the batch nor makes
+    the solvers iterate (it is solved as an empty row); the other rows are unchanged."""
+    x, mask = _packed_case(F32)
+    x[1, 2, 3, 7] = math.nan
+    mask[1, 2, 3, 7] = True
+    packed = []
+    init = normalizers_module._Candidates.__init__
+
+    def spy(self, *args):
+        init(self, *args)
+        packed.append(self.full_index is not None)
+
+    monkeypatch.setattr(normalizers_module._Candidates, "__init__", spy)
+    xg = x.clone().requires_grad_()
+    p = _run(name, xg, -1, mask)
+    p.backward(torch.ones_like(p))
+    assert packed == [True]
+    nan_row = torch.zeros(x.shape[:-1], dtype=torch.bool)
+    nan_row[1, 2, 3] = True
+    assert bool(p[nan_row].isnan().all())
+    assert bool(xg.grad[nan_row[..., None] & mask].isnan().all())
+    # The NaN row is solved as an empty row: the rest is exactly as with that row masked out.
+    clean, clean_mask = x.nan_to_num(0.0), mask.clone()
+    clean_mask[nan_row] = False
+    assert torch.equal(p[~nan_row], _run(name, clean, -1, clean_mask)[~nan_row])
+    alpha = float(CASES[name][1])
+    res = entmax_threshold(x, alpha, mask=mask)
+    res_clean = entmax_threshold(clean, alpha, mask=clean_mask)
+    assert bool(res.tau[nan_row].isnan().all())
+    assert torch.equal(res.tau[~nan_row], res_clean.tau[~nan_row])
+    # Iterations as for an empty row (1 or 2), not up to the solver's cap.
+    assert torch.equal(res.iterations, res_clean.iterations)
+    assert int(res.iterations[nan_row].max()) <= 2
+
+
+# --------------------------------------------------------------------------- 9. α > 2 in fp32
+
+
+def _shifted_oracle(x, alpha):
+    """float64 α-entmax of x − max: exact in fp64, and entmax is shift invariant. The package
+    scales x by α − 1 before subtracting the max, which would cost it ulp(max) in τ."""
+    x64 = x.to(F64)
+    return ref_entmax_bisect(x64 - x64.amax(-1, keepdim=True), alpha, n_iter=200)
+
+
+def _near_threshold(alpha, scale, seed, rows=32, d=40):
+    """fp32 scores at ``scale`` with 12 entries per row spread across the support boundary and 4
+    placed just above the threshold (base = (α−1)x − τ ≲ 1e-4 after rounding to fp32), where
+    p = base^{1/(α−1)} is steepest: an error δ of base costs up to δ^{1/(α−1)} in p there."""
+    g = torch.Generator().manual_seed(seed)
+    beta = alpha - 1
+    x = scale * torch.randn(rows, d, generator=g, dtype=F64)
+    top = x.amax(-1, keepdim=True)
+    x[:, :12] = top - 1.5 / beta * torch.rand(rows, 12, generator=g, dtype=F64)
+    bases = torch.tensor([1e-7, 1e-6, 1e-5, 1e-4], dtype=F64)
+    for _ in range(3):  # the placed entries move τ a little: re-place them a few times
+        xr = x.to(F32).to(F64)
+        p = _shifted_oracle(xr, alpha)
+        j = p.argmax(-1, keepdim=True)
+        tau = beta * (xr.gather(-1, j) - top) - p.gather(-1, j) ** beta  # of β(x − max)
+        x[:, 12:16] = top + (tau + bases) / beta
+    return x.to(F32)
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0, 100.0])
+@pytest.mark.parametrize("alpha", [2.5, 3.0, 4.0])
+def test_alpha_above_two_in_fp32_matches_the_fp64_oracle(alpha, scale):
+    x = _near_threshold(alpha, scale, seed=2200 + int(10 * alpha) + int(scale))
+    ref = _shifted_oracle(x, alpha)
+    assert bool(((ref > 0).sum(-1) >= 2).all())
+    mixed = torch.tensor([alpha, 1.5, 2.0, 1.2]).repeat(8).view(32, 1)  # α ≤ 2 rows beside
+    ref_mixed = oracle(x, mixed)
+    for a, expected in ((alpha, ref), (torch.full((32, 1), alpha), ref), (mixed, ref_mixed)):
+        p = entmax(x, a)
+        assert p.dtype == F32
+        assert _max_err(p, expected) <= 1e-5, f"max err {_max_err(p, expected):.3g}"
+    xh = x.to(torch.float16)
+    eps = torch.finfo(torch.float16).eps
+    assert _max_err(entmax(xh, alpha), entmax(xh.float(), alpha)) <= eps
