@@ -2,7 +2,9 @@
 
 A :class:`Checkpoint` is a directory holding ``last.pt``: everything a loop needs to continue
 exactly where it stopped (weights, optimizer, scheduler, random states, step, history — the loop
-decides) plus the settings it was written under. Writes are atomic (temporary file + rename), and
+decides) plus the settings it was written under. The same run writes the same bytes, whether or
+not it was interrupted and resumed (:func:`save_atomic` writes a canonical form). Writes are
+atomic (temporary file + rename), and
 the previous ``last.pt`` is kept as ``previous.pt``, so a checkpoint that cannot be read (a
 truncated file, a full disk) falls back to the one before it instead of losing the run. Resuming
 under other settings is refused with the differing keys named, except for the keys a loop
@@ -14,6 +16,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,9 +32,10 @@ PREVIOUS = "previous.pt"
 
 
 def save_atomic(obj: Any, path: Path) -> None:
-    """``torch.save(obj)`` to ``path`` through a temporary file and a rename."""
+    """``torch.save(obj)`` to ``path`` through a temporary file and a rename, in a canonical
+    form: equal states give equal bytes."""
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    torch.save(_canonical(obj), buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as handle:
@@ -52,6 +56,23 @@ def load_file(
         raise LearnableSparsityError(f"{what} {path} does not exist") from None
     except Exception as error:
         raise LearnableSparsityError(f"{what} {path} cannot be read: {error}") from None
+
+
+def _canonical(obj: Any) -> Any:
+    """``obj`` rebuilt so that pickle writes it the same way whatever objects it shared: every
+    string interned (shared), every dict, list and tuple a fresh copy (not shared). An
+    uninterrupted run holds shared literals where a resumed one holds copies loaded from its
+    checkpoint, so the same state would otherwise be written as different bytes."""
+    if type(obj) is str:
+        return sys.intern(obj)
+    if isinstance(obj, dict):
+        copy = type(obj)((_canonical(k), _canonical(v)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a module's state dict carries its version metadata
+            copy._metadata = _canonical(obj._metadata)
+        return copy
+    if type(obj) in (list, tuple):
+        return type(obj)(_canonical(value) for value in obj)
+    return obj
 
 
 def rng_state(*generators: torch.Generator) -> dict[str, Any]:

@@ -9,6 +9,7 @@ RUNNING), and that changed code, settings and input files rerun exactly what dep
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -111,6 +113,16 @@ def interrupted(
     while not any(models.rglob("last.pt")) and process.poll() is None:
         assert time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(0.05)
+    # Everything at once, as a crash would: dvc, the stage's driver and its Ray workers (which
+    # run in their own process groups, in the copy's folder).
+    doomed = [process.pid] + [
+        proc.pid
+        for proc in psutil.process_iter(["cwd"])
+        if proc.info["cwd"] and Path(proc.info["cwd"]).is_relative_to(repo)
+    ]
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     cut = sorted(  # cells that had started training (a checkpoint) but not finished
@@ -118,7 +130,6 @@ def interrupted(
         for path in models.rglob("last.pt")
         if not (path.parent / "done.json").exists()
     )
-    time.sleep(2)  # let Ray's reaper take down the killed driver's workers
     run(["dvc", "repro"], repo, env)
     return repo, uri, cut
 

@@ -245,6 +245,9 @@ def train(
     torch.manual_seed(settings.seed)
     step, epoch, position = 0, 0, 0
     history = TrainingHistory([], [], [])
+    # The updates since the last logged step (their average is the next record): kept in the
+    # checkpoint, so that a resumed run logs the same averages as one never interrupted.
+    window: list[dict[str, float]] = []
     resume = Checkpoint(checkpoint_dir, asdict(settings), resumable=RESUMABLE)
     state = resume.load(map_location=device)
     if state is not None:
@@ -253,7 +256,7 @@ def train(
         scheduler.load_state_dict(state["scheduler"])
         restore_rng(state["rng"])
         step, epoch, position = state["step"], state["epoch"], state["position"]
-        history = TrainingHistory(**state["history"])
+        history, window = TrainingHistory(**state["history"]), state["window"]
         log.info("%s: resuming from %s at step %d", variant, resume.path, step)
 
     def checkpoint(final: bool = False) -> None:
@@ -266,6 +269,7 @@ def train(
             "epoch": epoch,
             "position": position,
             "history": asdict(history),
+            "window": window,
         }
         resume.save(state, final=final)
         weights = {"model": model.state_dict(), "step": step}
@@ -287,7 +291,6 @@ def train(
         # sparser" is measured from here.
         history.alphas.append({"step": 0, "alphas": _alphas(model)})
     model.train()
-    window: list[dict[str, float]] = []
     window_start = time.perf_counter()
     run_start, start_step = time.perf_counter(), step
     while step < settings.max_steps:

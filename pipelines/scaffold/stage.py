@@ -28,6 +28,7 @@ the traceback.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
 
 STARTED = "cell.json"  # a cell's directory belongs to {"fingerprint", "payload"}
+LOCK = ".cell.lock"  # held while a task runs the cell (.dvcignore keeps it out of DVC's hashes)
 TASK_SECONDS = "task_seconds"
 VERBOSE_ENV = "LEARNABLE_SPARSITY_VERBOSE"
 _FIGURE_DPI = 110
@@ -156,7 +158,23 @@ def execute_cell(cell: CellRun) -> dict:
     """The Ray task of every grid: run the stage's task inside the cell's MLflow run (FINISHED,
     or FAILED if it raises; tagged with this machine's library versions and CPU kernels) and
     its wall time, then record the result and the digest of every file the cell wrote in its
-    ``done.json``."""
+    ``done.json``.
+
+    The cell's directory is locked while its task runs: a worker of a killed driver can outlive
+    it by a few seconds, and a new run of the cell waits for it instead of writing the same
+    checkpoints at the same time (and reuses its result if it finished).
+    """
+    cell.directory.mkdir(parents=True, exist_ok=True)
+    with open(cell.directory / LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = layout.done(cell.directory)
+        if done.exists() and read_json(done)["fingerprint"] == cell.fingerprint:
+            cell.run.finish("FINISHED")
+            return read_json(done)["result"]
+        return _execute_locked(cell)
+
+
+def _execute_locked(cell: CellRun) -> dict:
     with cell.run:
         cell.run.set_tags(tracking.system_tags())
         cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
@@ -170,7 +188,7 @@ def execute_cell(cell: CellRun) -> dict:
 
 def _files(directory: Path) -> dict[str, str]:
     """SHA-256 of every file a cell wrote in its directory (not its own records)."""
-    records = {STARTED, layout.done(directory).name}
+    records = {STARTED, LOCK, layout.done(directory).name}
     return {
         path.relative_to(directory).as_posix(): file_digest(path)
         for path in sorted(directory.rglob("*"))

@@ -270,3 +270,30 @@ def test_unreadable_checkpoints_are_named(tmp_path: Path) -> None:
     with pytest.raises(LearnableSparsityError, match=r"checkpoint .*step8\.pt cannot be read"):
         (tmp_path / "step8.pt").write_bytes(b"garbage")
         load_weights(tmp_path, average_last=2)
+
+
+def test_a_resumed_run_logs_the_same_averages_when_checkpoints_cut_a_log_window(
+    tmp_path: Path,
+) -> None:
+    # Logged every 3 updates, checkpointed every 4: the checkpoint at step 8 falls inside the
+    # window of steps 7-9, whose average the resumed run must still log whole.
+    cut = settings(log_every=3, checkpoint_every=4)
+    straight = train(
+        fresh_model("softmax"), TRAIN, VALID, cut, checkpoint_dir=tmp_path / "a", variant="v"
+    )
+    with pytest.raises(KilledError):
+        train(
+            fresh_model("softmax"),
+            TRAIN,
+            VALID,
+            cut,
+            checkpoint_dir=tmp_path / "b",
+            variant="v",
+            on_checkpoint=kill_at(8),
+        )
+    resumed = train(
+        fresh_model("softmax"), TRAIN, VALID, cut, checkpoint_dir=tmp_path / "b", variant="v"
+    )
+    assert [row["step"] for row in straight.train] == [3, 6, 9, 12]
+    assert resumed.train == straight.train
+    assert (tmp_path / "a" / "last.pt").read_bytes() == (tmp_path / "b" / "last.pt").read_bytes()
