@@ -54,7 +54,7 @@ def train_cell(run: CellRun) -> dict:
         run.directory,
         name=f"{experiment}/{cell.key}",
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
-        on_checkpoint=run.flush,
+        before_checkpoint=run.flush,
     )
     run.log_metrics({f"final/{k}": v for k, v in result.metrics.items()}, step=0)
     return {"metrics": result.metrics, "curves": result.curves}

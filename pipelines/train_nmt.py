@@ -49,7 +49,7 @@ def train_cell(run: CellRun) -> dict:
         checkpoint_dir=run.directory,
         variant=cell.key,
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
-        on_checkpoint=run.flush,
+        before_checkpoint=run.flush,
     )
     summary = {
         "steps": settings.max_steps,

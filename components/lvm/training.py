@@ -267,7 +267,7 @@ def train_and_evaluate(
     *,
     name: str | None = None,
     on_log: LogFn | None = None,
-    on_checkpoint: Callable[[int], None] | None = None,
+    before_checkpoint: Callable[[int], None] | None = None,
     provenance: Mapping[str, Any] | None = None,
 ) -> Result:
     r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
@@ -283,7 +283,8 @@ def train_and_evaluate(
 
     ``name`` (default: the cell's key) names the run in logs and errors; ``on_log(step,
     metrics)`` receives each logged average (e.g. to forward to a tracking server) and
-    ``on_checkpoint(step)`` is called after each checkpoint (e.g. to flush those). Nothing
+    ``before_checkpoint(step)`` precedes each checkpoint (flush those there: what was logged
+    before a checkpoint is then never lost). Nothing
     measured in wall-clock time is kept in the checkpoint or the result: identical settings give
     identical files and numbers.
     """
@@ -335,6 +336,8 @@ def train_and_evaluate(
         history.steps += part.steps
         history.records += part.records
         step += chunk
+        if before_checkpoint is not None:
+            before_checkpoint(step)
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -344,8 +347,6 @@ def train_and_evaluate(
             "history": dataclasses.asdict(history),
         }
         checkpoint.save(state, final=step == settings.steps)
-        if on_checkpoint is not None:
-            on_checkpoint(step)
     model.eval()
     metrics = evaluate()
     metrics["decoder_calls"] = statistics.fmean(history.series("decoder_calls")[1])

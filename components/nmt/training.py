@@ -222,7 +222,7 @@ def train(
     checkpoint_dir: Path,
     variant: str,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
-    on_checkpoint: Callable[[int], None] | None = None,
+    before_checkpoint: Callable[[int], None] | None = None,
 ) -> TrainingHistory:
     """Train ``model`` for ``settings.max_steps`` updates, resuming from ``checkpoint_dir``.
 
@@ -232,7 +232,8 @@ def train(
     settings (except :data:`RESUMABLE`) is refused, naming the differing keys. A NaN/Inf loss
     raises ``LearnableSparsityError`` naming the step and ``variant``. ``on_log(step, metrics)``
     gets every logged record (with tokens per second, which the history leaves out so that
-    identical settings give identical files); ``on_checkpoint(step)`` follows every save.
+    identical settings give identical files); ``before_checkpoint(step)`` precedes every save
+    (flush the logged metrics there: what was logged before a checkpoint is then never lost).
     """
     if not train_set or not valid_set:
         raise LearnableSparsityError(
@@ -260,6 +261,8 @@ def train(
         log.info("%s: resuming from %s at step %d", variant, resume.path, step)
 
     def checkpoint(final: bool = False) -> None:
+        if before_checkpoint is not None:
+            before_checkpoint(step)
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -277,8 +280,6 @@ def train(
         saved = sorted(checkpoint_dir.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
         for old in saved[: -settings.keep_checkpoints]:
             old.unlink()
-        if on_checkpoint is not None:
-            on_checkpoint(step)
 
     def record_validation() -> None:
         nll = validation_nll(model, valid_set, settings.max_tokens)

@@ -147,8 +147,9 @@ class CellRun:
 
     def flush(self, _step: int | None = None) -> None:
         """Write the buffered metrics and the cell's wall time so far (``task_seconds``, over
-        all its attempts) now. Call it after every checkpoint: what an interrupted cell logged
-        up to its checkpoint is kept, and the resumed cell continues the same MLflow run."""
+        all its attempts) now. Call it before every checkpoint is written: what an interrupted
+        cell logged up to its checkpoint is then kept, and the resumed cell continues the same
+        MLflow run from there (points after the checkpoint are logged again, with equal values)."""
         seconds = self.seconds_before + time.perf_counter() - self.started
         self.run.log_metrics({TASK_SECONDS: seconds}, step=0)
         self.run.flush()

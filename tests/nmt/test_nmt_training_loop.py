@@ -214,18 +214,20 @@ class KilledError(Exception):
 
 
 def kill_at(step: int):
-    def on_checkpoint(at: int) -> None:
+    """A hook that kills the run just before its checkpoint at ``step`` is written."""
+
+    def before_checkpoint(at: int) -> None:
         if at == step:
             raise KilledError
 
-    return on_checkpoint
+    return before_checkpoint
 
 
 def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path: Path) -> None:
     straight = fresh_model("softmax")
     train(straight, TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "a", variant="v")
     directory = tmp_path / "b"
-    with pytest.raises(KilledError):  # killed right after the checkpoint at step 8
+    with pytest.raises(KilledError):  # killed after the checkpoint at step 8, before step 12's
         train(
             fresh_model("softmax"),
             TRAIN,
@@ -233,7 +235,7 @@ def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path: Path
             settings(),
             checkpoint_dir=directory,
             variant="v",
-            on_checkpoint=kill_at(8),
+            before_checkpoint=kill_at(12),
         )
     last = directory / "last.pt"
     last.write_bytes(last.read_bytes()[:100])  # a truncated file (full disk, copy cut short)
@@ -256,7 +258,7 @@ def test_unreadable_checkpoints_are_named(tmp_path: Path) -> None:
             settings(),
             checkpoint_dir=tmp_path,
             variant="v",
-            on_checkpoint=kill_at(8),
+            before_checkpoint=kill_at(12),
         )
     for name in ("last.pt", "previous.pt"):
         (tmp_path / name).write_bytes(b"not a checkpoint")
@@ -289,7 +291,7 @@ def test_a_resumed_run_logs_the_same_averages_when_checkpoints_cut_a_log_window(
             cut,
             checkpoint_dir=tmp_path / "b",
             variant="v",
-            on_checkpoint=kill_at(8),
+            before_checkpoint=kill_at(12),
         )
     resumed = train(
         fresh_model("softmax"), TRAIN, VALID, cut, checkpoint_dir=tmp_path / "b", variant="v"
