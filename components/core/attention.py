@@ -27,9 +27,22 @@ from torch import Tensor, nn
 
 from components.core.normalizers import entmax, entmax15, softmax, sparsemax, topk_softmax
 
-# α = 1 + sigmoid(w) is kept inside [ALPHA_MIN, ALPHA_MAX]: α → 1 makes α-entmax degenerate.
+# α = ALPHA_MIN + (ALPHA_MAX − ALPHA_MIN)·sigmoid(w) lies in (ALPHA_MIN, ALPHA_MAX): α → 1 makes
+# α-entmax degenerate. A squashed sigmoid rather than a clamp of 1 + sigmoid(w): a clamp has zero
+# gradient below logit(0.01), so a head initialised there never moves again.
 ALPHA_MIN = 1.01
 ALPHA_MAX = 2.0
+
+
+def alpha_of_logit(w: Tensor) -> Tensor:
+    """α = ALPHA_MIN + (ALPHA_MAX − ALPHA_MIN)·sigmoid(w), differentiable everywhere."""
+    return ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) * torch.sigmoid(w)
+
+
+def logit_of_alpha(alpha: Tensor) -> Tensor:
+    """The inverse of :func:`alpha_of_logit`, for α in (ALPHA_MIN, ALPHA_MAX)."""
+    return torch.logit((alpha - ALPHA_MIN) / (ALPHA_MAX - ALPHA_MIN))
+
 
 # name -> normalizer; "entmax_alpha" additionally receives the per-head α, "topk" receives k.
 NORMALIZERS: dict[str, Callable[..., Tensor]] = {
@@ -84,7 +97,7 @@ class MultiHeadAttention(nn.Module):
         normalizer: one of ``NORMALIZERS``.
         k: keys kept per query by ``"topk"`` (ties at the threshold are kept as well).
         alpha_init: initial α of every head for ``"entmax_alpha"``, in (1.01, 2); the parameter
-            is w = logit(α − 1), and α = clamp(1 + sigmoid(w), 1.01, 2).
+            is w with α = :func:`alpha_of_logit` (w).
         dropout: dropout rate on the attention probabilities.
         bias: whether the four projections have biases.
     """
@@ -129,8 +142,8 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.alpha_logit: nn.Parameter | None = None
         if normalizer == "entmax_alpha":
-            w = math.log((alpha_init - 1) / (2 - alpha_init))
-            self.alpha_logit = nn.Parameter(torch.full((n_heads,), w))
+            w = logit_of_alpha(torch.tensor(float(alpha_init), dtype=torch.float64))
+            self.alpha_logit = nn.Parameter(torch.full((n_heads,), float(w)))
 
     @property
     def alpha(self) -> Tensor | None:
@@ -138,8 +151,8 @@ class MultiHeadAttention(nn.Module):
         return None if self.alpha_logit is None else self._head_alpha().detach()
 
     def _head_alpha(self) -> Tensor:
-        """α = clamp(1 + sigmoid(w), 1.01, 2) per head, differentiable in w inside the bounds."""
-        return (1 + torch.sigmoid(self.alpha_logit)).clamp(ALPHA_MIN, ALPHA_MAX)
+        """α per head, :func:`alpha_of_logit` of the parameter."""
+        return alpha_of_logit(self.alpha_logit)
 
     def _normalize(self, scores: Tensor, mask: Tensor | None) -> Tensor:
         fn = NORMALIZERS[self.normalizer]

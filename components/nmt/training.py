@@ -63,6 +63,7 @@ class TrainingSettings(Settings):
     label_smoothing: float = setting(0.1, at_least=0, below=1)
     clip_norm: float = setting(1.0, at_least=0)  # 0: no clipping
     weight_decay: float = setting(0.0, at_least=0)
+    alpha_lr_scale: float = setting(1.0, above=0)  # α logits' lr / the others' (AST: 1)
     log_every: int = setting(10, at_least=1)
     validate_every: int = setting(200, at_least=1)
     checkpoint_every: int = setting(200, at_least=1)
@@ -127,18 +128,25 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
     weight_decay: float = 0.0,
+    alpha_lr_scale: float = 1.0,
 ) -> tuple[Optimizer, LRScheduler]:
     """Adam(β = (0.9, 0.98), ε = 1e-9) with the inverse square root schedule peaking at peak_lr.
 
     ``weight_decay`` is decoupled (AdamW, as fairseq's Adam) and applies only to matrices
     (weights, embeddings): biases, LayerNorm gains and the per-head α logits are not decayed,
-    so weight decay does not pull α towards 1.5.
+    so weight decay does not pull α towards 1.5. The α logits follow the same schedule scaled by
+    ``alpha_lr_scale``: Adam moves a parameter by about lr per update, so at a short schedule's
+    learning rates α can hardly leave its initial value unless its own rate is larger.
     """
-    params = [p for p in model.parameters() if p.requires_grad]
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    alpha = [p for name, p in named if name.endswith("alpha_logit")]
+    rest = [p for name, p in named if not name.endswith("alpha_logit")]
     groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        {"params": [p for p in rest if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0},
     ]
+    if alpha:
+        groups.append({"params": alpha, "weight_decay": 0.0, "lr": peak_lr * alpha_lr_scale})
     optimizer = torch.optim.AdamW(groups, lr=peak_lr, betas=betas, eps=eps)
     scheduler = LambdaLR(optimizer, functools.partial(inverse_sqrt_schedule, warmup=warmup))
     return optimizer, scheduler
@@ -241,7 +249,11 @@ def train(
         )
     device = next(model.parameters()).device
     optimizer, scheduler = build_optimizer(
-        model, settings.peak_lr, settings.warmup, weight_decay=settings.weight_decay
+        model,
+        settings.peak_lr,
+        settings.warmup,
+        weight_decay=settings.weight_decay,
+        alpha_lr_scale=settings.alpha_lr_scale,
     )
     torch.manual_seed(settings.seed)
     step, epoch, position = 0, 0, 0

@@ -16,6 +16,8 @@ from components.core.attention import (
     NORMALIZERS,
     KVCache,
     MultiHeadAttention,
+    alpha_of_logit,
+    logit_of_alpha,
 )
 
 B, D, H = 3, 16, 4
@@ -30,7 +32,7 @@ def _make(normalizer: str, seed: int = 0, **kwargs) -> MultiHeadAttention:
     module = MultiHeadAttention(D, H, normalizer, **kwargs)
     if module.alpha_logit is not None and "alpha_init" not in kwargs:
         with torch.no_grad():
-            module.alpha_logit.copy_(torch.logit(torch.tensor(HEAD_ALPHAS) - 1))
+            module.alpha_logit.copy_(logit_of_alpha(torch.tensor(HEAD_ALPHAS)))
     return module.eval()
 
 
@@ -299,6 +301,21 @@ def test_alpha_receives_finite_nonzero_gradients() -> None:
     (module(x, causal=True).output * target).sum().backward()
     grad = module.alpha_logit.grad
     assert torch.isfinite(grad).all() and torch.all(grad != 0)
+
+
+def test_alpha_near_its_lower_bound_still_moves() -> None:
+    """No dead zone: a clamp of 1 + sigmoid(w) at 1.01 had zero gradient for w < logit(0.01)."""
+    module = _make("entmax_alpha")
+    with torch.no_grad():
+        module.alpha_logit.fill_(-6.0)  # α ≈ 1.0125
+    x = _randn((B, 6, D), seed=19, scale=2)
+    (module(x, causal=True).output * _randn((B, 6, D), seed=20)).sum().backward()
+    assert torch.all(module.alpha_logit.grad != 0)
+
+
+def test_alpha_logit_round_trips() -> None:
+    alpha = torch.tensor([1.0101, 1.2, 1.5, 1.999], dtype=torch.float64)
+    assert torch.allclose(alpha_of_logit(logit_of_alpha(alpha)), alpha, rtol=0, atol=1e-12)
 
 
 def test_alpha_gradient_matches_finite_differences() -> None:

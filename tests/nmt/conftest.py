@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from components.core.attention import logit_of_alpha
 from components.nmt.model import Transformer, TransformerConfig
 
 VOCAB = 20
@@ -43,7 +44,7 @@ def tiny_model(normalizer: str = "softmax", seed: int = 0, **overrides) -> Trans
     for block in model.attention_blocks().values():
         if block.alpha_logit is not None and model.config.alpha_init is not None:
             with torch.no_grad():
-                block.alpha_logit.copy_(torch.logit(torch.tensor(HEAD_ALPHAS) - 1))
+                block.alpha_logit.copy_(logit_of_alpha(torch.tensor(HEAD_ALPHAS)))
     return model.eval()
 
 

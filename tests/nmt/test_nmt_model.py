@@ -140,6 +140,24 @@ def test_random_alpha_init_differs_per_head_and_block(make_model) -> None:
     assert make_model("softmax", alpha_init=None).alphas() == {}
 
 
+def test_random_alpha_init_is_asts_distribution_truncated_at_three_sigma(make_model) -> None:
+    """a = logit(α − 1) ~ N(0, 1) truncated to ±3: no head starts near the lower bound."""
+    a = torch.cat(
+        [
+            torch.logit(
+                torch.cat(
+                    list(make_model("entmax_alpha", seed=s, alpha_init=None).alphas().values())
+                )
+                - 1
+            )
+            for s in range(100)
+        ]
+    )
+    assert a.abs().max() <= 3 + 1e-4
+    assert abs(a.mean().item()) < 0.1  # 1200 draws: standard error 0.03
+    assert a.std().item() == pytest.approx(0.9866, abs=0.06)  # the truncated normal's std
+
+
 @pytest.mark.parametrize("normalizer", NORMALIZERS)
 def test_forward_returns_attention_of_every_block(make_model, make_tokens, normalizer) -> None:
     model = make_model(normalizer)

@@ -76,9 +76,10 @@ def test_build_optimizer_follows_the_schedule_and_skips_decay_on_alpha(make_mode
     model = make_model("entmax_alpha")
     optimizer, scheduler = build_optimizer(model, 1e-3, warmup=4, weight_decay=0.01)
     assert optimizer.defaults["betas"] == (0.9, 0.98)
-    no_decay = {id(p) for p in optimizer.param_groups[1]["params"]}
-    assert optimizer.param_groups[1]["weight_decay"] == 0.0
-    assert all(id(b.alpha_logit) in no_decay for b in model.attention_blocks().values())
+    alpha_group = optimizer.param_groups[-1]
+    assert alpha_group["weight_decay"] == 0.0
+    alpha_logits = {id(b.alpha_logit) for b in model.attention_blocks().values()}
+    assert {id(p) for p in alpha_group["params"]} == alpha_logits
     lrs = []
     for _ in range(6):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -150,6 +151,19 @@ def test_tiny_model_learns_to_copy(make_model, normalizer) -> None:
     ]
     assert metrics[0]["nll"] > 2.0
     assert sum(m["nll"] for m in metrics[-10:]) / 10 < 0.6, metrics[-1]
+
+
+def test_alpha_lr_scale_scales_only_the_alpha_logits(make_model) -> None:
+    model = make_model("entmax_alpha")
+    optimizer, scheduler = build_optimizer(model, 1e-3, warmup=4, alpha_lr_scale=10.0)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    *rest, alpha_group = optimizer.param_groups
+    assert all(group["lr"] == pytest.approx(1e-3 * inverse_sqrt_schedule(3, 4)) for group in rest)
+    assert alpha_group["lr"] == pytest.approx(1e-2 * inverse_sqrt_schedule(3, 4))
+    # no α, no α group
+    assert len(build_optimizer(make_model("softmax"), 1e-3, warmup=4)[0].param_groups) == 2
 
 
 def test_alphas_move_with_training(make_model) -> None:
