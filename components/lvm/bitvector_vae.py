@@ -34,9 +34,11 @@ from components.lvm import mlp
 from components.lvm.methods import (
     METHODS,
     Method,
+    bernoulli_entropy,
     build_method,
     expectation_metrics,
     expected_loss,
+    support_entropy,
 )
 from components.lvm.training import (
     Cell,
@@ -202,6 +204,18 @@ def nll_bits_per_dim(
 
 
 @torch.no_grad()
+def posterior_kl(model: BitVectorVAE, method: Method, x: Tensor) -> Tensor:
+    """KL(q(z|x) ‖ p(z)) = D log 2 − H(q) in nats per example [B]: the rate of the ELBO. Near 0
+    the code carries no information about x (posterior collapse: the decoder ignores z)."""
+    t = model.scores(x)
+    if method.sparse:
+        entropy = support_entropy(method.bit_distribution(t).probs)
+    else:
+        entropy = bernoulli_entropy(t)
+    return model.n_bits * math.log(2) - entropy
+
+
+@torch.no_grad()
 def exact_nll_bits_per_dim(model: BitVectorVAE, x: Tensor, chunk_pairs: int = 4096) -> Tensor:
     """−log₂ p(x) / P per example [B] with p(x) = 2^{−D} Σ_z p(x|z) summed over all 2^D codes
     (D ≤ 16)."""
@@ -274,6 +288,10 @@ def setup(
         nll = nll_bits_per_dim(
             model, method, test, settings.importance_samples, evaluation_generator()
         )
-        return {"nll_bits_per_dim": float(nll.mean()), "latent_dim": cell.bits}
+        return {
+            "nll_bits_per_dim": float(nll.mean()),
+            "kl_nats": float(posterior_kl(model, method, test).mean()),
+            "latent_dim": cell.bits,
+        }
 
     return Setup(model, method, step_fn, evaluate)

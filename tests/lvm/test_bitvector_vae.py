@@ -60,6 +60,29 @@ def test_rate_is_the_kl_to_the_uniform_prior(name) -> None:
     assert metrics["loss"] == pytest.approx(metrics["distortion"] + metrics["rate"])
 
 
+@pytest.mark.parametrize("name", ["sparsemap", "topk_sparsemax", "sfe"])
+def test_posterior_kl_is_the_training_rate(name) -> None:
+    model, method = _model(), _method(name)
+    x = _images(torch.Generator().manual_seed(0), 4)
+    _, metrics = bitvector_vae.loss(model, method, x, 0, torch.Generator().manual_seed(0))
+    kl = bitvector_vae.posterior_kl(model, method, x)
+    assert kl.shape == (4,) and bool((kl >= -1e-5).all())
+    assert float(kl.mean()) == pytest.approx(metrics["rate"], rel=1e-5, abs=1e-5)
+
+
+def test_posterior_kl_is_zero_for_a_uniform_posterior_and_d_log_2_for_a_point_mass() -> None:
+    model, method = _model(), _method("sfe")
+    x = _images(torch.Generator().manual_seed(0), 3)
+    with torch.no_grad():
+        model.encoder[-1].weight.zero_()
+        model.encoder[-1].bias.zero_()
+    torch.testing.assert_close(bitvector_vae.posterior_kl(model, method, x), torch.zeros(3))
+    with torch.no_grad():
+        model.encoder[-1].bias.fill_(50.0)
+    kl = bitvector_vae.posterior_kl(model, method, x)
+    torch.testing.assert_close(kl, torch.full((3,), D * math.log(2)), atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("name", ["sfe", "topk_sparsemax", "sparsemap"])
 def test_importance_sampled_nll_matches_enumeration(name) -> None:
     model = _model()

@@ -190,7 +190,11 @@ def test_a_checkpoint_past_the_steps_is_refused(run: Callable[..., Result], tmp_
     [
         ("ssvae", Cell("sparsemax", 0), ("accuracy", "test_nelbo")),
         ("signal_game", Cell("sparsemax", 0), ("communication_success",)),
-        ("bitvector_vae", Cell("topk_sparsemax", 0, 4), ("nll_bits_per_dim", "latent_dim")),
+        (
+            "bitvector_vae",
+            Cell("topk_sparsemax", 0, 4),
+            ("nll_bits_per_dim", "kl_nats", "latent_dim"),
+        ),
     ],
 )
 def test_each_experiment_trains_evaluates_and_reports(
