@@ -2,17 +2,19 @@
 
 For every trained NMT cell (a Ray task each), on the validation set with teacher forcing:
 attention density per head, Jensen–Shannon head diversity per layer, head-role scores
-(positional, BPE-merging, interrogation) and the heads above ``analysis.role_threshold``, heat
-maps of the strongest head of each role on a validation question; from the model's training
-history the α trajectories (heads that first move towards softmax and then get sparser are
-flagged) and the final α per attention type with a bimodality coefficient
-(``components.analysis``).
+(positional by argmax share, BPE-merging, interrogation with the question words of the corpus's
+source language, read from the settings its ``meta.json`` records), the heads that hold each role
+(``analysis.positional_share``, ``analysis.role_threshold``) with the number of queries each role
+was measured on (none: "not measurable"), heat maps of the strongest head of each role on a
+validation question; from the model's training history the α trajectories (heads that first
+move towards softmax and then get sparser are flagged) and the final α per attention type with a
+bimodality coefficient (``components.analysis``).
 
 Outputs: ``results/analyze_heads/cells/<cell>/analysis.json``; ``heads.json`` (DVC metrics per
-cell); DVC plots ``plots/js/<cell>.csv`` and ``plots/alpha/<cell>_<block>_head<h>.csv`` (one
-series per file: DVC draws one line per file); PNG figures under
-``reports/figures/heads/<corpus>/seed<seed>/``. A cell's metrics and figures also go to the
-MLflow run of the model's training (when that run is in the tracking store).
+cell: ``components.analysis.heads.summary``); DVC plots ``plots/js/<cell>.csv`` and
+``plots/alpha/<cell>_<block>_head<h>.csv`` (one series per file: DVC draws one line per file);
+PNG figures under ``reports/figures/heads/<corpus>/seed<seed>/``. A cell's metrics and figures
+also go to the MLflow run of the model's training (when that run is in the tracking store).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from components.analysis import figures
 from components.analysis.alpha import flagged_heads
 from components.analysis.heads import AnalysisSettings, analyze_heads, summary
 from components.data.atomic import atomic_write_bytes
+from components.data.corpora import corpus_settings, source_language
 from components.data.local import read_corpus
 from components.nmt.batching import encode_pairs
 from components.nmt.grid import NmtSettings
@@ -37,6 +40,7 @@ from pipelines.scaffold.stage import (
     clear,
     done_record,
     png,
+    read_json,
     run_stage,
     write_json,
 )
@@ -53,7 +57,8 @@ def analyze_cell(run: CellRun) -> dict:
     settings = build(AnalysisSettings, run.payload["analysis"], "analysis")
     valid = read_corpus(layout.corpus_dir(cell.corpus), ("valid",))["valid"]
     model = trained_model(cell, config, run.payload["average_last"])
-    report = analyze_heads(model, bpe, valid, settings)
+    language = run.payload["source_languages"][cell.corpus]
+    report = analyze_heads(model, bpe, valid, settings, language)
     trained = done_record(layout.NMT_MODELS, cell.key)
     history = trained["result"]["history"]["alphas"]
     flagged = flagged_heads(history) if history else []
@@ -83,6 +88,7 @@ def analyze_cell(run: CellRun) -> dict:
             logger.log_artifact(path, "analysis")
     result = {
         "analysis": report["analysis"],
+        "source_language": language,
         "roles": report["roles"],
         "alphas": report["alphas"],
         "flagged_heads": flagged,
@@ -91,6 +97,12 @@ def analyze_cell(run: CellRun) -> dict:
     }
     write_json(run.directory / "analysis.json", result)
     return result
+
+
+def corpus_source_language(corpus: str) -> str | None:
+    """The source language of a prepared corpus, from the settings its ``meta.json`` records."""
+    meta = read_json(layout.corpus_dir(corpus) / "meta.json")
+    return source_language(corpus_settings(meta["source"], f"corpora.{corpus}"))
 
 
 def series_csv(rows: list[tuple[object, object]], header: tuple[str, str]) -> str:
@@ -103,7 +115,11 @@ def main(stage: Stage) -> None:
     nmt = stage.settings("nmt", NmtSettings)
     settings = stage.settings("analysis", AnalysisSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
-    shared = {"analysis": params_of(settings), "average_last": nmt.decode.average_last}
+    shared = {
+        "analysis": params_of(settings),
+        "average_last": nmt.decode.average_last,
+        "source_languages": {corpus: corpus_source_language(corpus) for corpus in nmt.corpora},
+    }
     cells = nmt_cells(nmt, ("valid",), shared, reads_model=True)
     results = stage.grid(analyze_cell, cells, store=layout.cells(STAGE))
     for directory in (FIGURES, RESULTS / "plots"):

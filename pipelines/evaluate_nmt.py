@@ -2,12 +2,14 @@
 
 Each grid cell is a Ray task: load the trained weights (or the average of the last
 ``nmt.decode.average_last`` checkpoints), translate the test set with batched beam search,
-detokenize the BPE and score with sacreBLEU (detokenized BLEU with its signature, tokenized BLEU
-as the papers reported it, chrF). A copy-the-source baseline is scored per corpus for scale. A
-cell whose model, data, settings and code are unchanged is not translated again.
+detokenize the BPE and score with sacreBLEU (detokenized BLEU with its signature; tokenized BLEU
+as the papers reported it, meaningful on pre-tokenised text only; chrF) and count the empty
+hypotheses (the decoder emitted eos at once). A copy-the-source baseline is scored per corpus for
+scale. A cell whose model, data, settings and code are unchanged is not translated again.
 
 Outputs: ``results/evaluate_nmt/cells/<cell>/translations.txt`` and ``metrics.json``;
-``results/evaluate_nmt/bleu.json`` (DVC metrics: every cell and the copy baselines).
+``results/evaluate_nmt/bleu.json`` (DVC metrics: every cell's scores and ``empty_hypotheses``,
+and the copy baselines).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 
 from components.data.atomic import atomic_write_text
 from components.data.local import read_corpus
-from components.metrics.translation import translation_metrics
+from components.metrics.translation import empty_hypotheses, translation_metrics
 from components.nmt.batching import encode_pairs
 from components.nmt.grid import NmtSettings
 from components.nmt.search import DecodeSettings, translate
@@ -44,12 +46,15 @@ def evaluate_cell(run: CellRun) -> dict:
     )
     hypotheses = [bpe.decode(sentence) for sentence in tokens]
     metrics = translation_metrics(hypotheses, [target for _, target in test])
+    empty = empty_hypotheses(hypotheses)
+    if empty:
+        log.warning("%s: %d of %d hypotheses are empty", cell.key, empty, len(hypotheses))
     atomic_write_text(run.directory / "translations.txt", "\n".join(hypotheses) + "\n")
     write_json(run.directory / "metrics.json", metrics)
-    run.log_metrics(scalars(metrics), step=0)
+    run.log_metrics({**scalars(metrics), "empty_hypotheses": float(empty)}, step=0)
     run.run.log_dict(metrics, "metrics.json")
     run.run.log_artifact(run.directory / "translations.txt")
-    return {"metrics": metrics}
+    return {"metrics": metrics, "empty_hypotheses": empty}
 
 
 def scalars(metrics: dict) -> dict[str, float]:
@@ -67,7 +72,10 @@ def main(stage: Stage) -> None:
         baseline = translation_metrics([s for s, _ in test], [t for _, t in test])
         copy_baseline[corpus] = scalars(baseline)
     summary = {
-        "cells": {c.key: scalars(r["metrics"]) for c, r in zip(cells, results, strict=True)},
+        "cells": {
+            c.key: {**scalars(r["metrics"]), "empty_hypotheses": r["empty_hypotheses"]}
+            for c, r in zip(cells, results, strict=True)
+        },
         "copy_source_baseline": copy_baseline,
         "signatures": {name: value["signature"] for name, value in results[0]["metrics"].items()},
     }

@@ -33,14 +33,18 @@ def _split_key(key: str) -> tuple[str, str, int]:
 
 
 def bleu_tables(profile: str) -> list[ComparisonTable]:
-    """The AST BLEU table per corpus (tokenized BLEU of every seed)."""
+    """The AST BLEU table per corpus (tokenized BLEU and empty hypotheses of every seed)."""
     bleu = read_json(layout.results("evaluate_nmt") / "bleu.json")
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    empty: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for key, cell in bleu["cells"].items():
         corpus, variant, _ = _split_key(key)
         scores[corpus][variant].append(cell["tokenized_bleu"])
+        empty[corpus][variant].append(cell["empty_hypotheses"])
     signature = bleu["signatures"]["tokenized_bleu"]
-    return [ast_bleu_table(v, profile, corpus, signature) for corpus, v in scores.items()]
+    return [
+        ast_bleu_table(v, profile, corpus, signature, empty[corpus]) for corpus, v in scores.items()
+    ]
 
 
 def speed_table(profile: str) -> ComparisonTable:
@@ -66,12 +70,12 @@ def speed_table(profile: str) -> ComparisonTable:
 
 
 def head_tables(profile: str) -> list[ComparisonTable]:
-    """Head diversity (JS) per block and head-role counts, per corpus."""
+    """Head diversity (JS) per block and head-role counts (per seed), per corpus."""
     heads = read_json(layout.results("analyze_heads") / "heads.json")
     tables = []
     for corpus in sorted({_split_key(key)[0] for key in heads}):
         js: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        roles = []
+        roles: dict[str, list[dict]] = defaultdict(list)
         for key, summary in heads.items():
             cell_corpus, variant, _ = _split_key(key)
             if cell_corpus != corpus:
@@ -79,8 +83,7 @@ def head_tables(profile: str) -> list[ComparisonTable]:
             for block, value in summary["js"].items():
                 if value is not None:
                     js[variant][block].append(value)
-            analysis = read_json(layout.cells("analyze_heads") / key / "analysis.json")
-            roles += [{**role, "variant": variant} for role in analysis["roles"]]
+            roles[variant].append(summary["roles"])
         tables += head_summary_table(js, roles, profile, corpus)
     return tables
 

@@ -143,7 +143,9 @@ def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
     bleu = json.loads((repo / "results/evaluate_nmt/bleu.json").read_text())
     keys = [f"smoke/{v}/seed0" for v in VARIANTS]
     assert sorted(summary) == sorted(keys) and sorted(bleu["cells"]) == sorted(keys)
-    assert all(set(bleu["cells"][k]) == {"bleu", "tokenized_bleu", "chrf"} for k in keys)
+    scores = {"bleu", "tokenized_bleu", "chrf", "empty_hypotheses"}
+    assert all(set(bleu["cells"][k]) == scores for k in keys)
+    assert all(0 <= bleu["cells"][k]["empty_hypotheses"] <= 40 for k in keys)
     assert "tok:13a" in bleu["signatures"]["bleu"]
     for key in keys:
         translations = (repo / f"results/evaluate_nmt/cells/{key}/translations.txt").read_text()
@@ -167,6 +169,13 @@ def test_head_analysis_outputs(repro: tuple[Path, str, str]) -> None:
     assert softmax and all(value == 1.0 for value in softmax.values())
     assert all(0 < value <= 1 for value in heads["smoke/sparsemax/seed0"]["mean_density"].values())
     assert all(0 <= js <= 1 for js in heads["smoke/entmax15/seed0"]["js"].values())
+    roles = heads["smoke/softmax/seed0"]["roles"]
+    assert heads["smoke/softmax/seed0"]["source_language"] == "en"
+    assert set(roles) == {"positional_prev", "positional_next", "bpe_merge", "interrogation"}
+    # The first 20 validation sentences hold wh-questions, and BPE splits words: all measurable.
+    for role in roles.values():
+        assert role["measurable"] and role["matched"] > 0
+        assert role["count"] == len(role["heads"])
     assert set(heads["smoke/entmax_alpha/seed0"]["alpha"]) == {
         "encoder.self",
         "decoder.self",

@@ -193,7 +193,7 @@ def role_heatmaps(
     }
     maps: dict[str, dict[str, Tensor]] = {}
     for head in heads:
-        title = f"{head['role']}: {head['block']} h{head['head']} ({head['confidence']:.2f})"
+        title = f"{head['role']}: {head['block']} h{head['head']} ({head['score']:.2f})"
         maps.setdefault(head["attention"], {})[title] = attention[head["block"]][0, head["head"]]
     return {kind: attention_heatmaps(m, *axes[kind]) for kind, m in maps.items()}
 

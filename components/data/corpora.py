@@ -5,11 +5,13 @@ A corpus entry names its ``source``:
 * ``generated`` — the project's synthetic parallel corpus (:mod:`components.data.generated`):
   ``sizes`` per split and a ``seed``; offline.
 * ``local`` — the user's files: ``files: {train: [src, tgt], valid: [...], test: [...]}``,
-  validated by :mod:`components.data.local`.
+  validated by :mod:`components.data.local`, and optionally ``source_lang`` (e.g. ``de``).
 * ``download`` — a published corpus of the registry (:mod:`components.data.registry`) by
   ``name``, fetched into ``cache`` with resume and checksums.
 
 The prepared corpus is written by ``components.data.local.write_corpus``.
+:func:`source_language` names the language of a corpus's source side (the head analysis reads
+the question words of that language).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from components.data.generated import generate_splits
+from components.data.generated import SOURCE_LANGUAGE, generate_splits
 from components.data.local import SPLITS, Pairs, load_local_corpus
 from components.data.registry import CORPORA, fetch_corpus
 from components.settings import Settings, SettingsError, build_tagged, setting
@@ -39,10 +41,12 @@ class GeneratedCorpus(Settings):
 
 @dataclass(frozen=True, kw_only=True)
 class LocalCorpus(Settings):
-    """The user's files: (source path, target path) per split."""
+    """The user's files: (source path, target path) per split; ``source_lang`` is the language
+    of the source side (ISO 639-1, e.g. "de"), None when not given."""
 
     source: Literal["local"]
     files: dict[str, tuple[str, ...]]
+    source_lang: str | None = None
 
     def validate(self) -> None:
         _check_splits("files", self.files)
@@ -80,6 +84,17 @@ def _check_splits(key: str, per_split: Mapping[str, Any]) -> None:
 def corpus_settings(data: Any, where: str) -> CorpusSettings:
     """The settings of one corpus entry, of the class its ``source`` names."""
     return build_tagged(SOURCES, data, where)
+
+
+def source_language(settings: CorpusSettings) -> str | None:
+    """The language of the corpus's source side (ISO 639-1, e.g. "de"): English for the
+    generated corpus, the registry's for a downloaded one, ``source_lang`` for the user's files
+    (None: not given)."""
+    if isinstance(settings, GeneratedCorpus):
+        return SOURCE_LANGUAGE
+    if isinstance(settings, LocalCorpus):
+        return settings.source_lang
+    return CORPORA[settings.name].source_lang
 
 
 def load_corpus(settings: CorpusSettings) -> dict[str, Pairs]:

@@ -77,6 +77,9 @@ from components.errors import LearnableSparsityError
 
 # --------------------------------------------------------------------------- source vocabulary
 
+# The source language is English-like: English question words (who … how) and "?" (ISO 639-1).
+SOURCE_LANGUAGE = "en"
+
 NOUNS: tuple[str, ...] = (
     "dog", "cat", "farmer", "teacher", "doctor", "sailor", "baker", "king", "queen", "bird",
     "horse", "boat", "captain", "house", "tree", "garden", "village", "forest", "mountain",

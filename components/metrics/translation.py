@@ -1,13 +1,17 @@
 """Translation quality with sacreBLEU, always with the metric's signature.
 
 * ``corpus_bleu`` — detokenized BLEU (sacreBLEU's default 13a tokenizer), the comparable number.
-* ``tokenized_bleu`` — BLEU as the AST / EST papers reported it (multi-bleu style): the text is
-  already tokenized, so sacreBLEU runs with ``tokenize="none"`` on whitespace-split tokens.
+* ``tokenized_bleu`` — BLEU as the AST / EST papers reported it (multi-bleu style): sacreBLEU
+  with ``tokenize="none"`` on whitespace-split tokens. Meaningful only on pre-tokenised text
+  (the smoke corpus, KFTT's tokenized files): on raw text "word," and "word" are different tokens.
 * ``corpus_chrf`` — character n-gram F-score (chrF2), an extra.
+* :func:`empty_hypotheses` — how many hypotheses are empty (the decoder emitted eos at once);
+  BLEU scores them as zero-length output, so they show up only as a lower brevity penalty.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,7 +61,8 @@ def corpus_bleu(hypotheses: list[str], references: list[str]) -> Score:
 
 
 def tokenized_bleu(hypotheses: list[str], references: list[str]) -> Score:
-    """Corpus BLEU on pre-tokenized text (tokens = whitespace-separated), as the papers report."""
+    """Corpus BLEU on pre-tokenized text (tokens = whitespace-separated), as the papers report;
+    meaningless on raw text, where punctuation stays glued to the words."""
     return _bleu("tokenized_bleu", BLEU(tokenize="none", force=True), hypotheses, references)
 
 
@@ -67,6 +72,11 @@ def corpus_chrf(hypotheses: list[str], references: list[str]) -> Score:
     metric = CHRF()
     result = metric.corpus_score(hypotheses, [references])
     return Score("chrf", float(result.score), str(metric.get_signature()))
+
+
+def empty_hypotheses(hypotheses: Sequence[str]) -> int:
+    """The number of hypotheses with no token (empty or whitespace only)."""
+    return sum(not hypothesis.strip() for hypothesis in hypotheses)
 
 
 def translation_metrics(hypotheses: list[str], references: list[str]) -> dict[str, dict[str, Any]]:

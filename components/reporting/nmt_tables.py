@@ -3,11 +3,13 @@ r"""The NMT comparison tables: BLEU, speed and attention heads of the attention 
 Builders of :class:`~components.reporting.table.ComparisonTable` from the NMT stages' plain
 metric dicts; each docstring gives the expected input shape.
 
-* :func:`ast_bleu_table` — test BLEU beside AST Table 4.1 and EST Table 4 (de-en).
+* :func:`ast_bleu_table` — test BLEU beside AST Table 4.1 and EST Table 4 (de-en), and the
+  number of empty hypotheses.
 * :func:`speed_comparison_table` — training and inference tokens/s and their ratios to softmax
   (computed by the speed stage) beside EST Table 4 and AST's in-text training speeds.
 * :func:`head_summary_table` — head diversity (Jensen–Shannon) per attention block, and the
-  head-role counts beside AST's positional and BPE-merging heads.
+  head-role counts beside AST's positional and BPE-merging heads ("not measurable" where the
+  corpus gives a role nothing to measure on).
 
 Variants are named as in :data:`VARIANT_LABELS` (their display names, in the row order of EST
 Table 4), head roles as in ``components.analysis.blocks.ROLES`` (display names:
@@ -52,6 +54,9 @@ VARIANT_LABELS: dict[str, str] = {
     "topk": "top-k",
 }
 _BLEU_ORDER = ("softmax", "entmax15", "entmax_alpha", "sparsemax", "topk")
+# sacreBLEU with tokenize none splits on whitespace only: the number means something only when
+# the text was tokenised beforehand (the smoke corpus, KFTT's tokenized files).
+TOKENIZED_BLEU_LABEL = "BLEU (tok none, pre-tokenised text only)"
 _AST_BLEU_SYSTEMS = {
     "softmax": "softmax",
     "entmax15": "1.5-entmax",
@@ -71,15 +76,19 @@ def ast_bleu_table(
     profile: str,
     data: str | Sequence[str],
     signature: str | Sequence[str] | None = None,
+    empty_by_variant_seed: Mapping[str, Sequence[float]] | None = None,
 ) -> ComparisonTable:
     """Test BLEU of the attention variants beside AST Table 4.1 and EST Table 4 (de-en).
 
-    ``bleu_by_variant_seed``: {variant: [BLEU of each seed]} with variants among softmax,
-    entmax15, entmax_alpha, sparsemax, topk (rows in that order; only given variants appear).
-    ``data``: the corpus (or corpora) the BLEU was measured on. Published columns: the AST
-    column of that corpus when it is one of AST's four (iwslt17_de_en, kftt_ja_en, wmt16_ro_en,
-    wmt14_en_de), otherwise all four for reference; and EST Table 4 BLEU de-en
-    (iwslt14_de_en) for every variant. ``signature``: the sacreBLEU signature(s).
+    ``bleu_by_variant_seed``: {variant: [tokenized BLEU of each seed]} (sacreBLEU with
+    ``tokenize="none"``, as the papers report: meaningful on pre-tokenised text only; the column
+    header says so) with variants among softmax, entmax15, entmax_alpha, sparsemax, topk (rows in
+    that order; only given variants appear). ``data``: the corpus (or corpora) the BLEU was
+    measured on. Published columns: the AST column of that corpus when it is one of AST's four
+    (iwslt17_de_en, kftt_ja_en, wmt16_ro_en, wmt14_en_de), otherwise all four for reference; and
+    EST Table 4 BLEU de-en (iwslt14_de_en) for every variant. ``signature``: the sacreBLEU
+    signature(s). ``empty_by_variant_seed``: {variant: [empty hypotheses of each seed]}, shown
+    in a column of its own when given (nothing is published).
     """
     corpora = check_names("data", data)
     variants = check_ordered("variant", bleu_by_variant_seed, _BLEU_ORDER)
@@ -109,16 +118,33 @@ def ast_bleu_table(
         values = check_seed_values(
             f"bleu_by_variant_seed[{variant!r}]", bleu_by_variant_seed[variant]
         )
-        rows.append(Row(VARIANT_LABELS[variant], {"bleu": Cell(values, tuple(refs))}))
+        cells = {"bleu": Cell(values, tuple(refs))}
+        if empty_by_variant_seed is not None and variant in empty_by_variant_seed:
+            cells["empty"] = Cell(
+                check_seed_values(
+                    f"empty_by_variant_seed[{variant!r}]", empty_by_variant_seed[variant]
+                )
+            )
+        rows.append(Row(VARIANT_LABELS[variant], cells))
+    metrics = [Metric("bleu", TOKENIZED_BLEU_LABEL)]
+    caption = (
+        "Test BLEU of the Transformer with each attention normalizer. Reproduced BLEU is "
+        "sacreBLEU with tokenize none (signature below), as AST Table 4.1 reports tokenized "
+        "BLEU: it splits on whitespace only, so it is meaningful on pre-tokenised text only (on "
+        "raw text punctuation stays glued to the words). EST Table 4 reports BLEU on IWSLT 2014 "
+        "De-En; small differences can come from tokenization alone."
+    )
+    if empty_by_variant_seed is not None:
+        metrics.append(Metric("empty", "empty hypotheses", digits=1, comparable=False))
+        caption += (
+            " Empty hypotheses: test sentences for which the decoder emitted end-of-sentence at "
+            "once."
+        )
     return ComparisonTable(
         name=file_stem("ast_bleu", corpora),
         title=f"NMT test BLEU by attention variant ({', '.join(corpora)})",
-        caption=(
-            "Test BLEU of the Transformer with each attention normalizer. Reproduced BLEU is "
-            "sacreBLEU (signature below); AST Table 4.1 reports tokenized BLEU and EST Table 4 "
-            "BLEU on IWSLT 2014 De-En, so small differences can come from tokenization alone."
-        ),
-        metrics=(Metric("bleu", "BLEU"),),
+        caption=caption,
+        metrics=tuple(metrics),
         rows=tuple(rows),
         provenance=Provenance(profile, corpora, check_names("signature", signature)),
         sources=(ast["source"], paper_table(est_id)["source"]),
@@ -219,6 +245,7 @@ def speed_comparison_table(
 
 
 _AST_HEAD_SYSTEMS = {"softmax": "softmax", "entmax15": "1.5-entmax", "entmax_alpha": "alpha-entmax"}
+NOT_MEASURABLE = "not measurable"  # a role cell whose corpus gives the role no query
 ROLE_LABELS: dict[str, str] = {
     "positional_prev": "positional (previous token)",
     "positional_next": "positional (next token)",
@@ -245,7 +272,7 @@ def _published_roles(variant: str, role: str) -> tuple[float | None, float | Non
 
 def head_summary_table(
     js_by_variant: Mapping[str, Mapping[str, float | Sequence[float]]],
-    roles: Sequence[Mapping[str, Any]],
+    roles_by_variant: Mapping[str, Sequence[Mapping[str, Mapping[str, Any]]]],
     profile: str,
     data: str | Sequence[str],
 ) -> tuple[ComparisonTable, ComparisonTable]:
@@ -253,22 +280,22 @@ def head_summary_table(
 
     ``js_by_variant``: {variant: {block key: mean JS}} with block keys as in
     :meth:`components.analysis.heads.HeadAnalysis.result` ("encoder.self.layer0", …; layers
-    0-based) and a float (one model) or a list of per-seed floats per block. ``roles``: the
-    entries of :func:`components.analysis.heads.roles`, each with an added "variant"; only
-    "role", "variant" and "confidence" (in [0, 1]) are read. ``data``: the corpus analysed.
+    0-based) and a float (one model) or a list of per-seed floats per block.
+    ``roles_by_variant``: {variant: [one per seed: {role: {"measurable", "count", "heads"}}]},
+    the "roles" of :func:`components.analysis.heads.summary` (only "measurable", "count" and
+    each head's "confidence", in [0, 1], are read; every role of ``ROLES`` must be there).
+    ``data``: the corpus analysed.
 
     The JS table has one row per block and one column per variant (nothing is published). The
-    role table has one row per (variant, role) with the number of heads found and their median
-    confidence (%), beside AST's positional and BPE-merging heads (WMT 2014 en→de models; the
-    next-token figures are "each of the three models", ≈95%; the BPE median is the median of
-    the published scores).
+    role table has one row per (variant, role) with the number of heads found per seed and the
+    median confidence (%) of each seed's heads, beside AST's positional and BPE-merging heads
+    (WMT 2014 en→de models; the next-token figures are "each of the three models", ≈95%; the BPE
+    median is the median of the published scores). Seeds on which a role is not measurable
+    (the corpus gives it no query) are left out; a role measurable on no seed reads
+    :data:`NOT_MEASURABLE`, never 0 heads.
     """
     corpora = check_names("data", data)
-    role_variants = [
-        check_known(f"roles[{i}] variant", r.get("variant"), VARIANT_LABELS)
-        for i, r in enumerate(roles)
-    ]
-    variants = check_ordered("variant", [*js_by_variant, *role_variants], VARIANT_LABELS)
+    variants = check_ordered("variant", [*js_by_variant, *roles_by_variant], VARIANT_LABELS)
     provenance = Provenance(profile, corpora)
     blocks = sorted({b for by_block in js_by_variant.values() for b in by_block}, key=block_order)
     js_variants = [v for v in variants if v in js_by_variant]
@@ -298,27 +325,43 @@ def head_summary_table(
         provenance=provenance,
         row_header="Attention block",
     )
-    confidences: dict[tuple[str, str], list[float]] = {}
-    for i, entry in enumerate(roles):
-        role = check_known(f"roles[{i}] role", entry.get("role"), ROLES)
-        confidence = check_number(f"roles[{i}] confidence", entry.get("confidence"), 0.0, 1.0)
-        confidences.setdefault((role_variants[i], role), []).append(100 * confidence)
     source = f"published {AST_HEADS_CORPUS} (AST)"
     role_rows = []
     for variant in variants:
+        seeds = roles_by_variant.get(variant, ())
+        for i, by_role in enumerate(seeds):
+            for role in by_role:
+                check_known(f"roles_by_variant[{variant!r}][{i}] role", role, ROLES)
         for role in ROLES:
-            found = confidences.get((variant, role), [])
+            counts, medians = [], []
+            for i, by_role in enumerate(seeds):
+                key = f"roles_by_variant[{variant!r}][{i}][{role!r}]"
+                if role not in by_role:
+                    raise LearnableSparsityError(f"{key} is missing")
+                if not by_role[role]["measurable"]:
+                    continue
+                counts.append(check_number(f"{key} count", by_role[role]["count"], 0.0))
+                found = [
+                    100 * check_number(f"{key} heads[{j}] confidence", h["confidence"], 0.0, 1.0)
+                    for j, h in enumerate(by_role[role]["heads"])
+                ]
+                if found:
+                    medians.append(statistics.median(found))
+            note = None if counts or not seeds else NOT_MEASURABLE
             heads, median = _published_roles(variant, role)
             role_rows.append(
                 Row(
                     f"{VARIANT_LABELS[variant]} — {ROLE_LABELS[role]}",
                     {
                         "heads": Cell(
-                            (float(len(found)),), (Reference(source, heads, data=AST_HEADS_CORPUS),)
+                            tuple(counts),
+                            (Reference(source, heads, data=AST_HEADS_CORPUS),),
+                            note,
                         ),
                         "median_confidence": Cell(
-                            (statistics.median(found),) if found else (),
+                            tuple(medians),
                             (Reference(source, median, data=AST_HEADS_CORPUS),),
+                            note,
                         ),
                     },
                 )
@@ -327,9 +370,16 @@ def head_summary_table(
         name=file_stem("head_roles", corpora),
         title="Specialized attention heads by role",
         caption=(
-            "Heads whose role score passes the analysis threshold, and their median score (%). "
-            "AST counts BPE-merging heads above 80%; its next-token figures hold for each of "
-            "the three models (≈95%)."
+            "Heads per seed that hold each role, and the median confidence (%) of a seed's "
+            "heads. Positional: the head puts its largest weight on the previous (next) token "
+            "for at least analysis.positional_share of the queries (AST: 90%); its confidence is "
+            "its mean weight there. BPE merging and interrogation: the role score (itself a "
+            "mean weight) passes analysis.role_threshold (AST counts BPE-merging heads above "
+            "80%); a positional head is not counted as BPE merging. "
+            f"“{NOT_MEASURABLE}”: the analysed sentences give the role no query (no word split "
+            "into subwords, no question word of the source language in a question), so it "
+            "was not measured — not 0 heads. AST's next-token figures hold for each of the "
+            "three models (≈95%)."
         ),
         metrics=(
             Metric("heads", "heads", digits=0),

@@ -4,9 +4,10 @@ The Markdown and LaTeX tables have, per metric, a reproduced column ("<metric>: 
 mean ± std|standard error (n) (<scope>)", cells "mean ± spread (n=…)"), one column per published
 reference ("<metric>: <reference>") and — paper profile only — a "Δ vs <reference>" column
 (reproduced mean − published, signed) for each reference that is comparable in at least one
-row. A missing value is "—", a difference that is not computed is blank; a published number
-keeps its printed decimals (up to 3) where they exceed the metric's. The provenance follows the
-table: profile, data, seeds, sacreBLEU signatures, device and the published sources.
+row. A missing value is "—" (or the cell's note, e.g. "not measurable"), a difference that is
+not computed is blank; a published number keeps its printed decimals (up to 3) where they exceed
+the metric's. The provenance follows the table: profile, data, seeds, sacreBLEU signatures,
+device and the published sources.
 
 * :func:`to_markdown` — a Markdown section: title, caption, table, provenance list.
 * :func:`to_csv` — long format, one line per system, metric and published reference.
@@ -93,7 +94,7 @@ def _number(value: float, digits: int) -> str:
 
 def _reproduced_text(cell: Cell, metric: Metric) -> str:
     if cell.mean is None:
-        return "—"
+        return cell.note or "—"
     text = _number(cell.mean, metric.digits)
     spread = cell.spread(metric.spread)
     if spread is not None:
@@ -190,6 +191,7 @@ _CSV_FIELDS = (
     "diff",
     "profile",
     "data",
+    "note",
 )
 
 
@@ -201,7 +203,8 @@ def to_csv(table: ComparisonTable) -> str:
     """Long-format CSV: one line per (system, metric, published reference) — one line with
     empty reference fields where a cell has none. ``values`` are the seeds' values joined by
     ";", ``spread`` is ``spread_kind`` (std or se; empty when n < 2), ``diff`` is reproduced
-    mean − published (empty unless comparable), ``data`` the data sets joined by ";"."""
+    mean − published (empty unless comparable), ``data`` the data sets joined by ";", ``note``
+    the cell's note (e.g. "not measurable")."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(_CSV_FIELDS)
@@ -226,6 +229,7 @@ def to_csv(table: ComparisonTable) -> str:
                         _csv_number(None if ref is None else table.difference(metric, cell, ref)),
                         table.provenance.profile,
                         ";".join(table.provenance.data),
+                        cell.note or "",
                     ]
                 )
     return out.getvalue()

@@ -57,11 +57,13 @@ class Reference:
 
 @dataclass(frozen=True)
 class Cell:
-    """One system and metric: the reproduced ``values`` (one per seed) and the published
-    ``references`` to read them beside."""
+    """One system and metric: the reproduced ``values`` (one per seed), the published
+    ``references`` to read them beside, and a ``note`` shown instead of the reproduced value
+    when there is none (e.g. "not measurable"; None: "—")."""
 
     values: tuple[float, ...] = ()
     references: tuple[Reference, ...] = ()
+    note: str | None = None
 
     @property
     def n(self) -> int:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 import random
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from components.analysis.alpha import (
     BIMODALITY_THRESHOLD,
@@ -18,17 +21,30 @@ from components.analysis.alpha import (
 )
 from components.analysis.blocks import split_block
 from components.analysis.heads import (
+    QUESTION_MARKS,
+    AnalysisSettings,
     HeadAnalysis,
     analyze,
+    analyze_heads,
+    argmax_share,
     attention_density,
     bpe_merge_score,
     interrogation_score,
     js_divergence,
     positional_confidence,
+    role_results,
     roles,
+    source_word_features,
+    summary,
 )
+from components.data.bpe import BpeModel, train_joint_bpe
+from components.data.generated import SOURCE_LANGUAGE, WH_ADVERBS, WH_PRONOUNS, generate_splits
+from components.data.registry import CORPORA
 from components.errors import LearnableSparsityError
 from components.nmt.model import Transformer, TransformerConfig
+from components.settings import SettingsError, build
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # ----------------------------------------------------------------------------- JS and density
 
@@ -216,6 +232,170 @@ def test_interrogation_head_is_found_with_its_confidence() -> None:
     assert found[0]["confidence"] == pytest.approx(0.97)
 
 
+def test_positional_role_is_the_argmax_share_with_the_mean_weight_as_confidence() -> None:
+    # Sentence of 6 tokens, queries 1..5 have a previous token.
+    probs, mask = uniform_maps([6], H=3)
+    prev = torch.zeros(6, 6, dtype=torch.float64)
+    prev[0, 0] = 1.0
+    for q in range(1, 6):
+        prev[q, q - 1], prev[q, q] = 0.6, 0.4  # largest weight on q − 1, but only 0.6 of it
+    probs[0, 0] = prev
+    mostly = prev.clone()
+    mostly[5, 4], mostly[5, 5] = 0.3, 0.7  # query 5 looks at itself: share 4/5 < 0.9
+    probs[0, 1] = mostly
+    shares = argmax_share(probs, mask, -1)
+    assert shares[0].item() == pytest.approx(1.0)
+    assert shares[1].item() == pytest.approx(0.8)
+    assert shares[2].item() == pytest.approx(1 / 6)  # uniform: six-way tie, credit 1/6
+    assert positional_confidence(probs, mask, -1)[0].item() == pytest.approx(0.6)
+    no_words = torch.zeros_like(mask)
+    result = planted_result(probs, mask, distinct_words(mask), no_words, no_words)
+    block = result["blocks"]["encoder.self.layer0"]
+    assert block["scores"]["positional_prev"] == pytest.approx([1.0, 0.8, 1 / 6])
+    assert block["confidence"]["positional_prev"][0] == pytest.approx(0.6)
+    assert block["matched"]["positional_prev"] == 5
+    assert block["matched"]["positional_next"] == 5
+    found = roles(result, threshold=0.8, positional_share=0.9)
+    assert [(r["role"], r["head"]) for r in found] == [("positional_prev", 0)]
+    assert found[0]["score"] == pytest.approx(1.0)
+    assert found[0]["confidence"] == pytest.approx(0.6)  # below 0.8, positional all the same
+    assert [r["head"] for r in roles(result, positional_share=0.8)] == [0, 1]
+
+
+def test_argmax_ties_split_the_credit_among_the_maxima() -> None:
+    probs, mask = uniform_maps([3], H=2)
+    probs[0, 0] = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0, 0.5, 0.5]], dtype=torch.float64)
+    probs[0, 1] = torch.tensor([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0]], dtype=torch.float64)
+    # Head 0: queries 1 and 2 tie between q − 1 and q → ½ each; head 1 is a clean previous-token
+    # head. Padding keys (weight 0) never tie with a positive maximum.
+    torch.testing.assert_close(
+        argmax_share(probs, mask, -1), torch.tensor([0.5, 1.0], dtype=torch.float64)
+    )
+    padded, padded_mask = uniform_maps([3, 2], H=1)
+    padded[1, 0, 1] = torch.tensor([1.0, 0, 0], dtype=torch.float64)
+    assert argmax_share(padded, padded_mask, -1).item() == pytest.approx((1 / 3 + 1 / 3 + 1) / 3)
+
+
+def test_previous_token_head_is_positional_not_bpe_merging() -> None:
+    # "▁sto ry ▁ama zing ▁ok": words [0, 0, 1, 1, 2]. Head 0 attends the previous token (so
+    # every second subword puts all its mass on its word's first one: BPE score 1). Head 1 merges
+    # BPE pieces without being positional: first subwords look ahead, single words at themselves.
+    word_ids = torch.tensor([[0, 0, 1, 1, 2]])
+    probs, mask = uniform_maps([5], H=2)
+    probs[0, 0] = torch.diag(torch.ones(4, dtype=torch.float64), -1)
+    probs[0, 0, 0, 0] = 1.0
+    merge = torch.zeros(5, 5, dtype=torch.float64)
+    for q, k in ((0, 1), (1, 0), (2, 3), (3, 2), (4, 4)):
+        merge[q, k] = 1.0
+    probs[0, 1] = merge
+    no_words = torch.zeros_like(mask)
+    result = planted_result(probs, mask, word_ids, no_words, no_words)
+    scores = result["blocks"]["encoder.self.layer0"]["scores"]
+    assert scores["bpe_merge"] == pytest.approx([1.0, 1.0])  # the JSON keeps both scores
+    assert scores["positional_prev"] == pytest.approx([1.0, 0.5])
+    found = roles(result)
+    assert [(r["role"], r["head"]) for r in found] == [("positional_prev", 0), ("bpe_merge", 1)]
+    summed = role_results(result)
+    assert summed["positional_prev"]["count"] == 1 and summed["bpe_merge"]["count"] == 1
+    assert summed["bpe_merge"]["heads"][0]["head"] == 1
+    assert summed["bpe_merge"]["matched"] == 2  # two words of two subwords
+
+
+def test_roles_without_matched_queries_are_not_measurable() -> None:
+    # No word split into subwords, no interrogative word: neither role can be measured.
+    probs, mask = uniform_maps([4, 3], H=2)
+    no_words = torch.zeros_like(mask)
+    question = torch.zeros_like(mask)
+    question[0, 3] = True  # a question without a question word
+    result = planted_result(probs, mask, distinct_words(mask), no_words, question)
+    summed = role_results(result, threshold=0.8, positional_share=0.9)
+    for role in ("bpe_merge", "interrogation"):
+        assert summed[role] == {
+            "measurable": False,
+            "matched": 0,
+            "threshold": 0.8,
+            "count": None,
+            "heads": [],
+        }
+    assert summed["positional_prev"]["measurable"] and summed["positional_prev"]["count"] == 0
+    assert summed["positional_prev"]["threshold"] == 0.9
+    assert summed["positional_prev"]["matched"] == 3 + 2
+    report = {
+        "analysis": result,
+        "source_language": "xx",
+        "roles": summed,
+        "best_heads": roles(result, threshold=0.0, positional_share=0.0)[:1],
+        "alphas": {},
+    }
+    cell = summary(report, [])
+    assert cell["roles"]["interrogation"]["count"] is None
+    assert cell["source_language"] == "xx"
+    assert set(cell["best_heads"]["positional_prev"]) == {
+        "block",
+        "head",
+        "alpha",
+        "score",
+        "confidence",
+    }
+
+
+def test_glued_spanish_question_mark_counts_as_mark_and_word() -> None:
+    marks = QUESTION_MARKS
+    # One piece "▁¿Qué": it is the interrogative "qué" and a question-mark key.
+    words, interrogative, question = source_word_features(
+        ["▁¿Qué", "▁hora", "▁es", "?"], ["qué", "quién"], marks
+    )
+    assert words == [0, 1, 2, 2]
+    assert interrogative == [True, False, False, False]
+    assert question == [True, False, False, True]
+    # Split in two pieces, with the mark glued at the end of a word too.
+    _, interrogative, question = source_word_features(
+        ["▁¿", "qu", "é", "▁pasa", "?"], ["QUÉ"], marks
+    )
+    assert interrogative == [True, True, True, False, False]
+    assert question == [True, False, False, False, True]
+    # English, upper case; a word that only contains an interrogative is none.
+    _, interrogative, question = source_word_features(
+        ["▁Who", "▁is", "▁somewhat", "▁here", "？"], ["who", "what"], marks
+    )
+    assert interrogative == [True, False, False, False, False]
+    assert question == [False, False, False, False, True]
+    _, interrogative, _ = source_word_features(["▁who", "?"], [], marks)
+    assert interrogative == [False, False]  # a language without interrogatives
+
+
+def test_analysis_settings_check_words_and_marks() -> None:
+    base = {"interrogatives": {"en": ["who"]}}
+    assert build(AnalysisSettings, base, "analysis").question_marks == QUESTION_MARKS
+    with pytest.raises(SettingsError, match=re.escape("analysis.interrogatives.es[1] must be one")):
+        build(AnalysisSettings, {"interrogatives": {"es": ["qué", "por qué"]}}, "analysis")
+    with pytest.raises(SettingsError, match=re.escape("analysis.question_marks[0] must be one")):
+        build(AnalysisSettings, {**base, "question_marks": ["?!"]}, "analysis")
+    with pytest.raises(
+        SettingsError, match=re.escape("analysis.positional_share must be > 0 and <= 1")
+    ):
+        build(AnalysisSettings, {**base, "positional_share": 1.5}, "analysis")
+    with pytest.raises(SettingsError, match=re.escape("analysis.interrogatives is missing")):
+        build(AnalysisSettings, {}, "analysis")
+
+
+def test_smoke_corpus_questions_are_measurable_with_the_committed_settings() -> None:
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["analysis"]
+    settings = build(AnalysisSettings, params, "analysis")
+    # Every corpus of the registry has its source language's question words.
+    assert {spec.source_lang for spec in CORPORA.values()} <= set(settings.interrogatives)
+    english = settings.interrogatives[SOURCE_LANGUAGE]
+    assert {*WH_PRONOUNS, *WH_ADVERBS, "which", "where"} <= set(english)
+    # The ci profile analyses the first 20 validation sentences of a 400/40/40 corpus.
+    valid = generate_splits({"train": 400, "valid": 40, "test": 40}, 0)["valid"][:20]
+    matched = 0
+    for source, _ in valid:
+        pieces = [f"▁{word}" for word in source.split()]
+        _, interrogative, question = source_word_features(pieces, english, settings.question_marks)
+        matched += sum(interrogative) if any(question) else 0
+    assert matched > 0
+
+
 # ----------------------------------------------------------------------------- α statistics
 
 
@@ -333,17 +513,15 @@ def test_roles_carry_the_learned_alphas() -> None:
     model = tiny_transformer("entmax_alpha", alpha_init=None)
     result = analyze(model, *tiny_corpus(), max_tokens=10_000)
     alphas = model.alphas()
-    found = roles(result, alphas, threshold=0.0)
-    assert {r["role"] for r in found} == {
-        "positional_prev",
-        "positional_next",
-        "bpe_merge",
-        "interrogation",
-    }
+    found = roles(result, alphas, threshold=0.0, positional_share=1.0)
+    assert {r["role"] for r in found} == {"bpe_merge", "interrogation"}  # no share of exactly 1
     for r in found:
         assert r["alpha"] == pytest.approx(alphas[r["block"]][r["head"]].item())
-    confidences = [r["confidence"] for r in found if r["role"] == "bpe_merge"]
-    assert confidences == sorted(confidences, reverse=True)
+    scores = [r["score"] for r in found if r["role"] == "bpe_merge"]
+    assert scores == sorted(scores, reverse=True)
+    # At share 0 every head is positional at both offsets, so none is left for BPE merging.
+    found = roles(result, alphas, threshold=0.0, positional_share=0.0)
+    assert {r["role"] for r in found} == {"positional_prev", "positional_next", "interrogation"}
 
 
 def test_update_rejects_mismatched_inputs() -> None:
@@ -363,3 +541,33 @@ def test_update_rejects_mismatched_inputs() -> None:
             mask,
             mask,
         )
+
+
+def test_analyze_heads_reads_the_question_words_of_the_source_language(tmp_path: Path) -> None:
+    pairs = generate_splits({"train": 300, "valid": 20, "test": 1}, 0)
+    bpe = BpeModel(train_joint_bpe(pairs["train"], tmp_path / "joint", 200))
+    config = tiny_transformer("softmax").config.for_vocabulary(bpe.vocab_size, "softmax")
+    model = Transformer(replace(config, max_positions=128))
+    settings = build(
+        AnalysisSettings,
+        {"interrogatives": {"en": ["who", "what", "which", "where", "when", "why", "how"]}},
+        "analysis",
+    )
+    english = analyze_heads(model, bpe, pairs["valid"], settings, "en")
+    unknown = analyze_heads(model, bpe, pairs["valid"], settings, None)
+    assert english["roles"]["interrogation"]["measurable"]
+    assert english["roles"]["interrogation"]["matched"] > 0
+    assert english["roles"]["interrogation"]["count"] is not None
+    assert unknown["roles"]["interrogation"] == {
+        "measurable": False,
+        "matched": 0,
+        "threshold": 0.8,
+        "count": None,
+        "heads": [],
+    }
+    for report in (english, unknown):
+        assert report["roles"]["bpe_merge"]["measurable"]  # 200 pieces split many words
+        assert "?" in "".join(report["pieces"][0])  # the heat-map example is a question
+    cell = summary(english, [])
+    assert cell["source_language"] == "en"
+    assert cell["roles"] == english["roles"]

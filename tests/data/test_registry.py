@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from components.data.corpora import corpus_settings, source_language
 from components.data.registry import CORPORA, CorpusSpec, fetch_corpus
 from components.errors import LearnableSparsityError
 
@@ -182,3 +183,15 @@ def test_registry_entries_are_complete(name: str) -> None:
         assert set(splits) == {"train", "valid", "test"}
         used = {n for value in splits.values() for n in value}
         assert used == set(names)
+
+
+def test_source_language_of_every_corpus_kind() -> None:
+    def language(entry: dict) -> str | None:
+        return source_language(corpus_settings(entry, "corpora.x"))
+
+    assert language({"source": "generated", "sizes": {"train": 1, "valid": 1, "test": 1}}) == "en"
+    assert language({"source": "download", "name": "kftt_ja_en"}) == "ja"
+    assert language({"source": "download", "name": "wmt14_en_de"}) == "en"
+    files = {split: ["a", "b"] for split in ("train", "valid", "test")}
+    assert language({"source": "local", "files": files}) is None
+    assert language({"source": "local", "files": files, "source_lang": "ro"}) == "ro"

@@ -12,6 +12,7 @@ from components.errors import LearnableSparsityError
 from components.metrics.translation import (
     corpus_bleu,
     corpus_chrf,
+    empty_hypotheses,
     tokenized_bleu,
     translation_metrics,
 )
@@ -70,3 +71,8 @@ def test_metrics_dict_and_errors() -> None:
         corpus_bleu(HYPS, REFS[:1])
     with pytest.raises(LearnableSparsityError, match="no hypotheses"):
         corpus_chrf([], [])
+
+
+def test_empty_hypotheses_are_counted() -> None:
+    assert empty_hypotheses(["a b", "", "  ", "c"]) == 2
+    assert empty_hypotheses(HYPS) == 0

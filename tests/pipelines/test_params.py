@@ -135,6 +135,12 @@ def smoke_with(change: dict) -> Params:
             r"analysis.role_threshold must be > 0 and <= 1",
         ),
         (
+            "analysis",
+            AnalysisSettings,
+            {"analysis": {"interrogatives": {"es": ["qué", "por qué"]}}},
+            r"analysis.interrogatives.es\[1\] must be one word",
+        ),
+        (
             "speed",
             SpeedSettings,
             {"speed": {"variants": ["topk"]}},

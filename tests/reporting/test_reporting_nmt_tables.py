@@ -10,13 +10,39 @@ import math
 import pytest
 
 from components.errors import LearnableSparsityError
-from components.reporting.nmt_tables import head_summary_table, speed_comparison_table
+from components.reporting.nmt_tables import (
+    TOKENIZED_BLEU_LABEL,
+    ast_bleu_table,
+    head_summary_table,
+    speed_comparison_table,
+)
 from components.reporting.render import to_csv, to_markdown
 from components.reporting.table import ComparisonTable
 
 
 def _csv_rows(table: ComparisonTable) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(to_csv(table))))
+
+
+# ---------------------------------------------------------------------------- BLEU
+
+
+def test_bleu_table_labels_tokenized_bleu_and_counts_empty_hypotheses() -> None:
+    bleu = {"softmax": [20.0, 22.0], "sparsemax": [18.0]}
+    empty = {"softmax": [0, 2], "sparsemax": [5]}
+    table = ast_bleu_table(bleu, "paper", "iwslt17_de_en", empty_by_variant_seed=empty)
+    assert [m.label for m in table.metrics] == [TOKENIZED_BLEU_LABEL, "empty hypotheses"]
+    assert "pre-tokenised" in TOKENIZED_BLEU_LABEL and "pre-tokenised" in table.caption
+    text = to_markdown(table)
+    assert "| Sparsemax | 18.00 (n=1) | — | 31.20 |  | 5.0 (n=1) |" in text
+    header = next(line for line in text.splitlines() if line.startswith("| System"))
+    assert header.endswith(
+        "| empty hypotheses: reproduced, mean ± std (n) (paper profile on iwslt17_de_en) |"
+    )  # nothing published, no Δ
+    cells = {row.system: row.cells for row in table.rows}
+    assert cells["Transformer (softmax)"]["empty"].values == (0.0, 2.0)
+    plain = ast_bleu_table(bleu, "smoke", "smoke")
+    assert [m.key for m in plain.metrics] == ["bleu"] and "Empty" not in plain.caption
 
 
 # ---------------------------------------------------------------------------- speed
@@ -118,44 +144,36 @@ def test_speed_table_rejects_ratios_that_are_not_numbers_ge_0(ratio: object, mat
 # ---------------------------------------------------------------------------- attention heads
 
 
-ROLES = [
-    {
-        "role": "positional_prev",
-        "variant": "entmax_alpha",
-        "block": "encoder.self.layer0",
-        "layer": 0,
-        "head": 1,
-        "alpha": 1.5,
-        "confidence": 0.95,
-    },
-    {
-        "role": "positional_prev",
-        "variant": "entmax_alpha",
-        "block": "encoder.self.layer1",
-        "layer": 1,
-        "head": 2,
-        "alpha": 1.9,
-        "confidence": 0.97,
-    },
-    {
-        "role": "positional_prev",
-        "variant": "entmax_alpha",
-        "block": "decoder.self.layer0",
-        "layer": 0,
-        "head": 0,
-        "alpha": 1.2,
-        "confidence": 0.91,
-    },
-    {
-        "role": "bpe_merge",
-        "variant": "softmax",
-        "block": "encoder.self.layer0",
-        "layer": 0,
-        "head": 3,
-        "alpha": None,
-        "confidence": 0.85,
-    },
-]
+def _role(count: int | None, confidences: tuple[float, ...] = ()) -> dict:
+    """One role of one seed as ``components.analysis.heads.summary`` writes it (None: n/m)."""
+    heads = [
+        {"block": "encoder.self.layer0", "head": h, "confidence": c}
+        for h, c in enumerate(confidences)
+    ]
+    return {
+        "measurable": count is not None,
+        "matched": 0 if count is None else 100,
+        "threshold": 0.8,
+        "count": count,
+        "heads": heads,
+    }
+
+
+def _seed(**roles: dict) -> dict:
+    """Every role of one seed: 0 heads found unless given."""
+    return {
+        role: roles.get(role, _role(0))
+        for role in ("positional_prev", "positional_next", "bpe_merge", "interrogation")
+    }
+
+
+ROLES = {
+    "entmax_alpha": [
+        _seed(positional_prev=_role(3, (0.95, 0.97, 0.91)), interrogation=_role(None)),
+        _seed(positional_prev=_role(1, (0.90,)), interrogation=_role(None)),
+    ],
+    "softmax": [_seed(bpe_merge=_role(1, (0.85,)), interrogation=_role(None))],
+}
 JS = {
     "softmax": {"decoder.self.layer0": [0.1, 0.2], "encoder.self.layer1": 0.3},
     "entmax_alpha": {"encoder.self.layer0": 0.5},
@@ -173,21 +191,40 @@ def test_head_summary_js_per_block_and_role_counts() -> None:
     assert "| decoder.self.layer0 | 0.150 ± 0.071 (n=2) | — |" in to_markdown(js)
     cells = {row.system: row.cells for row in roles.rows}
     prev = cells["α-entmax — positional (previous token)"]
-    assert prev["heads"].values == (3.0,) and prev["heads"].references[0].value == 4
-    assert prev["median_confidence"].values == pytest.approx((95.0,))
+    assert prev["heads"].values == (3.0, 1.0) and prev["heads"].references[0].value == 4
+    assert prev["median_confidence"].values == pytest.approx((95.0, 90.0))
     assert prev["median_confidence"].references[0].value == pytest.approx(95.9)
     bpe = cells["α-entmax — BPE merging"]["median_confidence"].references[0]
     assert bpe.value == pytest.approx((88.5 + 89.8) / 2)
     softmax_prev = cells["Transformer (softmax) — positional (previous token)"]
     assert softmax_prev["heads"].values == (0.0,)
     diffs = {(r["system"], r["metric"]): r["diff"] for r in _csv_rows(roles)}
-    assert float(diffs["α-entmax — positional (previous token)", "heads"]) == pytest.approx(-1)
+    assert float(diffs["α-entmax — positional (previous token)", "heads"]) == pytest.approx(-2)
+
+
+def test_head_roles_that_cannot_be_measured_read_not_measurable() -> None:
+    _, roles = head_summary_table(JS, ROLES, profile="smoke", data="smoke")
+    cells = {row.system: row.cells for row in roles.rows}
+    interrogation = cells["α-entmax — interrogation"]
+    assert interrogation["heads"].values == () and interrogation["heads"].note == "not measurable"
+    markdown = to_markdown(roles)
+    assert "| α-entmax — interrogation | not measurable | — | not measurable | — |" in markdown
+    assert "| α-entmax — BPE merging | 0 ± 0 (n=2) |" in markdown  # measured: 0 heads, not n/m
+    assert "not measurable" in roles.caption
+    notes = {(r["system"], r["metric"]): r["note"] for r in _csv_rows(roles)}
+    assert notes["Transformer (softmax) — interrogation", "heads"] == "not measurable"
+    assert notes["Transformer (softmax) — BPE merging", "heads"] == ""
 
 
 def test_head_summary_rejects_unknown_blocks_and_roles() -> None:
     with pytest.raises(LearnableSparsityError, match=r"encoder\.cross"):
         head_summary_table(
-            {"softmax": {"encoder.cross.layer0": 0.1}}, [], profile="smoke", data="smoke"
+            {"softmax": {"encoder.cross.layer0": 0.1}}, {}, profile="smoke", data="smoke"
         )
     with pytest.raises(LearnableSparsityError, match="'copy'"):
-        head_summary_table(JS, [{**ROLES[0], "role": "copy"}], profile="smoke", data="smoke")
+        head_summary_table(
+            JS, {"softmax": [{**_seed(), "copy": _role(1)}]}, profile="smoke", data="smoke"
+        )
+    missing = {k: v for k, v in _seed().items() if k != "bpe_merge"}
+    with pytest.raises(LearnableSparsityError, match=r"\['bpe_merge'\] is missing"):
+        head_summary_table(JS, {"softmax": [missing]}, profile="smoke", data="smoke")
