@@ -4,7 +4,8 @@ Reads the metrics the other stages wrote (BLEU, speed, head analysis, latent-var
 builds the comparison tables of ``components.reporting`` (labelled with the profile and the data;
 results of the smoke and ci profiles are marked as not comparable to the publications) and writes
 ``reports/tables/<name>.{md,csv,tex}``, ``reports/tables.md`` (all tables) and
-``reports/index.md`` (every table and figure, relative links only: no CDN needed).
+``reports/index.md`` (the claims stage's verdicts first, then every table and figure, relative
+links only: no CDN needed).
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def main(stage: Stage) -> None:
         )
         for path in sorted(layout.FIGURES.rglob("*.png"))
     ]
-    stage.write_text(layout.REPORT_INDEX, render_report(tables, figures))
+    claims = layout.CLAIMS_REPORT.read_text("utf-8") if layout.CLAIMS_REPORT.exists() else ""
+    stage.write_text(layout.REPORT_INDEX, render_report(tables, figures, claims))
     log.info("%d tables, %d figures", len(tables), len(figures))
 
 

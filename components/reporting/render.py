@@ -305,8 +305,11 @@ def _check_relative(path: str) -> str:
     return path
 
 
-def render_report(tables: Sequence[ComparisonTable], figures: Sequence[tuple[str, str]]) -> str:
-    """The body of ``reports/index.md``: every table (with links to its files of
+def render_report(
+    tables: Sequence[ComparisonTable], figures: Sequence[tuple[str, str]], claims: str = ""
+) -> str:
+    """The body of ``reports/index.md``: the ``claims`` section (Markdown, first: what the
+    numbers below say about the papers), every table (with links to its files of
     :func:`table_files`) and every figure ``(title, path relative to reports/)``. Plain
     Markdown with relative links only, so it renders offline."""
     names = [table.name for table in tables]
@@ -321,6 +324,7 @@ def render_report(tables: Sequence[ComparisonTable], figures: Sequence[tuple[str
         f"“{NOT_COMPARABLE}”: they run on small or generated data and show qualitative "
         "effects only; no differences are computed for them.",
         "",
+        *([claims.rstrip("\n"), ""] if claims else []),
         "## Tables",
         "",
     ]

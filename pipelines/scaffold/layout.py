@@ -24,6 +24,7 @@ LVM_MODELS = MODELS / "lvm"  # stages train_lvm@<experiment>: <experiment>/<cell
 TABLES = REPORTS / "tables"  # stage tables: <name>.{md,csv,tex}
 TABLES_INDEX = REPORTS / "tables.md"
 REPORT_INDEX = REPORTS / "index.md"
+CLAIMS_REPORT = REPORTS / "claims.md"  # stage claims: the verdicts, the report opens with them
 
 
 def corpus_dir(corpus: str) -> Path:

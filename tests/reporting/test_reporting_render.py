@@ -167,3 +167,11 @@ def test_report_rejects_duplicate_table_names() -> None:
     table = ast_bleu_table(BLEU, profile="smoke", data="smoke")
     with pytest.raises(LearnableSparsityError, match="duplicate"):
         render_report([table, table], [])
+
+
+def test_report_opens_with_the_claims_section() -> None:
+    claims = "## The papers' claims\n\n| Claim | Verdict |\n|---|---|\n| x | **reproduced** |\n"
+    table = ast_bleu_table(BLEU, profile="smoke", data="smoke")
+    text = render_report([table], [], claims)
+    assert text.index("## The papers' claims") < text.index("## Tables")
+    assert "## The papers' claims" not in render_report([table], [])

@@ -1,0 +1,417 @@
+"""The claim checks on a grid's results, and the claims of ``claims.yaml`` they evaluate.
+
+:class:`Results` holds what the checks read, as plain numbers per seed; a check is a function
+``(results, **args) -> Verdict`` registered in :data:`CHECKS` under the name ``claims.yaml``
+uses. Where a result is missing (a stage not run, a variant not in the grid) the verdict is
+"not measurable", naming what is missing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from components.analysis.alpha import (
+    BIMODALITY_THRESHOLD,
+    MIN_BIMODALITY_VALUES,
+    bimodality_coefficient,
+)
+from components.claims import checks
+from components.claims.checks import Verdict, all_of, describe, not_measurable, verdict
+from components.errors import LearnableSparsityError
+
+# A bit-vector VAE run whose posterior is this close to the prior (KL in nats, over D bits) has a
+# decoder that ignores z: its NLL says nothing about the estimator (posterior collapse).
+COLLAPSED_KL_NATS = 1.0
+
+Curve = list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Results:
+    """Everything the checks read, per seed (lists are over seeds, in seed order).
+
+    ``bleu``: corpus → variant → BLEU; ``valid_nll``: corpus → variant → validation NLL curves
+    (step, nll) of the seeds; ``speed``: variant → ``train`` / ``inference`` → the ratio to
+    softmax's tokens/s in each round; ``js``: variant → mean JS over blocks; ``roles``: variant →
+    role → number of heads with the role (None where the corpus cannot show it); ``final_alphas``:
+    attention type → the learned α of every head, layer and seed; ``dense_then_sparse``: heads
+    whose α went toward softmax and then sparser, per seed; ``lvm``: experiment → method → the
+    test metrics; ``lvm_curves``: experiment → method → training-loss curves; ``missing``: result
+    → why it is absent.
+    """
+
+    bleu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    valid_nll: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
+    speed: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    js: dict[str, list[float]] = field(default_factory=dict)
+    roles: dict[str, dict[str, list[int | None]]] = field(default_factory=dict)
+    final_alphas: dict[str, list[float]] = field(default_factory=dict)
+    dense_then_sparse: list[int] = field(default_factory=list)
+    lvm: dict[str, dict[str, list[dict[str, float]]]] = field(default_factory=dict)
+    lvm_curves: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One qualitative claim of a paper and how it is tested."""
+
+    id: str
+    work: str
+    source: str
+    text: str
+    check: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    claim: Claim
+    verdict: Verdict
+
+
+def _missing(results: Results, *names: str) -> Verdict | None:
+    absent = [f"{name} ({results.missing[name]})" for name in names if name in results.missing]
+    return not_measurable(f"no results: {'; '.join(absent)}") if absent else None
+
+
+# ------------------------------------------------------------------------------ NMT
+
+
+def _nmt_pairs(
+    results: Results, variants: Sequence[str], baseline: str
+) -> dict[str, tuple[list[float], list[float], dict[str, list[Curve]]]] | Verdict:
+    """corpus/variant → (variant's BLEU, baseline's BLEU, the curves of both), or a verdict."""
+    missing = _missing(results, "bleu")
+    if missing:
+        return missing
+    if not results.bleu:
+        return not_measurable("no NMT results")
+    pairs = {}
+    for corpus, by_variant in results.bleu.items():
+        for variant in variants:
+            absent = [v for v in (variant, baseline) if v not in by_variant]
+            if absent:
+                return not_measurable(f"{corpus}: no {', '.join(absent)} in the NMT grid")
+            curves = results.valid_nll.get(corpus, {})
+            pairs[f"{corpus}/{variant}"] = (
+                by_variant[variant],
+                by_variant[baseline],
+                {
+                    f"{corpus}/{v}/seed{i}": c
+                    for v in (variant, baseline)
+                    for i, c in enumerate(curves.get(v, []))
+                },
+            )
+    return pairs
+
+
+def bleu_at_least_as_good(
+    results: Results, variants: Sequence[str], baseline: str, margin: float
+) -> Verdict:
+    """Each variant's BLEU within seed noise of the baseline's (:func:`checks.at_least_as_good`),
+    on every corpus, once every run has converged."""
+    pairs = _nmt_pairs(results, variants, baseline)
+    if isinstance(pairs, Verdict):
+        return pairs
+    parts = {}
+    for name, (bleu, base, curves) in pairs.items():
+        parts[name] = checks.unconverged(curves, "validation NLL") or checks.at_least_as_good(
+            bleu, base, margin, names=(name.split("/")[-1], baseline)
+        )
+    return all_of(parts)
+
+
+def bleu_a_little_below(
+    results: Results, variant: str, baseline: str, largest_gap: float
+) -> Verdict:
+    """The variant's BLEU significantly below the baseline's, by at most ``largest_gap``."""
+    pairs = _nmt_pairs(results, [variant], baseline)
+    if isinstance(pairs, Verdict):
+        return pairs
+    parts = {}
+    for name, (bleu, base, curves) in pairs.items():
+        parts[name] = checks.unconverged(curves, "validation NLL") or checks.worse_by_at_most(
+            bleu, base, largest_gap, names=(variant, baseline)
+        )
+    return all_of(parts)
+
+
+def speed_near_softmax(results: Results, variant: str, tolerance: float) -> Verdict:
+    """Training and inference tokens/s of the variant within 1 ± tolerance of softmax's."""
+    missing = _missing(results, "speed")
+    if missing:
+        return missing
+    if variant not in results.speed:
+        return not_measurable(f"{variant} was not timed")
+    rounds = results.speed[variant]
+    return all_of(
+        {
+            phase: checks.ratio_near_one(rounds[phase], tolerance, f"{phase} tokens/s ratio")
+            for phase in ("train", "inference")
+        }
+    )
+
+
+def slowest(results: Results, variant: str) -> Verdict:
+    """The variant has the lowest tokens/s ratio to softmax in training and in inference."""
+    missing = _missing(results, "speed")
+    if missing:
+        return missing
+    return all_of(
+        {
+            phase: checks.lowest(
+                {v: statistics.median(r[phase]) for v, r in results.speed.items() if r[phase]},
+                variant,
+                f"{phase} speed",
+            )
+            for phase in ("train", "inference")
+        }
+    )
+
+
+def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[str]) -> Verdict:
+    """Bimodality coefficient of the learned α, pooled over layers and seeds: above 5/9 in the
+    ``bimodal`` attention types, not above it in the ``unimodal`` ones."""
+    missing = _missing(results, "alphas")
+    if missing:
+        return missing
+    parts = {}
+    for kind, expect in [(k, True) for k in bimodal] + [(k, False) for k in unimodal]:
+        alphas = results.final_alphas.get(kind, [])
+        if len(alphas) < MIN_BIMODALITY_VALUES or max(alphas) == min(alphas):
+            parts[kind] = not_measurable(f"{len(alphas)} learned α in {kind}")
+            continue
+        coefficient = bimodality_coefficient(alphas)
+        is_bimodal = coefficient > BIMODALITY_THRESHOLD
+        parts[kind] = verdict(
+            is_bimodal == expect,
+            f"bimodality coefficient {coefficient:.2f} over {len(alphas)} heads "
+            f"({'>' if is_bimodal else '≤'} 5/9; expected {'bimodal' if expect else 'one mode'})",
+            coefficient=coefficient,
+            heads=len(alphas),
+        )
+    return all_of(parts)
+
+
+def heads_dense_then_sparse(results: Results) -> Verdict:
+    """At least one head's α first moves toward softmax and then becomes sparser."""
+    missing = _missing(results, "alphas")
+    if missing:
+        return missing
+    counts = results.dense_then_sparse
+    if not counts:
+        return not_measurable("no α-entmax model with an α trajectory")
+    return verdict(
+        sum(counts) > 0,
+        f"heads toward softmax then sparser, per seed: {counts}",
+        per_seed=counts,
+    )
+
+
+def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baseline: str) -> Verdict:
+    """Mean Jensen–Shannon divergence between the heads of a block, per seed: each sparse
+    variant's significantly above the baseline's (one-sided Welch)."""
+    missing = _missing(results, "heads")
+    if missing:
+        return missing
+    parts = {}
+    for variant in variants:
+        if variant not in results.js or baseline not in results.js:
+            parts[variant] = not_measurable(f"no head analysis of {variant} and {baseline}")
+            continue
+        parts[variant] = checks.significantly_below(
+            results.js[baseline], results.js[variant], names=(baseline, variant)
+        )
+    return all_of(parts)
+
+
+def head_roles_exist(results: Results, variant: str, roles: Sequence[str]) -> Verdict:
+    """Each role has at least one head in some seed of the variant; a role the corpus cannot
+    show (no interrogative, no split word) is not measurable."""
+    missing = _missing(results, "heads")
+    if missing:
+        return missing
+    if variant not in results.roles:
+        return not_measurable(f"no head analysis of {variant}")
+    parts = {}
+    for role in roles:
+        counts = results.roles[variant].get(role, [])
+        if not counts or any(c is None for c in counts):
+            parts[role] = not_measurable(f"{role}: the corpus cannot show this role")
+        else:
+            parts[role] = verdict(sum(counts) > 0, f"{role} heads per seed {counts}")
+    return all_of(parts)
+
+
+# ------------------------------------------------------------------------------ latent variables
+
+
+def _lvm(results: Results, experiment: str, methods: Sequence[str]) -> Verdict | None:
+    missing = _missing(results, experiment)
+    if missing:
+        return missing
+    absent = [m for m in methods if m not in results.lvm.get(experiment, {})]
+    return not_measurable(f"{experiment}: no {', '.join(absent)} in the grid") if absent else None
+
+
+def _metric(
+    results: Results, experiment: str, method: str, metric: str, bits: int | None = None
+) -> tuple[list[float], list[int]]:
+    """The metric over the seeds (of D = ``bits``) and the indices of collapsed seeds
+    (KL below :data:`COLLAPSED_KL_NATS`), which it leaves out."""
+    values, collapsed = [], []
+    for i, run in enumerate(results.lvm[experiment][method]):
+        if bits is not None and run.get("latent_dim") != bits:
+            continue
+        if run.get("kl_nats", COLLAPSED_KL_NATS) < COLLAPSED_KL_NATS:
+            collapsed.append(i)
+        else:
+            values.append(run[metric])
+    return checks.finite(values), collapsed
+
+
+def _unconverged_lvm(results: Results, experiment: str, methods: Sequence[str]) -> Verdict | None:
+    curves = results.lvm_curves.get(experiment, {})
+    return checks.unconverged(
+        {f"{m}/{i}": c for m in methods for i, c in enumerate(curves.get(m, []))},
+        "training loss",
+    )
+
+
+def marginalization_matches_dense(
+    results: Results,
+    experiment: str,
+    metric: str,
+    candidate: str,
+    baseline: str,
+    margin: float,
+    largest_calls: float,
+) -> Verdict:
+    """The sparse method's test metric within seed noise of the dense one's (at most ``margin``
+    worse), with at most ``largest_calls`` decoder calls per example on average."""
+    blocked = _lvm(results, experiment, [candidate, baseline]) or _unconverged_lvm(
+        results, experiment, [candidate, baseline]
+    )
+    if blocked:
+        return blocked
+    sparse, _ = _metric(results, experiment, candidate, metric)
+    dense, _ = _metric(results, experiment, baseline, metric)
+    calls = checks.finite([r["decoder_calls"] for r in results.lvm[experiment][candidate]])
+    dense_calls = results.lvm[experiment][baseline][0]["decoder_calls"]
+    few_calls = verdict(
+        bool(calls) and statistics.fmean(calls) <= largest_calls,
+        f"{candidate} decoder calls {describe(calls)} of {dense_calls:g} (at most {largest_calls})",
+        calls=calls,
+    )
+    accuracy = checks.at_least_as_good(sparse, dense, margin, names=(candidate, baseline))
+    return all_of({metric: accuracy, "decoder calls": few_calls})
+
+
+def methods_below(
+    results: Results, experiment: str, metric: str, methods: Sequence[str], baseline: str
+) -> Verdict:
+    """Each of ``methods`` significantly below the baseline in the (higher-is-better) metric."""
+    blocked = _lvm(results, experiment, [*methods, baseline]) or _unconverged_lvm(
+        results, experiment, [*methods, baseline]
+    )
+    if blocked:
+        return blocked
+    base, _ = _metric(results, experiment, baseline, metric)
+    return all_of(
+        {
+            m: checks.significantly_below(
+                _metric(results, experiment, m, metric)[0], base, names=(m, baseline)
+            )
+            for m in methods
+        }
+    )
+
+
+def nll_at_or_below(
+    results: Results,
+    experiment: str,
+    candidates: Sequence[str],
+    baseline: str,
+    margin: float,
+    bits: Sequence[int],
+) -> Verdict:
+    """For each D in ``bits``: each candidate's NLL at or below the baseline's (not significantly
+    above, mean at most ``margin`` above); collapsed runs are left out and named."""
+    blocked = _lvm(results, experiment, [*candidates, baseline]) or _unconverged_lvm(
+        results, experiment, [*candidates, baseline]
+    )
+    if blocked:
+        return blocked
+    parts = {}
+    for d in bits:
+        base, base_collapsed = _metric(results, experiment, baseline, "nll_bits_per_dim", d)
+        for name in candidates:
+            values, collapsed = _metric(results, experiment, name, "nll_bits_per_dim", d)
+            part = checks.at_least_as_good(
+                values, base, margin, higher_is_better=False, names=(name, baseline)
+            )
+            if collapsed or base_collapsed:
+                note = (
+                    f" (left out as collapsed, KL < {COLLAPSED_KL_NATS} nat: {name} seeds "
+                    f"{collapsed}, {baseline} seeds {base_collapsed})"
+                )
+                part = Verdict(part.status, part.evidence + note, part.numbers)
+            parts[f"D={d} {name}"] = part
+    return all_of(parts)
+
+
+def results_exist(results: Results, result: str, why: str) -> Verdict:
+    """A claim on results this pipeline does not produce yet: not measurable, saying why."""
+    return _missing(results, result) or not_measurable(why)
+
+
+CHECKS: dict[str, Callable[..., Verdict]] = {
+    f.__name__: f
+    for f in (
+        bleu_at_least_as_good,
+        bleu_a_little_below,
+        speed_near_softmax,
+        slowest,
+        alpha_bimodal,
+        heads_dense_then_sparse,
+        sparse_heads_more_diverse,
+        head_roles_exist,
+        marginalization_matches_dense,
+        methods_below,
+        nll_at_or_below,
+        results_exist,
+    )
+}
+
+
+@cache
+def load_claims() -> tuple[Claim, ...]:
+    """The claims of ``claims.yaml``, checked: known check names, unique ids."""
+    text = resources.files(__package__).joinpath("claims.yaml").read_text("utf-8")
+    claims = tuple(Claim(**entry) for entry in yaml.safe_load(text)["claims"])
+    seen: set[str] = set()
+    for claim in claims:
+        if claim.check not in CHECKS:
+            raise LearnableSparsityError(
+                f"claims.yaml: claim {claim.id!r} names an unknown check {claim.check!r}"
+            )
+        if claim.id in seen:
+            raise LearnableSparsityError(f"claims.yaml: claim id {claim.id!r} appears twice")
+        seen.add(claim.id)
+    return claims
+
+
+def evaluate(results: Results, claims: Sequence[Claim] | None = None) -> list[ClaimResult]:
+    """Every claim's verdict on ``results`` (default: the claims of ``claims.yaml``)."""
+    return [
+        ClaimResult(claim, CHECKS[claim.check](results, **claim.args))
+        for claim in (load_claims() if claims is None else claims)
+    ]

@@ -1,0 +1,255 @@
+r"""The tests behind the papers' qualitative claims, each on plain numbers (no files, no torch).
+
+A check returns a :class:`Verdict`: ``reproduced``, ``not reproduced`` or ``not measurable``
+(the results cannot decide: too few seeds, a method missing, runs still improving, collapsed
+runs), with the evidence a reader needs to judge it (numbers, seeds, spread, the test used).
+
+Comparative claims are tested over seeds with Welch's t-test (unequal variances), one-sided, at
+:data:`SIGNIFICANCE`:
+
+* *at least as good as* ("within seed noise of"): the candidate is **not** significantly worse
+  than the baseline, and its mean is within a stated ``margin`` of it — with three seeds the
+  test alone has little power, so the margin keeps a large gap from passing as noise;
+* *below* / *above*: the difference in the stated direction is significant.
+
+A comparison needs :data:`MIN_SEEDS` seeds per method. A run whose curve still improves by more
+than :data:`STILL_IMPROVING` over the last :data:`CONVERGENCE_WINDOW` of its steps makes the
+comparison "not measurable in this profile": training length, not the method, would decide it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scipy import stats
+
+from components.errors import LearnableSparsityError
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+NOT_MEASURABLE = "not measurable"
+Status = Literal["reproduced", "not reproduced", "not measurable"]
+
+# One-sided level of every comparison over seeds.
+SIGNIFICANCE = 0.05
+# Fewest seeds per method for a comparison: a spread needs 2, a test with any power needs 3.
+MIN_SEEDS = 3
+# A curve "still improves" when the mean of its last 20% of steps is more than 2% better than
+# the mean of the 20% before: the result would still move with a longer run.
+CONVERGENCE_WINDOW = 0.2
+STILL_IMPROVING = 0.02
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict: ``status``, the ``evidence`` in words and its ``numbers``."""
+
+    status: Status
+    evidence: str
+    numbers: dict[str, object] = field(default_factory=dict)
+
+
+def not_measurable(reason: str, **numbers: object) -> Verdict:
+    return Verdict(NOT_MEASURABLE, reason, dict(numbers))
+
+
+def verdict(holds: bool, evidence: str, **numbers: object) -> Verdict:
+    return Verdict(REPRODUCED if holds else NOT_REPRODUCED, evidence, dict(numbers))
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def describe(values: Sequence[float], digits: int = 2) -> str:
+    """``mean ± sd (n=…)``; the sd is the sample standard deviation over seeds."""
+    if not values:
+        return "no values"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f} (n=1)"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
+
+
+def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
+    """p-value of Welch's t-test of mean(a) − mean(b) with H1 ``less`` or ``greater``.
+
+    When both samples have no spread the test is undefined; the difference of the means then
+    decides (p = 0 when it lies in the direction of H1, else 1).
+    """
+    if alternative not in ("less", "greater"):
+        raise LearnableSparsityError(
+            f"alternative must be 'less' or 'greater', got {alternative!r}"
+        )
+    if len(a) < 2 or len(b) < 2:
+        raise LearnableSparsityError(
+            f"Welch's test needs 2+ values per side, got {len(a)}, {len(b)}"
+        )
+    if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
+        difference = statistics.fmean(a) - statistics.fmean(b)
+        toward = difference < 0 if alternative == "less" else difference > 0
+        return 0.0 if toward else 1.0
+    return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
+
+
+def too_few_seeds(groups: Mapping[str, Sequence[float]]) -> Verdict | None:
+    """ "Not measurable" when a method is missing or has fewer than :data:`MIN_SEEDS` seeds."""
+    short = {name: len(values) for name, values in groups.items() if len(values) < MIN_SEEDS}
+    if not short:
+        return None
+    counts = ", ".join(f"{name}: {n}" for name, n in short.items())
+    return not_measurable(
+        f"not measurable in this profile: seeds per method {counts}; the test over seeds needs "
+        f"{MIN_SEEDS}",
+        seeds=short,
+    )
+
+
+def still_improving(curve: Sequence[tuple[float, float]], lower_is_better: bool = True) -> float:
+    """Relative improvement of the mean of the last :data:`CONVERGENCE_WINDOW` of the steps over
+    the mean of the window before it (positive: still improving); 0 for a curve too short to
+    tell. ``curve`` is (step, value) pairs."""
+    if len(curve) < 2:
+        return 0.0
+    last_step = curve[-1][0]
+    width = CONVERGENCE_WINDOW * last_step
+    recent = [v for s, v in curve if s > last_step - width]
+    before = [v for s, v in curve if last_step - 2 * width < s <= last_step - width]
+    if not before:  # sparse curves (validation every k steps): the point just before the window
+        earlier = [v for s, v in curve if s <= last_step - width]
+        before = earlier[-1:]
+    if not recent or not before:
+        return 0.0
+    old, new = statistics.fmean(before), statistics.fmean(recent)
+    gain = (old - new) if lower_is_better else (new - old)
+    return gain / max(abs(old), 1e-12)
+
+
+def unconverged(curves: Mapping[str, Sequence[tuple[float, float]]], what: str) -> Verdict | None:
+    """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`."""
+    gains = {name: still_improving(curve) for name, curve in curves.items()}
+    moving = {name: gain for name, gain in gains.items() if gain > STILL_IMPROVING}
+    if not moving:
+        return None
+    worst = max(moving, key=moving.__getitem__)
+    return not_measurable(
+        f"not measurable in this profile: {len(moving)} of {len(gains)} runs still improve "
+        f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
+        f"in {worst}); a longer profile decides it",
+        still_improving=moving,
+    )
+
+
+# ------------------------------------------------------------------------------ comparisons
+
+
+def at_least_as_good(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    margin: float,
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """Reproduced when the candidate is not significantly worse than the baseline (one-sided
+    Welch) and its mean is no more than ``margin`` worse."""
+    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
+    if short:
+        return short
+    sign = 1 if higher_is_better else -1
+    gap = sign * (statistics.fmean(candidate) - statistics.fmean(baseline))  # > 0: better
+    p = welch_p(candidate, baseline, "less" if higher_is_better else "greater")
+    holds = p >= SIGNIFICANCE and gap >= -margin
+    evidence = (
+        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
+        f"{'better' if gap >= 0 else 'worse'} by {abs(gap):.2f} (margin {margin}); "
+        f"Welch one-sided p = {p:.3f} for '{names[0]} worse'"
+    )
+    return verdict(holds, evidence, gap=gap, p=p, margin=margin)
+
+
+def worse_by_at_most(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    largest_gap: float,
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """ "A little below": the candidate is significantly worse (one-sided Welch), by no more than
+    ``largest_gap`` in the mean."""
+    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
+    if short:
+        return short
+    sign = 1 if higher_is_better else -1
+    gap = sign * (statistics.fmean(baseline) - statistics.fmean(candidate))  # > 0: worse
+    p = welch_p(candidate, baseline, "less" if higher_is_better else "greater")
+    holds = p < SIGNIFICANCE and gap <= largest_gap
+    evidence = (
+        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
+        f"{'worse' if gap >= 0 else 'better'} by {abs(gap):.2f} (a little: at most "
+        f"{largest_gap}); Welch one-sided p = {p:.3f} for '{names[0]} worse'"
+    )
+    return verdict(holds, evidence, gap=gap, p=p, largest_gap=largest_gap)
+
+
+def significantly_below(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """The candidate's mean is significantly below the baseline's (one-sided Welch)."""
+    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
+    if short:
+        return short
+    p = welch_p(candidate, baseline, "less")
+    evidence = (
+        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: Welch one-sided "
+        f"p = {p:.3f} for '{names[0]} below {names[1]}'"
+    )
+    return verdict(p < SIGNIFICANCE, evidence, p=p)
+
+
+def all_of(parts: Mapping[str, Verdict]) -> Verdict:
+    """One verdict from several: not measurable if any part is, else reproduced iff all are."""
+    if not parts:
+        raise LearnableSparsityError("all_of needs at least one part")
+    lines = "; ".join(f"{name}: {part.evidence}" for name, part in parts.items())
+    numbers = {name: {"status": part.status, **part.numbers} for name, part in parts.items()}
+    blocked = [name for name, part in parts.items() if part.status == NOT_MEASURABLE]
+    if blocked:
+        return Verdict(NOT_MEASURABLE, lines, numbers)
+    failed = [name for name, part in parts.items() if part.status == NOT_REPRODUCED]
+    prefix = f"fails for {', '.join(failed)} — " if failed else ""
+    return Verdict(NOT_REPRODUCED if failed else REPRODUCED, prefix + lines, numbers)
+
+
+def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verdict:
+    """The median over rounds of a ratio lies within 1 ± ``tolerance``."""
+    if not rounds:
+        return not_measurable(f"no measurement of {name}")
+    median = statistics.median(rounds)
+    holds = abs(median - 1) <= tolerance
+    evidence = (
+        f"{name} median {median:.2f} over {len(rounds)} rounds (range {min(rounds):.2f}–"
+        f"{max(rounds):.2f}); near 1 means within ±{tolerance}"
+    )
+    return verdict(holds, evidence, median=median, rounds=list(rounds))
+
+
+def lowest(medians: Mapping[str, float], name: str, what: str) -> Verdict:
+    """``name`` has the lowest of the ``medians``."""
+    if name not in medians or len(medians) < 2:
+        return not_measurable(f"{what}: needs {name} and at least one other variant")
+    order = sorted(medians, key=medians.__getitem__)
+    listing = ", ".join(f"{k} {medians[k]:.2f}" for k in order)
+    return verdict(order[0] == name, f"{what} (median ratio to softmax): {listing}", order=order)
+
+
+def finite(values: Sequence[float]) -> list[float]:
+    """The finite values (a diverged run's NaN would poison every mean)."""
+    return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]

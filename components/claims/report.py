@@ -1,0 +1,56 @@
+"""The claims as the report shows them: one Markdown table (claim, source, verdict, evidence) and
+a JSON-ready record of every verdict."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from components.claims.catalog import ClaimResult
+from components.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
+
+STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """How many claims have each verdict (every status listed, 0 included)."""
+    tally = Counter(result.verdict.status for result in results)
+    return {status.replace(" ", "_"): tally[status] for status in STATUSES}
+
+
+def claims_record(results: Sequence[ClaimResult], profile: str) -> dict[str, object]:
+    """Every claim with its verdict, evidence and numbers (``results/claims/claims.json``)."""
+    return {
+        "profile": profile,
+        "counts": counts(results),
+        "claims": [{**asdict(result.claim), **asdict(result.verdict)} for result in results],
+    }
+
+
+def claims_markdown(results: Sequence[ClaimResult], profile: str) -> str:
+    """The claims section of the report: a summary line and one row per claim."""
+    tally = counts(results)
+    lines = [
+        f"## The papers' claims, checked on these results ({profile} profile)",
+        "",
+        f"{tally['reproduced']} reproduced, {tally['not_reproduced']} not reproduced, "
+        f"{tally['not_measurable']} not measurable in this profile, of {len(results)} claims. "
+        "Comparisons are tested over seeds (Welch's t-test, one-sided, p < 0.05; mean ± sd over "
+        "seeds); a claim is not measurable when its runs still improve, collapsed, or have too "
+        "few seeds — a longer profile (`python -m pipelines.profile evidence`) decides it.",
+        "",
+        "| Claim | Source | Verdict | Evidence |",
+        "|---|---|---|---|",
+    ]
+    for result in results:
+        claim, verdict = result.claim, result.verdict
+        lines.append(
+            f"| {_cell(claim.text)} | {claim.work}: {_cell(claim.source)} | "
+            f"**{verdict.status}** | {_cell(verdict.evidence)} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,138 @@
+"""DVC stage ``claims``: every qualitative claim of the four works, checked on this run's results.
+
+Reads what the NMT, speed, head-analysis and latent-variable stages wrote, gathers it per seed
+(``components.claims.Results``) and gives each claim of ``components/claims/claims.yaml`` a
+verdict — reproduced, not reproduced, not measurable in this profile — with its evidence.
+
+Outputs: ``results/claims/claims.json`` (every verdict with its numbers), ``summary.json`` (DVC
+metrics: how many claims have each verdict), ``reports/claims.md`` (the table the report opens
+with) and ``reports/figures/claims/alpha_histograms.png`` (the learned α the bimodality claim
+reads, pooled over layers and seeds).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+from typing import Any
+
+from components.analysis.blocks import split_block
+from components.analysis.figures import alpha_histograms
+from components.claims import Results, evaluate
+from components.claims.report import claims_markdown, claims_record, counts
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import Stage, read_json, run_stage
+
+STAGE = "claims"
+RESULTS = layout.results(STAGE)
+LVM_EXPERIMENTS = ("ssvae", "signal_game", "bitvector_vae")
+
+
+def _cell(key: str) -> tuple[str, str, int]:
+    corpus, variant, seed = key.split("/")
+    return corpus, variant, int(seed.removeprefix("seed"))
+
+
+def _in_seed_order(items: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(corpus, variant, value) of items keyed by NMT cell, in seed order."""
+    ordered = sorted(items.items(), key=lambda item: _cell(item[0]))
+    return [(*_cell(key)[:2], value) for key, value in ordered]
+
+
+def _add(table: dict, *keys: str, value: Any) -> None:
+    """Append ``value`` to the list at ``table[k1][k2]…``, creating what is missing."""
+    for key in keys[:-1]:
+        table = table.setdefault(key, {})
+    table.setdefault(keys[-1], []).append(value)
+
+
+def nmt_results(results: Results) -> None:
+    bleu_file = layout.results("evaluate_nmt") / "bleu.json"
+    if not bleu_file.exists():
+        results.missing["bleu"] = f"{bleu_file} not found"
+        return
+    for corpus, variant, cell in _in_seed_order(read_json(bleu_file)["cells"]):
+        _add(results.bleu, corpus, variant, value=cell["bleu"])
+    cells = layout.results("train_nmt") / "cells"
+    histories = {str(f.parent.relative_to(cells)): f for f in cells.glob("*/*/*/history.json")}
+    for corpus, variant, history_file in _in_seed_order(histories):
+        curve = [(row["step"], row["valid_nll"]) for row in read_json(history_file)["valid"]]
+        _add(results.valid_nll, corpus, variant, value=curve)
+
+
+def speed_results(results: Results) -> None:
+    rounds_file = layout.results("speed") / "rounds.json"
+    if not rounds_file.exists():
+        results.missing["speed"] = f"{rounds_file} not found"
+        return
+    for row in read_json(rounds_file)["rows"]:
+        results.speed[row["variant"]] = row["ratio_to_softmax_each_round"]
+
+
+def head_results(results: Results) -> dict[str, list[float]]:
+    """Fills the head results; returns the final α per block, pooled over seeds (the figure)."""
+    heads_file = layout.results("analyze_heads") / "heads.json"
+    if not heads_file.exists():
+        results.missing["heads"] = f"{heads_file} not found"
+    else:
+        for _, variant, summary in _in_seed_order(read_json(heads_file)):
+            js = [value for value in summary["js"].values() if value is not None]
+            if js:
+                _add(results.js, variant, value=statistics.fmean(js))
+            for role, found in summary["roles"].items():
+                count = found["count"] if found["measurable"] else None
+                _add(results.roles, variant, role, value=count)
+            if variant == "entmax_alpha":
+                results.dense_then_sparse.append(summary["heads_towards_softmax_then_sparser"])
+    trajectories = layout.results("train_nmt") / "alpha_trajectories.json"
+    if not trajectories.exists():
+        results.missing["alphas"] = f"{trajectories} not found"
+        return {}
+    per_block: dict[str, list[float]] = {}
+    for _, _, trajectory in _in_seed_order(read_json(trajectories)):
+        for block, values in trajectory[-1]["alphas"].items():
+            per_block.setdefault(block, []).extend(values)
+            results.final_alphas.setdefault(split_block(block)[0], []).extend(values)
+    return per_block
+
+
+def _lvm_method(curve_file: Path) -> str:
+    """The method of a training-curve file ``[D<bits>_]<method>_seed<k>.csv``."""
+    stem = curve_file.stem.rsplit("_seed", 1)[0]
+    first, _, rest = stem.partition("_")
+    return rest if first[:1] == "D" and first[1:].isdigit() else stem
+
+
+def lvm_results(results: Results) -> None:
+    for experiment in LVM_EXPERIMENTS:
+        results_file = layout.results("train_lvm") / f"{experiment}.json"
+        if not results_file.exists():
+            results.missing[experiment] = f"{results_file} not found"
+            continue
+        results.lvm[experiment] = read_json(results_file)["methods"]
+        curves = layout.results("train_lvm") / "plots" / experiment
+        for curve_file in sorted(curves.glob("*.csv")):
+            with curve_file.open() as handle:
+                rows = [row for row in csv.DictReader(handle) if row["loss"]]
+            curve = [(float(row["step"]), float(row["loss"])) for row in rows]
+            _add(results.lvm_curves, experiment, _lvm_method(curve_file), value=curve)
+
+
+def main(stage: Stage) -> None:
+    results = Results(missing={"ape": "no APE stage in this pipeline yet (issue 13)"})
+    nmt_results(results)
+    speed_results(results)
+    alphas_per_block = head_results(results)
+    lvm_results(results)
+    verdicts = evaluate(results)
+    stage.write_json(RESULTS / "claims.json", claims_record(verdicts, stage.profile), artifact="")
+    stage.write_json(RESULTS / "summary.json", counts(verdicts))
+    stage.write_text(layout.CLAIMS_REPORT, claims_markdown(verdicts, stage.profile), artifact="")
+    if alphas_per_block:
+        figure = alpha_histograms(alphas_per_block)
+        stage.write_png(layout.FIGURES / "claims" / "alpha_histograms.png", figure, artifact="")
+
+
+if __name__ == "__main__":
+    run_stage(STAGE, main)

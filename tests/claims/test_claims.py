@@ -1,0 +1,315 @@
+"""The claim checks on synthetic results: each claim where it holds, where it does not, and where
+the results cannot decide it (too few seeds, runs still improving, collapsed runs, missing)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from scipy import stats
+
+from components.claims import (
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+    Results,
+    catalog,
+    checks,
+    evaluate,
+    load_claims,
+)
+from components.claims.report import claims_markdown, claims_record
+from components.errors import LearnableSparsityError
+
+FLAT = [(100, 2.0), (200, 1.5), (300, 1.4), (400, 1.39), (500, 1.39)]  # converged
+FALLING = [(100, 3.0), (200, 2.0), (300, 1.5), (400, 1.2), (500, 1.0)]  # still improving
+
+
+def _claim(claim_id: str) -> Claim:
+    return next(claim for claim in load_claims() if claim.id == claim_id)
+
+
+def _verdict(claim_id: str, results: Results) -> checks.Verdict:
+    [result] = evaluate(results, [_claim(claim_id)])
+    return result.verdict
+
+
+def _nmt(bleu: dict[str, list[float]], curve=FLAT) -> Results:
+    return Results(
+        bleu={"smoke": bleu},
+        valid_nll={"smoke": {variant: [curve] * len(v) for variant, v in bleu.items()}},
+    )
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def test_welch_p_matches_scipy_and_handles_zero_spread() -> None:
+    a, b = [1.0, 2.0, 3.5], [2.0, 3.0, 4.0, 5.0]
+    expected = stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue
+    assert checks.welch_p(a, b, "less") == pytest.approx(expected)
+    assert checks.welch_p([1, 1, 1], [2, 2, 2], "less") == 0.0
+    assert checks.welch_p([1, 1, 1], [2, 2, 2], "greater") == 1.0
+    with pytest.raises(LearnableSparsityError, match="2\\+ values"):
+        checks.welch_p([1.0], [1.0, 2.0], "less")
+
+
+def test_still_improving_measures_the_last_window() -> None:
+    assert checks.still_improving(FLAT) < checks.STILL_IMPROVING
+    assert checks.still_improving(FALLING) > 0.1
+    # sparse validation points: the point before the window is the reference
+    assert checks.still_improving([(200, 2.0), (400, 1.5), (600, 1.2)]) == pytest.approx(0.2)
+    assert checks.still_improving([(1, 5.0)]) == 0.0
+
+
+def test_all_of_is_not_measurable_if_any_part_is() -> None:
+    ok, bad = checks.verdict(True, "a"), checks.verdict(False, "b")
+    unknown = checks.not_measurable("c")
+    assert checks.all_of({"x": ok, "y": ok}).status == REPRODUCED
+    assert checks.all_of({"x": ok, "y": bad}).status == NOT_REPRODUCED
+    assert "fails for y" in checks.all_of({"x": ok, "y": bad}).evidence
+    assert checks.all_of({"x": bad, "y": unknown}).status == NOT_MEASURABLE
+
+
+# ------------------------------------------------------------------------------ NMT
+
+
+def test_entmax_bleu_within_seed_noise_is_reproduced() -> None:
+    results = _nmt(
+        {
+            "softmax": [80.1, 80.6, 79.8],
+            "entmax_alpha": [79.9, 80.8, 80.0],
+            "entmax15": [80.3, 79.7, 80.2],
+        }
+    )
+    verdict = _verdict("ast_entmax_bleu", results)
+    assert verdict.status == REPRODUCED, verdict.evidence
+    assert "Welch" in verdict.evidence and "n=3" in verdict.evidence
+
+
+def test_entmax_bleu_a_few_points_below_is_not_reproduced() -> None:
+    results = _nmt(
+        {
+            "softmax": [80.1, 80.6, 79.8],
+            "entmax_alpha": [77.5, 77.9, 77.2],
+            "entmax15": [80.3, 79.7, 80.2],
+        }
+    )
+    verdict = _verdict("ast_entmax_bleu", results)
+    assert verdict.status == NOT_REPRODUCED
+    assert "fails for smoke/entmax_alpha" in verdict.evidence
+
+
+def test_one_seed_or_unconverged_runs_are_not_measurable() -> None:
+    one_seed = _nmt({"softmax": [47.4], "entmax_alpha": [40.3], "entmax15": [41.4]})
+    verdict = _verdict("ast_entmax_bleu", one_seed)
+    assert verdict.status == NOT_MEASURABLE and "needs 3" in verdict.evidence
+    falling = _nmt(
+        {"softmax": [80.0] * 3, "entmax_alpha": [70.0, 71.0, 69.0], "entmax15": [80.0] * 3},
+        curve=FALLING,
+    )
+    verdict = _verdict("ast_entmax_bleu", falling)
+    assert verdict.status == NOT_MEASURABLE and "still improve" in verdict.evidence
+
+
+def test_missing_variant_or_results_are_not_measurable() -> None:
+    verdict = _verdict("est_topk_bleu", _nmt({"softmax": [80.0] * 3}))
+    assert verdict.status == NOT_MEASURABLE and "no topk" in verdict.evidence
+    verdict = _verdict("est_topk_bleu", Results(missing={"bleu": "bleu.json not found"}))
+    assert verdict.status == NOT_MEASURABLE and "bleu.json not found" in verdict.evidence
+
+
+@pytest.mark.parametrize(
+    ("sparsemax", "status"),
+    [
+        ([77.0, 77.5, 76.8], REPRODUCED),  # 3 below: a little
+        ([68.3, 68.0, 69.1], NOT_REPRODUCED),  # 12 below: more than a little
+        ([80.2, 80.5, 79.9], NOT_REPRODUCED),  # not below at all
+    ],
+)
+def test_sparsemax_a_little_below_softmax(sparsemax: list[float], status: str) -> None:
+    results = _nmt({"softmax": [80.1, 80.6, 79.8], "sparsemax": sparsemax})
+    assert _verdict("est_sparsemax_bleu", results).status == status
+
+
+def _speed(**ratios: tuple[list[float], list[float]]) -> Results:
+    return Results(
+        speed={v: {"train": train, "inference": infer} for v, (train, infer) in ratios.items()}
+    )
+
+
+def test_speed_claims() -> None:
+    results = _speed(
+        softmax=([1.0] * 3, [1.0] * 3),
+        topk=([0.97, 0.95, 1.02], [0.93, 0.9, 0.96]),
+        sparsemax=([0.9] * 3, [0.85] * 3),
+        entmax_alpha=([0.7, 0.72, 0.69], [0.6, 0.64, 0.62]),
+    )
+    assert _verdict("est_topk_speed", results).status == REPRODUCED
+    assert _verdict("est_alpha_slowest", results).status == REPRODUCED
+    slow_topk = dataclasses.replace(
+        results, speed={**results.speed, "topk": {"train": [0.6] * 3, "inference": [0.5] * 3}}
+    )
+    assert _verdict("est_topk_speed", slow_topk).status == NOT_REPRODUCED
+    assert _verdict("est_alpha_slowest", slow_topk).status == NOT_REPRODUCED
+
+
+def _alpha_types(encoder: list[float], decoder: list[float]) -> dict[str, list[float]]:
+    return {"encoder.self": encoder, "decoder.self": decoder, "decoder.context": decoder}
+
+
+def test_alpha_bimodal_in_the_encoder_only() -> None:
+    bimodal = [1.05, 1.1, 1.15, 1.2, 1.95, 1.97, 1.99, 2.0] * 3
+    unimodal = [1.3, 1.35, 1.4, 1.42, 1.45, 1.5, 1.55, 1.6] * 3
+    results = Results(
+        final_alphas={
+            "encoder.self": bimodal,
+            "decoder.self": unimodal,
+            "decoder.context": unimodal,
+        }
+    )
+    verdict = _verdict("ast_alpha_bimodal", results)
+    assert verdict.status == REPRODUCED, verdict.evidence
+    assert "bimodality coefficient" in verdict.evidence
+    swapped = Results(
+        final_alphas={
+            "encoder.self": unimodal,
+            "decoder.self": bimodal,
+            "decoder.context": unimodal,
+        }
+    )
+    assert _verdict("ast_alpha_bimodal", swapped).status == NOT_REPRODUCED
+    too_few = Results(final_alphas={"encoder.self": [1.1, 1.9], "decoder.self": unimodal})
+    assert _verdict("ast_alpha_bimodal", too_few).status == NOT_MEASURABLE
+
+
+def test_dense_then_sparse_heads() -> None:
+    assert _verdict("ast_dense_then_sparse", Results(dense_then_sparse=[0, 2, 1])).status == (
+        REPRODUCED
+    )
+    assert _verdict("ast_dense_then_sparse", Results(dense_then_sparse=[0, 0, 0])).status == (
+        NOT_REPRODUCED
+    )
+    assert _verdict("ast_dense_then_sparse", Results()).status == NOT_MEASURABLE
+
+
+def test_sparse_heads_more_diverse() -> None:
+    diverse = Results(
+        js={
+            "softmax": [0.10, 0.12, 0.11],
+            "entmax_alpha": [0.30, 0.33, 0.31],
+            "entmax15": [0.25, 0.27, 0.24],
+        }
+    )
+    assert _verdict("ast_head_diversity", diverse).status == REPRODUCED
+    same = Results(js={**diverse.js, "entmax15": [0.11, 0.10, 0.12]})
+    assert _verdict("ast_head_diversity", same).status == NOT_REPRODUCED
+
+
+def test_head_roles_exist_or_are_not_measurable() -> None:
+    roles = {"positional_prev": [1, 0, 2], "positional_next": [0, 1, 0], "bpe_merge": [1, 1, 0]}
+    found = Results(roles={"entmax_alpha": {**roles, "interrogation": [0, 1, 0]}})
+    assert _verdict("ast_head_roles", found).status == REPRODUCED
+    none = Results(roles={"entmax_alpha": {**roles, "interrogation": [0, 0, 0]}})
+    assert _verdict("ast_head_roles", none).status == NOT_REPRODUCED
+    unmeasurable = Results(roles={"entmax_alpha": {**roles, "interrogation": [None] * 3}})
+    verdict = _verdict("ast_head_roles", unmeasurable)
+    assert verdict.status == NOT_MEASURABLE and "cannot show" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ latent variables
+
+
+def _runs(metric: str, values: list[float], calls: float, **extra: float) -> list[dict]:
+    return [{metric: v, "decoder_calls": calls, **extra} for v in values]
+
+
+def _lvm(experiment: str, methods: dict[str, list[dict]], curve=FLAT) -> Results:
+    curves = {m: [curve] * len(runs) for m, runs in methods.items()}
+    return Results(lvm={experiment: methods}, lvm_curves={experiment: curves})
+
+
+def test_sparse_marginalization_matches_dense_with_few_calls() -> None:
+    methods = {
+        "dense": _runs("accuracy", [0.95, 0.96, 0.955], 10),
+        "sparsemax": _runs("accuracy", [0.952, 0.958, 0.95], 1.1),
+    }
+    assert _verdict("marg_ssvae_sparse_matches_dense", _lvm("ssvae", methods)).status == (
+        REPRODUCED
+    )
+    many_calls = {**methods, "sparsemax": _runs("accuracy", [0.952, 0.958, 0.95], 6.0)}
+    verdict = _verdict("marg_ssvae_sparse_matches_dense", _lvm("ssvae", many_calls))
+    assert verdict.status == NOT_REPRODUCED and "decoder calls" in verdict.evidence
+    worse = {**methods, "sparsemax": _runs("accuracy", [0.90, 0.91, 0.905], 1.0)}
+    assert _verdict("marg_ssvae_sparse_matches_dense", _lvm("ssvae", worse)).status == (
+        NOT_REPRODUCED
+    )
+    unconverged = _lvm("ssvae", methods, curve=FALLING)
+    assert _verdict("marg_ssvae_sparse_matches_dense", unconverged).status == NOT_MEASURABLE
+
+
+def test_sampling_estimators_below_marginalization_in_the_game() -> None:
+    sampling = ["sfe_nll", "sfe_zero_one", "sfe_plus", "nvil", "gumbel", "st_gumbel"]
+    methods = {m: _runs("communication_success", [0.55, 0.6, 0.58], 1) for m in sampling}
+    methods["sparsemax"] = _runs("communication_success", [0.93, 0.94, 0.935], 3)
+    assert _verdict("marg_game_sampling_below", _lvm("signal_game", methods)).status == (REPRODUCED)
+    methods["gumbel"] = _runs("communication_success", [0.93, 0.95, 0.94], 1)
+    verdict = _verdict("marg_game_sampling_below", _lvm("signal_game", methods))
+    assert verdict.status == NOT_REPRODUCED and "fails for gumbel" in verdict.evidence
+
+
+def _bits(method: str, nll: float, kl: float = 20.0) -> list[dict]:
+    return [
+        {"nll_bits_per_dim": nll + 0.002 * seed, "latent_dim": d, "kl_nats": kl, "decoder_calls": 1}
+        for d in (32, 128)
+        for seed in range(3)
+    ]
+
+
+def test_bitvector_nll_at_or_below_sfe_and_collapsed_runs_left_out() -> None:
+    methods = {"sfe": _bits("sfe", 2.18), "topk_sparsemax": _bits("t", 2.10)}
+    methods["sparsemap"] = _bits("s", 2.12)
+    assert _verdict("marg_bitvector_nll", _lvm("bitvector_vae", methods)).status == REPRODUCED
+    above = {**methods, "sparsemap": _bits("s", 2.40)}
+    assert _verdict("marg_bitvector_nll", _lvm("bitvector_vae", above)).status == NOT_REPRODUCED
+    collapsed = {**methods, "sparsemap": _bits("s", 2.43, kl=0.01)}
+    verdict = _verdict("marg_bitvector_nll", _lvm("bitvector_vae", collapsed))
+    assert verdict.status == NOT_MEASURABLE and "collapsed" in verdict.evidence
+
+
+def test_ape_claims_say_why_they_are_not_measurable() -> None:
+    verdict = _verdict("ape_beats_mt", Results(missing={"ape": "no APE stage"}))
+    assert verdict.status == NOT_MEASURABLE and "no APE stage" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ the catalog
+
+
+def test_every_claim_names_a_known_check_with_valid_arguments() -> None:
+    claims = load_claims()
+    assert len({c.id for c in claims}) == len(claims) >= 15
+    assert {c.work for c in claims} == {"AST", "EST", "SparseMarg", "APE"}
+    for result in evaluate(Results()):  # empty results: every claim runs, none is decided
+        assert result.verdict.status == NOT_MEASURABLE, result.claim.id
+
+
+def test_unknown_check_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(catalog, "CHECKS", {})
+    catalog.load_claims.cache_clear()
+    try:
+        with pytest.raises(LearnableSparsityError, match="unknown check"):
+            catalog.load_claims()
+    finally:
+        monkeypatch.undo()
+        catalog.load_claims.cache_clear()
+
+
+def test_report_lists_every_claim_with_its_verdict() -> None:
+    verdicts = evaluate(_nmt({"softmax": [80.0, 80.2, 79.9], "topk": [80.1, 79.8, 80.0]}))
+    text = claims_markdown(verdicts, "smoke")
+    assert text.count("\n| ") == len(verdicts) + 1  # header + one row per claim
+    assert "**reproduced**" in text and "**not measurable**" in text
+    record = claims_record(verdicts, "smoke")
+    assert sum(record["counts"].values()) == len(verdicts)
+    assert record["claims"][0]["status"] in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
