@@ -179,7 +179,7 @@ def role_heatmaps(
     pieces: tuple[Sequence[str], Sequence[str]],
     heads: Sequence[Mapping[str, object]],
 ) -> dict[str, Figure]:
-    """Heat maps of ``heads`` (entries of ``components.analysis.heads.roles``) on one sentence
+    """Heat maps of ``heads`` (entries of ``components.analysis.roles.roles``) on one sentence
     pair (ids ``example``, BPE ``pieces``), teacher-forced; one figure per attention type."""
     src = torch.tensor([example[0]])
     tgt_in = torch.tensor([[model.config.bos_id, *example[1]]])
