@@ -146,6 +146,36 @@ def unconverged(curves: Mapping[str, Sequence[tuple[float, float]]], what: str) 
 # ------------------------------------------------------------------------------ comparisons
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate against a baseline over seeds: ``better_by`` the difference of the means in
+    the metric's good direction (> 0: the candidate is better), ``p_worse`` the one-sided Welch
+    p-value of "the candidate is worse", ``text`` both as mean ± sd (n)."""
+
+    better_by: float
+    p_worse: float
+    text: str
+
+
+def compare(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Comparison | Verdict:
+    """The :class:`Comparison`, or "not measurable" when a side has too few seeds."""
+    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
+    if short:
+        return short
+    sign = 1 if higher_is_better else -1
+    return Comparison(
+        better_by=sign * (statistics.fmean(candidate) - statistics.fmean(baseline)),
+        p_worse=welch_p(candidate, baseline, "less" if higher_is_better else "greater"),
+        text=f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}",
+    )
+
+
 def at_least_as_good(
     candidate: Sequence[float],
     baseline: Sequence[float],
@@ -156,19 +186,15 @@ def at_least_as_good(
 ) -> Verdict:
     """Reproduced when the candidate is not significantly worse than the baseline (one-sided
     Welch) and its mean is no more than ``margin`` worse."""
-    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
-    if short:
-        return short
-    sign = 1 if higher_is_better else -1
-    gap = sign * (statistics.fmean(candidate) - statistics.fmean(baseline))  # > 0: better
-    p = welch_p(candidate, baseline, "less" if higher_is_better else "greater")
-    holds = p >= SIGNIFICANCE and gap >= -margin
+    c = compare(candidate, baseline, higher_is_better=higher_is_better, names=names)
+    if isinstance(c, Verdict):
+        return c
     evidence = (
-        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
-        f"{'better' if gap >= 0 else 'worse'} by {abs(gap):.2f} (margin {margin}); "
-        f"Welch one-sided p = {p:.3f} for '{names[0]} worse'"
+        f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {abs(c.better_by):.2f} "
+        f"(margin {margin}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
-    return verdict(holds, evidence, gap=gap, p=p, margin=margin)
+    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= -margin
+    return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, margin=margin)
 
 
 def worse_by_at_most(
@@ -181,19 +207,16 @@ def worse_by_at_most(
 ) -> Verdict:
     """ "A little below": the candidate is significantly worse (one-sided Welch), by no more than
     ``largest_gap`` in the mean."""
-    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
-    if short:
-        return short
-    sign = 1 if higher_is_better else -1
-    gap = sign * (statistics.fmean(baseline) - statistics.fmean(candidate))  # > 0: worse
-    p = welch_p(candidate, baseline, "less" if higher_is_better else "greater")
-    holds = p < SIGNIFICANCE and gap <= largest_gap
+    c = compare(candidate, baseline, higher_is_better=higher_is_better, names=names)
+    if isinstance(c, Verdict):
+        return c
     evidence = (
-        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
-        f"{'worse' if gap >= 0 else 'better'} by {abs(gap):.2f} (a little: at most "
-        f"{largest_gap}); Welch one-sided p = {p:.3f} for '{names[0]} worse'"
+        f"{c.text}: {'worse' if c.better_by <= 0 else 'better'} by {abs(c.better_by):.2f} "
+        f"(a little: at most {largest_gap}); Welch one-sided p = {c.p_worse:.3f} for "
+        f"'{names[0]} worse'"
     )
-    return verdict(holds, evidence, gap=gap, p=p, largest_gap=largest_gap)
+    holds = c.p_worse < SIGNIFICANCE and -c.better_by <= largest_gap
+    return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, largest_gap=largest_gap)
 
 
 def significantly_below(
@@ -203,15 +226,11 @@ def significantly_below(
     names: tuple[str, str] = ("candidate", "baseline"),
 ) -> Verdict:
     """The candidate's mean is significantly below the baseline's (one-sided Welch)."""
-    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
-    if short:
-        return short
-    p = welch_p(candidate, baseline, "less")
-    evidence = (
-        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: Welch one-sided "
-        f"p = {p:.3f} for '{names[0]} below {names[1]}'"
-    )
-    return verdict(p < SIGNIFICANCE, evidence, p=p)
+    c = compare(candidate, baseline, names=names)
+    if isinstance(c, Verdict):
+        return c
+    evidence = f"{c.text}: Welch one-sided p = {c.p_worse:.3f} for '{names[0]} below {names[1]}'"
+    return verdict(c.p_worse < SIGNIFICANCE, evidence, p=c.p_worse)
 
 
 def all_of(parts: Mapping[str, Verdict]) -> Verdict:
