@@ -126,9 +126,11 @@ def main(stage: Stage) -> None:
     alphas_per_block = head_results(results)
     lvm_results(results)
     verdicts = evaluate(results)
-    stage.write_json(RESULTS / "claims.json", claims_record(verdicts, stage.profile), artifact="")
+    record = claims_record(verdicts, stage.profile, results)
+    stage.write_json(RESULTS / "claims.json", record, artifact="")
     stage.write_json(RESULTS / "summary.json", counts(verdicts))
-    stage.write_text(layout.CLAIMS_REPORT, claims_markdown(verdicts, stage.profile), artifact="")
+    report = claims_markdown(verdicts, stage.profile, results)
+    stage.write_text(layout.CLAIMS_REPORT, report, artifact="")
     if alphas_per_block:
         figure = alpha_histograms(alphas_per_block)
         stage.write_png(layout.FIGURES / "claims" / "alpha_histograms.png", figure, artifact="")

@@ -113,6 +113,25 @@ def _nmt_pairs(
     return pairs
 
 
+def matched_nll_steps(
+    results: Results, baseline: str = "softmax"
+) -> dict[str, dict[str, list[float | None]]]:
+    """Corpus → variant → the step at which each seed's validation NLL first reached the
+    baseline's final validation NLL (its mean over seeds); None where it never did. Comparing
+    variants at matched validation NLL shows how much of a gap is training length."""
+    matched: dict[str, dict[str, list[float | None]]] = {}
+    for corpus, curves in results.valid_nll.items():
+        finals = [curve[-1][1] for curve in curves.get(baseline, []) if curve]
+        if not finals:
+            continue
+        target = statistics.fmean(finals)
+        matched[corpus] = {
+            variant: [checks.steps_to_reach(curve, target) for curve in seeds]
+            for variant, seeds in curves.items()
+        }
+    return matched
+
+
 def bleu_at_least_as_good(
     results: Results, variants: Sequence[str], baseline: str, margin: float
 ) -> Verdict:

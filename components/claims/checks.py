@@ -128,6 +128,11 @@ def still_improving(curve: Sequence[tuple[float, float]], lower_is_better: bool 
     return gain / max(abs(old), 1e-12)
 
 
+def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
+    """The first step at which a lower-is-better curve is at or below ``target`` (None: never)."""
+    return next((step for step, value in curve if value <= target), None)
+
+
 def unconverged(curves: Mapping[str, Sequence[tuple[float, float]]], what: str) -> Verdict | None:
     """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`."""
     gains = {name: still_improving(curve) for name, curve in curves.items()}

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from components.claims.catalog import ClaimResult
+from components.claims.catalog import ClaimResult, Results, matched_nll_steps
 from components.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 
 STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
@@ -23,17 +23,41 @@ def counts(results: Sequence[ClaimResult]) -> dict[str, int]:
     return {status.replace(" ", "_"): tally[status] for status in STATUSES}
 
 
-def claims_record(results: Sequence[ClaimResult], profile: str) -> dict[str, object]:
-    """Every claim with its verdict, evidence and numbers (``results/claims/claims.json``)."""
+def claims_record(
+    results: Sequence[ClaimResult], profile: str, measured: Results
+) -> dict[str, object]:
+    """Every claim with its verdict, evidence and numbers, and the steps each NMT variant needed
+    to reach softmax's final validation NLL (``results/claims/claims.json``)."""
     return {
         "profile": profile,
         "counts": counts(results),
+        "steps_to_softmax_valid_nll": matched_nll_steps(measured),
         "claims": [{**asdict(result.claim), **asdict(result.verdict)} for result in results],
     }
 
 
-def claims_markdown(results: Sequence[ClaimResult], profile: str) -> str:
-    """The claims section of the report: a summary line and one row per claim."""
+def _matched_lines(measured: Results) -> list[str]:
+    """A table per corpus: the steps each variant needed to reach softmax's final NLL."""
+    lines = []
+    for corpus, variants in matched_nll_steps(measured).items():
+        lines += [
+            "",
+            f"Training length ({corpus}): the step at which each seed's validation NLL first "
+            "reached softmax's final one (— never): where a variant needs more steps, a BLEU gap "
+            "at equal steps is partly training length.",
+            "",
+            "| Variant | Steps, per seed |",
+            "|---|---|",
+        ]
+        for variant, steps in variants.items():
+            shown = ", ".join("—" if s is None else f"{s:g}" for s in steps)
+            lines.append(f"| {variant} | {shown} |")
+    return lines
+
+
+def claims_markdown(results: Sequence[ClaimResult], profile: str, measured: Results) -> str:
+    """The claims section of the report: a summary line, one row per claim, then the training
+    length each NMT variant needed to match softmax's validation NLL."""
     tally = counts(results)
     lines = [
         f"## The papers' claims, checked on these results ({profile} profile)",
@@ -53,4 +77,5 @@ def claims_markdown(results: Sequence[ClaimResult], profile: str) -> str:
             f"| {_cell(claim.text)} | {claim.work}: {_cell(claim.source)} | "
             f"**{verdict.status}** | {_cell(verdict.evidence)} |"
         )
+    lines += _matched_lines(measured)
     return "\n".join(lines) + "\n"

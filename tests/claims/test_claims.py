@@ -305,11 +305,27 @@ def test_unknown_check_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         catalog.load_claims.cache_clear()
 
 
+def test_matched_nll_steps_find_where_each_seed_reaches_softmax() -> None:
+    slower = [(100, 2.5), (200, 1.8), (300, 1.5), (400, 1.40), (500, 1.38)]
+    results = Results(
+        valid_nll={"smoke": {"softmax": [FLAT, FLAT], "sparsemax": [slower, FALLING]}}
+    )
+    # softmax's final NLL is 1.39: sparsemax seed 0 reaches it at step 500, seed 1 at 400
+    assert catalog.matched_nll_steps(results) == {
+        "smoke": {"softmax": [400, 400], "sparsemax": [500, 400]}
+    }
+    never = Results(valid_nll={"smoke": {"softmax": [FLAT], "sparsemax": [[(100, 3.0)]]}})
+    assert catalog.matched_nll_steps(never)["smoke"]["sparsemax"] == [None]
+
+
 def test_report_lists_every_claim_with_its_verdict() -> None:
-    verdicts = evaluate(_nmt({"softmax": [80.0, 80.2, 79.9], "topk": [80.1, 79.8, 80.0]}))
-    text = claims_markdown(verdicts, "smoke")
-    assert text.count("\n| ") == len(verdicts) + 1  # header + one row per claim
+    measured = _nmt({"softmax": [80.0, 80.2, 79.9], "topk": [80.1, 79.8, 80.0]})
+    verdicts = evaluate(measured)
+    text = claims_markdown(verdicts, "smoke", measured)
+    table = text.split("\n\nTraining length")[0]
+    assert table.count("\n| ") == len(verdicts) + 1  # header + one row per claim
     assert "**reproduced**" in text and "**not measurable**" in text
-    record = claims_record(verdicts, "smoke")
+    assert "| topk | 400, 400, 400 |" in text
+    record = claims_record(verdicts, "smoke", measured)
     assert sum(record["counts"].values()) == len(verdicts)
     assert record["claims"][0]["status"] in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
