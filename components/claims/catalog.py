@@ -25,10 +25,7 @@ from components.analysis.alpha import (
 from components.claims import checks
 from components.claims.checks import Verdict, all_of, describe, not_measurable, verdict
 from components.errors import LearnableSparsityError
-
-# A bit-vector VAE run whose posterior is this close to the prior (KL in nats, over D bits) has a
-# decoder that ignores z: its NLL says nothing about the estimator (posterior collapse).
-COLLAPSED_KL_NATS = 1.0
+from components.reporting.lvm_tables import COLLAPSED_KL_NATS
 
 Curve = list[tuple[float, float]]
 

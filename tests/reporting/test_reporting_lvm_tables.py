@@ -83,6 +83,23 @@ def test_lvm_signal_game_reward_variants_and_bitvector_columns() -> None:
     assert cells["nll_bits_per_dim_D8"].values == (3.0,)
     assert cells["nll_bits_per_dim_D32"].values == ()
     assert cells["nll_bits_per_dim_D32"].references[0].value == pytest.approx(3.62)
+    assert cells["nll_bits_per_dim_D32"].note is None  # not run, not collapsed
+
+
+def test_collapsed_bitvector_runs_are_left_out_and_named() -> None:
+    def run(nll: float, kl: float) -> dict:
+        return {"latent_dim": 32, "nll_bits_per_dim": nll, "kl_nats": kl, "decoder_calls": 1}
+
+    table = lvm_table(
+        "bitvector_vae",
+        {"sfe": [run(2.18, 30.0), run(2.43, 0.01)], "gumbel": [run(2.43, 0.2)]},
+        profile="smoke",
+        data="digits",
+    )
+    sfe, gumbel = (row.cells["nll_bits_per_dim_D32"] for row in table.rows)
+    assert sfe.values == (2.18,) and sfe.note is None
+    assert gumbel.values == () and gumbel.note == "collapsed (KL < 1 nat)"
+    assert "sfe D=32 seed #1" in table.caption and "gumbel D=32 seed #0" in table.caption
 
 
 @pytest.mark.parametrize(
