@@ -129,6 +129,20 @@ def matched_nll_steps(
     return matched
 
 
+def _trained_to_plateau(results: Results, variants: Sequence[str]) -> Verdict | None:
+    """ "Not measurable" while the validation NLL of a model the claim analyses still improves:
+    its α, head diversity and head roles are still changing with training length."""
+    return checks.unconverged(
+        {
+            f"{corpus}/{variant}/seed{i}": curve
+            for corpus, by_variant in results.valid_nll.items()
+            for variant in variants
+            for i, curve in enumerate(by_variant.get(variant, []))
+        },
+        "validation NLL",
+    )
+
+
 def bleu_at_least_as_good(
     results: Results, variants: Sequence[str], baseline: str, margin: float
 ) -> Verdict:
@@ -196,9 +210,9 @@ def slowest(results: Results, variant: str) -> Verdict:
 def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[str]) -> Verdict:
     """Bimodality coefficient of the learned α, pooled over layers and seeds: above 5/9 in the
     ``bimodal`` attention types, not above it in the ``unimodal`` ones."""
-    missing = _missing(results, "alphas")
-    if missing:
-        return missing
+    blocked = _missing(results, "alphas") or _trained_to_plateau(results, ["entmax_alpha"])
+    if blocked:
+        return blocked
     parts = {}
     for kind, expect in [(k, True) for k in bimodal] + [(k, False) for k in unimodal]:
         alphas = results.final_alphas.get(kind, [])
@@ -219,9 +233,9 @@ def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[s
 
 def heads_dense_then_sparse(results: Results) -> Verdict:
     """At least one head's α first moves toward softmax and then becomes sparser."""
-    missing = _missing(results, "alphas")
-    if missing:
-        return missing
+    blocked = _missing(results, "alphas") or _trained_to_plateau(results, ["entmax_alpha"])
+    if blocked:
+        return blocked
     counts = results.dense_then_sparse
     if not counts:
         return not_measurable("no α-entmax model with an α trajectory")
@@ -235,9 +249,9 @@ def heads_dense_then_sparse(results: Results) -> Verdict:
 def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baseline: str) -> Verdict:
     """Mean Jensen–Shannon divergence between the heads of a block, per seed: each sparse
     variant's significantly above the baseline's (one-sided Welch)."""
-    missing = _missing(results, "heads")
-    if missing:
-        return missing
+    blocked = _missing(results, "heads") or _trained_to_plateau(results, [*variants, baseline])
+    if blocked:
+        return blocked
     parts = {}
     for variant in variants:
         if variant not in results.js or baseline not in results.js:
@@ -252,9 +266,9 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
 def head_roles_exist(results: Results, variant: str, roles: Sequence[str]) -> Verdict:
     """Each role has at least one head in some seed of the variant; a role the corpus cannot
     show (no interrogative, no split word) is not measurable."""
-    missing = _missing(results, "heads")
-    if missing:
-        return missing
+    blocked = _missing(results, "heads") or _trained_to_plateau(results, [variant])
+    if blocked:
+        return blocked
     if variant not in results.roles:
         return not_measurable(f"no head analysis of {variant}")
     parts = {}

@@ -139,6 +139,21 @@ def _speed(**ratios: tuple[list[float], list[float]]) -> Results:
     )
 
 
+@pytest.mark.parametrize(
+    ("claim_id", "analysed"),
+    [
+        ("ast_alpha_bimodal", Results(final_alphas={"encoder.self": [1.1, 1.2, 1.9, 2.0]})),
+        ("ast_dense_then_sparse", Results(dense_then_sparse=[1, 2, 0])),
+        ("ast_head_roles", Results(roles={"entmax_alpha": {"bpe_merge": [1, 0, 1]}})),
+        ("ast_head_diversity", Results(js={"softmax": [0.1] * 3, "entmax_alpha": [0.3] * 3})),
+    ],
+)
+def test_head_claims_wait_for_models_trained_to_a_plateau(claim_id: str, analysed: Results) -> None:
+    still_learning = {"smoke": {"entmax_alpha": [FALLING] * 3, "softmax": [FALLING] * 3}}
+    verdict = _verdict(claim_id, dataclasses.replace(analysed, valid_nll=still_learning))
+    assert verdict.status == NOT_MEASURABLE and "still improve" in verdict.evidence
+
+
 def test_speed_claims() -> None:
     results = _speed(
         softmax=([1.0] * 3, [1.0] * 3),
