@@ -129,17 +129,21 @@ def matched_nll_steps(
     return matched
 
 
+def _still_training(curves: dict[str, Curve]) -> Verdict | None:
+    """ "Not measurable" while an NMT model's validation perplexity still improves."""
+    return checks.unconverged(curves, "validation perplexity", log_loss=True)
+
+
 def _trained_to_plateau(results: Results, variants: Sequence[str]) -> Verdict | None:
     """ "Not measurable" while the validation NLL of a model the claim analyses still improves:
     its α, head diversity and head roles are still changing with training length."""
-    return checks.unconverged(
+    return _still_training(
         {
             f"{corpus}/{variant}/seed{i}": curve
             for corpus, by_variant in results.valid_nll.items()
             for variant in variants
             for i, curve in enumerate(by_variant.get(variant, []))
-        },
-        "validation NLL",
+        }
     )
 
 
@@ -153,7 +157,7 @@ def bleu_at_least_as_good(
         return pairs
     parts = {}
     for name, (bleu, base, curves) in pairs.items():
-        parts[name] = checks.unconverged(curves, "validation NLL") or checks.at_least_as_good(
+        parts[name] = _still_training(curves) or checks.at_least_as_good(
             bleu, base, margin, names=(name.split("/")[-1], baseline)
         )
     return all_of(parts)
@@ -168,7 +172,7 @@ def bleu_a_little_below(
         return pairs
     parts = {}
     for name, (bleu, base, curves) in pairs.items():
-        parts[name] = checks.unconverged(curves, "validation NLL") or checks.worse_by_at_most(
+        parts[name] = _still_training(curves) or checks.worse_by_at_most(
             bleu, base, largest_gap, names=(variant, baseline)
         )
     return all_of(parts)

@@ -108,10 +108,15 @@ def too_few_seeds(groups: Mapping[str, Sequence[float]]) -> Verdict | None:
     )
 
 
-def still_improving(curve: Sequence[tuple[float, float]], lower_is_better: bool = True) -> float:
-    """Relative improvement of the mean of the last :data:`CONVERGENCE_WINDOW` of the steps over
-    the mean of the window before it (positive: still improving); 0 for a curve too short to
-    tell. ``curve`` is (step, value) pairs."""
+def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = False) -> float:
+    """Relative improvement (a lower-is-better curve) of the mean of the last
+    :data:`CONVERGENCE_WINDOW` of the steps over the mean of the window before it (positive:
+    still improving); 0 for a curve too short to tell. ``curve`` is (step, value) pairs.
+
+    ``log_loss``: the values are a log-loss per token (NLL in nats), compared as perplexities,
+    exp(old − new) − 1: the NLL of a learnable task heads to 0, where its relative change never
+    settles, while its perplexity does.
+    """
     if len(curve) < 2:
         return 0.0
     last_step = curve[-1][0]
@@ -124,8 +129,9 @@ def still_improving(curve: Sequence[tuple[float, float]], lower_is_better: bool 
     if not recent or not before:
         return 0.0
     old, new = statistics.fmean(before), statistics.fmean(recent)
-    gain = (old - new) if lower_is_better else (new - old)
-    return gain / max(abs(old), 1e-12)
+    if log_loss:
+        return math.expm1(old - new)
+    return (old - new) / max(abs(old), 1e-12)
 
 
 def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
@@ -133,9 +139,12 @@ def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float
     return next((step for step, value in curve if value <= target), None)
 
 
-def unconverged(curves: Mapping[str, Sequence[tuple[float, float]]], what: str) -> Verdict | None:
-    """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`."""
-    gains = {name: still_improving(curve) for name, curve in curves.items()}
+def unconverged(
+    curves: Mapping[str, Sequence[tuple[float, float]]], what: str, *, log_loss: bool = False
+) -> Verdict | None:
+    """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`
+    (:func:`still_improving`; ``log_loss``: as a perplexity)."""
+    gains = {name: still_improving(curve, log_loss=log_loss) for name, curve in curves.items()}
     moving = {name: gain for name, gain in gains.items() if gain > STILL_IMPROVING}
     if not moving:
         return None

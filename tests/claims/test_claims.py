@@ -4,6 +4,7 @@ the results cannot decide it (too few seeds, runs still improving, collapsed run
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from scipy import stats
@@ -61,6 +62,10 @@ def test_still_improving_measures_the_last_window() -> None:
     # sparse validation points: the point before the window is the reference
     assert checks.still_improving([(200, 2.0), (400, 1.5), (600, 1.2)]) == pytest.approx(0.2)
     assert checks.still_improving([(1, 5.0)]) == 0.0
+    # an NLL per token near 0: 5% relative change, but 1% in perplexity
+    nll = [(400, 0.20), (500, 0.19)]
+    assert checks.still_improving(nll) == pytest.approx(0.05)
+    assert checks.still_improving(nll, log_loss=True) == pytest.approx(math.expm1(0.01))
 
 
 def test_all_of_is_not_measurable_if_any_part_is() -> None:
