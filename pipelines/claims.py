@@ -13,7 +13,6 @@ reads, pooled over layers and seeds).
 from __future__ import annotations
 
 import csv
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from components.analysis.blocks import split_block
 from components.analysis.figures import alpha_histograms
 from components.claims import Results, evaluate
 from components.claims.report import claims_markdown, claims_record, counts
+from components.nmt.cells import NmtCell
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, read_json, run_stage
 
@@ -29,15 +29,10 @@ RESULTS = layout.results(STAGE)
 LVM_EXPERIMENTS = ("ssvae", "signal_game", "bitvector_vae")
 
 
-def _cell(key: str) -> tuple[str, str, int]:
-    corpus, variant, seed = key.split("/")
-    return corpus, variant, int(seed.removeprefix("seed"))
-
-
 def _in_seed_order(items: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """(corpus, variant, value) of items keyed by NMT cell, in seed order."""
-    ordered = sorted(items.items(), key=lambda item: _cell(item[0]))
-    return [(*_cell(key)[:2], value) for key, value in ordered]
+    cells = sorted((NmtCell.from_key(key), value) for key, value in items.items())
+    return [(cell.corpus, cell.variant, value) for cell, value in cells]
 
 
 def _add(table: dict, *keys: str, value: Any) -> None:
@@ -77,9 +72,7 @@ def head_results(results: Results) -> dict[str, list[float]]:
         results.missing["heads"] = f"{heads_file} not found"
     else:
         for _, variant, summary in _in_seed_order(read_json(heads_file)):
-            js = [value for value in summary["js"].values() if value is not None]
-            if js:
-                _add(results.js, variant, value=statistics.fmean(js))
+            _add(results.js, variant, value=summary["js"])
             for role, found in summary["roles"].items():
                 count = found["count"] if found["measurable"] else None
                 _add(results.roles, variant, role, value=count)

@@ -11,7 +11,8 @@ from dataclasses import asdict
 from typing import Any
 
 from components.data.bpe import BpeModel
-from components.nmt.grid import NmtCell, NmtSettings
+from components.nmt.cells import NmtCell
+from components.nmt.grid import NmtSettings
 from components.nmt.model import Transformer, TransformerConfig
 from components.nmt.training import load_weights, weight_files
 from components.settings import build, params_of

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
+from components.nmt.cells import NmtCell
 from components.reporting.lvm_tables import LVM_SPECS, lvm_table
 from components.reporting.nmt_tables import (
     ast_bleu_table,
@@ -27,21 +28,15 @@ from pipelines.scaffold.stage import Stage, read_json, run_stage
 log = logging.getLogger(__name__)
 
 
-def _split_key(key: str) -> tuple[str, str, int]:
-    """(corpus, variant, seed) of an NMT cell key "corpus/variant/seedN"."""
-    corpus, variant, seed = key.split("/")
-    return corpus, variant, int(seed.removeprefix("seed"))
-
-
 def bleu_tables(profile: str) -> list[ComparisonTable]:
     """The AST BLEU table per corpus (tokenized BLEU and empty hypotheses of every seed)."""
     bleu = read_json(layout.results("evaluate_nmt") / "bleu.json")
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     empty: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for key, cell in bleu["cells"].items():
-        corpus, variant, _ = _split_key(key)
-        scores[corpus][variant].append(cell["tokenized_bleu"])
-        empty[corpus][variant].append(cell["empty_hypotheses"])
+    for key, result in bleu["cells"].items():
+        cell = NmtCell.from_key(key)
+        scores[cell.corpus][cell.variant].append(result["tokenized_bleu"])
+        empty[cell.corpus][cell.variant].append(result["empty_hypotheses"])
     signature = bleu["signatures"]["tokenized_bleu"]
     return [
         ast_bleu_table(v, profile, corpus, signature, empty[corpus]) for corpus, v in scores.items()
@@ -73,14 +68,15 @@ def speed_table(profile: str) -> ComparisonTable:
 def head_tables(profile: str) -> list[ComparisonTable]:
     """Head diversity (JS) per block and head-role counts (per seed), per corpus."""
     heads = read_json(layout.results("analyze_heads") / "heads.json")
+    cells = {key: NmtCell.from_key(key) for key in heads}
     tables = []
-    for corpus in sorted({_split_key(key)[0] for key in heads}):
+    for corpus in sorted({cell.corpus for cell in cells.values()}):
         js: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         roles: dict[str, list[dict]] = defaultdict(list)
         for key, summary in heads.items():
-            cell_corpus, variant, _ = _split_key(key)
-            if cell_corpus != corpus:
+            if cells[key].corpus != corpus:
                 continue
+            variant = cells[key].variant
             for block, value in summary["js"].items():
                 if value is not None:
                     js[variant][block].append(value)

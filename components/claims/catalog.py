@@ -36,7 +36,8 @@ class Results:
 
     ``bleu``: corpus → variant → BLEU; ``valid_nll``: corpus → variant → validation NLL curves
     (step, nll) of the seeds; ``speed``: variant → ``train`` / ``inference`` → the ratio to
-    softmax's tokens/s in each round; ``js``: variant → mean JS over blocks; ``roles``: variant →
+    softmax's tokens/s in each round; ``js``: variant → block → mean JS between the block's heads
+    (None where the block has fewer than two heads); ``roles``: variant →
     role → number of heads with the role (None where the corpus cannot show it); ``final_alphas``:
     attention type → the learned α of every head, layer and seed; ``dense_then_sparse``: heads
     whose α went toward softmax and then sparser, per seed; ``lvm``: experiment → method → the
@@ -47,7 +48,7 @@ class Results:
     bleu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     valid_nll: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
     speed: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    js: dict[str, list[float]] = field(default_factory=dict)
+    js: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
     roles: dict[str, dict[str, list[int | None]]] = field(default_factory=dict)
     final_alphas: dict[str, list[float]] = field(default_factory=dict)
     dense_then_sparse: list[int] = field(default_factory=list)
@@ -250,9 +251,15 @@ def heads_dense_then_sparse(results: Results) -> Verdict:
     )
 
 
+def _mean_over_blocks(per_seed: list[dict[str, float | None]]) -> list[float]:
+    """Per seed, the mean over blocks of the blocks' mean JS (blocks without a value left out)."""
+    means = [[value for value in blocks.values() if value is not None] for blocks in per_seed]
+    return [statistics.fmean(values) for values in means if values]
+
+
 def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baseline: str) -> Verdict:
-    """Mean Jensen–Shannon divergence between the heads of a block, per seed: each sparse
-    variant's significantly above the baseline's (one-sided Welch)."""
+    """Mean Jensen–Shannon divergence between the heads of a block, averaged over blocks, per
+    seed: each sparse variant's significantly above the baseline's (one-sided Welch)."""
     blocked = _missing(results, "heads") or _trained_to_plateau(results, [*variants, baseline])
     if blocked:
         return blocked
@@ -262,7 +269,9 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
             parts[variant] = not_measurable(f"no head analysis of {variant} and {baseline}")
             continue
         parts[variant] = checks.significantly_below(
-            results.js[baseline], results.js[variant], names=(baseline, variant)
+            _mean_over_blocks(results.js[baseline]),
+            _mean_over_blocks(results.js[variant]),
+            names=(baseline, variant),
         )
     return all_of(parts)
 

@@ -10,23 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.core.attention import NORMALIZERS
+from components.nmt.cells import NmtCell
 from components.nmt.model import TransformerConfig
 from components.nmt.search import DecodeSettings
 from components.nmt.training import TrainingSettings
 from components.settings import Settings, SettingsError, setting
-
-
-@dataclass(frozen=True)
-class NmtCell:
-    """One grid cell: a model trained on ``corpus`` with attention ``variant`` and ``seed``."""
-
-    corpus: str
-    variant: str
-    seed: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.corpus}/{self.variant}/seed{self.seed}"
 
 
 @dataclass(frozen=True, kw_only=True)
