@@ -84,6 +84,12 @@ def head_results(results: Results) -> dict[str, list[float]]:
         return {}
     per_block: dict[str, list[float]] = {}
     for _, _, trajectory in _in_seed_order(read_json(trajectories)):
+        results.alpha_trajectories.append(
+            [
+                (entry["step"], [a for v in entry["alphas"].values() for a in v])
+                for entry in trajectory
+            ]
+        )
         for block, values in trajectory[-1]["alphas"].items():
             per_block.setdefault(block, []).extend(values)
             results.final_alphas.setdefault(split_block(block)[0], []).extend(values)

@@ -23,11 +23,21 @@ from components.analysis.alpha import (
     bimodality_coefficient,
 )
 from components.claims import checks
-from components.claims.checks import Verdict, all_of, describe, not_measurable, verdict
+from components.claims.checks import (
+    NOT_REPRODUCED,
+    Verdict,
+    all_of,
+    describe,
+    not_measurable,
+    verdict,
+)
 from components.errors import LearnableSparsityError
 from components.reporting.lvm_tables import COLLAPSED_KL_NATS
 
 Curve = list[tuple[float, float]]
+# Learned α has settled when its heads moved by at most 0.02 on average over the last window of
+# the steps: 2% of the range (1, 2] it lives in, well below the gap between the modes it reads.
+ALPHA_SETTLED = 0.02
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,8 @@ class Results:
     softmax's tokens/s in each round; ``js``: variant → block → mean JS between the block's heads
     (None where the block has fewer than two heads); ``roles``: variant →
     role → number of heads with the role (None where the corpus cannot show it); ``final_alphas``:
-    attention type → the learned α of every head, layer and seed; ``dense_then_sparse``: heads
+    attention type → the learned α of every head, layer and seed; ``alpha_trajectories``: per
+    seed, (step, every head's α) as training logged them; ``dense_then_sparse``: heads
     whose α went toward softmax and then sparser, per seed; ``lvm``: experiment → method → the
     test metrics; ``lvm_curves``: experiment → method → training-loss curves; ``missing``: result
     → why it is absent.
@@ -51,6 +62,7 @@ class Results:
     js: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
     roles: dict[str, dict[str, list[int | None]]] = field(default_factory=dict)
     final_alphas: dict[str, list[float]] = field(default_factory=dict)
+    alpha_trajectories: list[list[tuple[float, list[float]]]] = field(default_factory=list)
     dense_then_sparse: list[int] = field(default_factory=list)
     lvm: dict[str, dict[str, list[dict[str, float]]]] = field(default_factory=dict)
     lvm_curves: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
@@ -83,10 +95,14 @@ def _missing(results: Results, *names: str) -> Verdict | None:
 # ------------------------------------------------------------------------------ NMT
 
 
+NmtPair = tuple[list[float], list[float], list[Curve], list[Curve]]
+
+
 def _nmt_pairs(
     results: Results, variants: Sequence[str], baseline: str
-) -> dict[str, tuple[list[float], list[float], dict[str, list[Curve]]]] | Verdict:
-    """corpus/variant → (variant's BLEU, baseline's BLEU, the curves of both), or a verdict."""
+) -> dict[str, NmtPair] | Verdict:
+    """corpus/variant → (variant's BLEU, baseline's BLEU, their validation NLL curves), or a
+    verdict."""
     missing = _missing(results, "bleu")
     if missing:
         return missing
@@ -102,11 +118,8 @@ def _nmt_pairs(
             pairs[f"{corpus}/{variant}"] = (
                 by_variant[variant],
                 by_variant[baseline],
-                {
-                    f"{corpus}/{v}/seed{i}": c
-                    for v in (variant, baseline)
-                    for i, c in enumerate(curves.get(v, []))
-                },
+                curves.get(variant, []),
+                curves.get(baseline, []),
             )
     return pairs
 
@@ -135,6 +148,12 @@ def _still_training(curves: dict[str, Curve]) -> Verdict | None:
     return checks.unconverged(curves, "validation perplexity", log_loss=True)
 
 
+def _unsettled(comparisons: dict[str, tuple[list[Curve], list[Curve]]]) -> Verdict | None:
+    """ "Not measurable" while one NMT variant still catches up with another in validation
+    perplexity."""
+    return checks.unsettled(comparisons, "validation perplexity", log_loss=True)
+
+
 def _trained_to_plateau(results: Results, variants: Sequence[str]) -> Verdict | None:
     """ "Not measurable" while the validation NLL of a model the claim analyses still improves:
     its α, head diversity and head roles are still changing with training length."""
@@ -157,8 +176,8 @@ def bleu_at_least_as_good(
     if isinstance(pairs, Verdict):
         return pairs
     parts = {}
-    for name, (bleu, base, curves) in pairs.items():
-        parts[name] = _still_training(curves) or checks.at_least_as_good(
+    for name, (bleu, base, curves, base_curves) in pairs.items():
+        parts[name] = _unsettled({name: (curves, base_curves)}) or checks.at_least_as_good(
             bleu, base, margin, names=(name.split("/")[-1], baseline)
         )
     return all_of(parts)
@@ -172,8 +191,8 @@ def bleu_a_little_below(
     if isinstance(pairs, Verdict):
         return pairs
     parts = {}
-    for name, (bleu, base, curves) in pairs.items():
-        parts[name] = _still_training(curves) or checks.worse_by_at_most(
+    for name, (bleu, base, curves, base_curves) in pairs.items():
+        parts[name] = _unsettled({name: (curves, base_curves)}) or checks.worse_by_at_most(
             bleu, base, largest_gap, names=(variant, baseline)
         )
     return all_of(parts)
@@ -214,8 +233,8 @@ def slowest(results: Results, variant: str) -> Verdict:
 
 def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[str]) -> Verdict:
     """Bimodality coefficient of the learned α, pooled over layers and seeds: above 5/9 in the
-    ``bimodal`` attention types, not above it in the ``unimodal`` ones."""
-    blocked = _missing(results, "alphas") or _trained_to_plateau(results, ["entmax_alpha"])
+    ``bimodal`` attention types, not above it in the ``unimodal`` ones, once α has settled."""
+    blocked = _missing(results, "alphas") or _alpha_still_moving(results)
     if blocked:
         return blocked
     parts = {}
@@ -236,19 +255,58 @@ def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[s
     return all_of(parts)
 
 
+def _alpha_still_moving(results: Results) -> Verdict | None:
+    """ "Not measurable" while the learned α still moves: the mean |Δα| over heads between the
+    α logged last and the α logged :data:`checks.CONVERGENCE_WINDOW` of the steps earlier is
+    above :data:`ALPHA_SETTLED` in some seed."""
+    drifts = []
+    for trajectory in results.alpha_trajectories:
+        if len(trajectory) < 2:
+            continue
+        last_step, last = trajectory[-1]
+        start = last_step * (1 - checks.CONVERGENCE_WINDOW)
+        earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
+        drifts.append(statistics.fmean(abs(a - b) for a, b in zip(last, earlier, strict=True)))
+    moving = [d for d in drifts if d > ALPHA_SETTLED]
+    if not moving:
+        return None
+    return not_measurable(
+        f"not measurable in this profile: α still moves by {max(moving):.3f} on average per "
+        f"head over the last {checks.CONVERGENCE_WINDOW:.0%} of the steps (settled: at most "
+        f"{ALPHA_SETTLED}); a longer profile decides it",
+        alpha_drift=drifts,
+    )
+
+
+def _found_or_still_training(found: Verdict, results: Results, variants: Sequence[str]) -> Verdict:
+    """An existence claim: found heads reproduce it at any training length; none found is
+    "not reproduced" only once the models have stopped improving (they may still appear)."""
+    if found.status != NOT_REPRODUCED:
+        return found
+    if not any(
+        results.valid_nll.get(corpus, {}).get(v) for corpus in results.valid_nll for v in variants
+    ):
+        return not_measurable(
+            f"none found, and no validation curves of {', '.join(variants)} "
+            "to tell whether training has ended"
+        )
+    return _trained_to_plateau(results, variants) or found
+
+
 def heads_dense_then_sparse(results: Results) -> Verdict:
     """At least one head's α first moves toward softmax and then becomes sparser."""
-    blocked = _missing(results, "alphas") or _trained_to_plateau(results, ["entmax_alpha"])
-    if blocked:
-        return blocked
+    missing = _missing(results, "alphas")
+    if missing:
+        return missing
     counts = results.dense_then_sparse
     if not counts:
         return not_measurable("no α-entmax model with an α trajectory")
-    return verdict(
+    found = verdict(
         sum(counts) > 0,
         f"heads toward softmax then sparser, per seed: {counts}",
         per_seed=counts,
     )
+    return _found_or_still_training(found, results, ["entmax_alpha"])
 
 
 def _mean_over_blocks(per_seed: list[dict[str, float | None]]) -> list[float]:
@@ -259,8 +317,9 @@ def _mean_over_blocks(per_seed: list[dict[str, float | None]]) -> list[float]:
 
 def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baseline: str) -> Verdict:
     """Mean Jensen–Shannon divergence between the heads of a block, averaged over blocks, per
-    seed: each sparse variant's significantly above the baseline's (one-sided Welch)."""
-    blocked = _missing(results, "heads") or _trained_to_plateau(results, [*variants, baseline])
+    seed: each sparse variant's significantly above the baseline's (one-sided Welch), once
+    neither still catches up with the other in validation perplexity."""
+    blocked = _missing(results, "heads")
     if blocked:
         return blocked
     parts = {}
@@ -268,7 +327,11 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
         if variant not in results.js or baseline not in results.js:
             parts[variant] = not_measurable(f"no head analysis of {variant} and {baseline}")
             continue
-        parts[variant] = checks.significantly_below(
+        comparisons = {
+            f"{corpus}/{variant}": (curves.get(variant, []), curves.get(baseline, []))
+            for corpus, curves in results.valid_nll.items()
+        }
+        parts[variant] = _unsettled(comparisons) or checks.significantly_below(
             _mean_over_blocks(results.js[baseline]),
             _mean_over_blocks(results.js[variant]),
             names=(baseline, variant),
@@ -279,7 +342,7 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
 def head_roles_exist(results: Results, variant: str, roles: Sequence[str]) -> Verdict:
     """Each role has at least one head in some seed of the variant; a role the corpus cannot
     show (no interrogative, no split word) is not measurable."""
-    blocked = _missing(results, "heads") or _trained_to_plateau(results, [variant])
+    blocked = _missing(results, "heads")
     if blocked:
         return blocked
     if variant not in results.roles:
@@ -290,7 +353,8 @@ def head_roles_exist(results: Results, variant: str, roles: Sequence[str]) -> Ve
         if not counts or any(c is None for c in counts):
             parts[role] = not_measurable(f"{role}: the corpus cannot show this role")
         else:
-            parts[role] = verdict(sum(counts) > 0, f"{role} heads per seed {counts}")
+            found = verdict(sum(counts) > 0, f"{role} heads per seed {counts}")
+            parts[role] = _found_or_still_training(found, results, [variant])
     return all_of(parts)
 
 
@@ -321,11 +385,19 @@ def _metric(
     return checks.finite(values), collapsed
 
 
+# Experiments whose training loss heads to 0 (the game's receiver NLL per game, or its error
+# rate for SFE with the 0/1 reward): compared as exp(old − new) − 1, the perplexity's relative
+# change (≈ the error rate's absolute change), since a relative change of a loss near 0 never
+# settles. The VAEs' losses are negative ELBOs of tens of nats, compared relatively.
+LOSS_TOWARD_ZERO = ("signal_game",)
+
+
 def _unconverged_lvm(results: Results, experiment: str, methods: Sequence[str]) -> Verdict | None:
     curves = results.lvm_curves.get(experiment, {})
     return checks.unconverged(
         {f"{m}/{i}": c for m in methods for i, c in enumerate(curves.get(m, []))},
         "training loss",
+        log_loss=experiment in LOSS_TOWARD_ZERO,
     )
 
 

@@ -12,9 +12,16 @@ Comparative claims are tested over seeds with Welch's t-test (unequal variances)
   test alone has little power, so the margin keeps a large gap from passing as noise;
 * *below* / *above*: the difference in the stated direction is significant.
 
-A comparison needs :data:`MIN_SEEDS` seeds per method. A run whose curve still improves by more
-than :data:`STILL_IMPROVING` over the last :data:`CONVERGENCE_WINDOW` of its steps makes the
-comparison "not measurable in this profile": training length, not the method, would decide it.
+A comparison needs :data:`MIN_SEEDS` seeds per method. Training length must not decide it:
+
+* :func:`unsettled` — the *gap* between the compared methods' validation curves (seed means)
+  still moves by more than :data:`STILL_IMPROVING` over the last :data:`CONVERGENCE_WINDOW` of
+  the steps (one method is still catching up). Two models that improve in parallel compare
+  settled: on a learnable task the NLL heads to 0 and never plateaus, but the ranking does;
+* :func:`unconverged` — a run's own curve still improves by more than that (for a claim about
+  one model's final state, or curves of different losses that cannot be subtracted).
+
+Either makes the comparison "not measurable in this profile".
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ MIN_SEEDS = 3
 # the mean of the 20% before: the result would still move with a longer run.
 CONVERGENCE_WINDOW = 0.2
 STILL_IMPROVING = 0.02
+
+Curve = Sequence[tuple[float, float]]  # (step, value) pairs of a lower-is-better curve
 
 
 @dataclass(frozen=True)
@@ -117,8 +126,20 @@ def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = Fa
     exp(old − new) − 1: the NLL of a learnable task heads to 0, where its relative change never
     settles, while its perplexity does.
     """
-    if len(curve) < 2:
+    windows = _window_means(curve)
+    if windows is None:
         return 0.0
+    old, new = windows
+    if log_loss:
+        return math.expm1(old - new)
+    return (old - new) / max(abs(old), 1e-12)
+
+
+def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(mean of the window before the last, mean of the last :data:`CONVERGENCE_WINDOW` of the
+    steps); None for a curve too short to tell."""
+    if len(curve) < 2:
+        return None
     last_step = curve[-1][0]
     width = CONVERGENCE_WINDOW * last_step
     recent = [v for s, v in curve if s > last_step - width]
@@ -127,11 +148,31 @@ def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = Fa
         earlier = [v for s, v in curve if s <= last_step - width]
         before = earlier[-1:]
     if not recent or not before:
+        return None
+    return statistics.fmean(before), statistics.fmean(recent)
+
+
+def gap_shift(
+    candidate: Sequence[Sequence[tuple[float, float]]],
+    baseline: Sequence[Sequence[tuple[float, float]]],
+    *,
+    log_loss: bool = False,
+) -> float:
+    """How far the gap between two methods' curves (seed means of the window means) moved from
+    the window before the last to the last one: |Δ gap| relative to the baseline's last window,
+    or, for ``log_loss`` (NLLs, whose difference is the log of a perplexity ratio),
+    exp(|Δ gap|) − 1. 0 when a curve is too short to tell."""
+    means = [[_window_means(curve) for curve in seeds] for seeds in (candidate, baseline)]
+    if not all(means) or any(w is None for seeds in means for w in seeds):
         return 0.0
-    old, new = statistics.fmean(before), statistics.fmean(recent)
+    (cand_old, cand_new), (base_old, base_new) = (
+        (statistics.fmean(w[0] for w in seeds), statistics.fmean(w[1] for w in seeds))
+        for seeds in means
+    )
+    shift = abs((cand_new - base_new) - (cand_old - base_old))
     if log_loss:
-        return math.expm1(old - new)
-    return (old - new) / max(abs(old), 1e-12)
+        return math.expm1(shift)
+    return shift / max(abs(base_new), 1e-12)
 
 
 def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
@@ -154,6 +195,30 @@ def unconverged(
         f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
         f"in {worst}); a longer profile decides it",
         still_improving=moving,
+    )
+
+
+def unsettled(
+    comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]],
+    what: str,
+    *,
+    log_loss: bool = False,
+) -> Verdict | None:
+    """ "Not measurable" when, in a comparison (name → candidate's curves, baseline's curves),
+    the gap still moves by more than :data:`STILL_IMPROVING` (:func:`gap_shift`)."""
+    shifts = {
+        name: gap_shift(candidate, baseline, log_loss=log_loss)
+        for name, (candidate, baseline) in comparisons.items()
+    }
+    moving = {name: shift for name, shift in shifts.items() if shift > STILL_IMPROVING}
+    if not moving:
+        return None
+    worst = max(moving, key=moving.__getitem__)
+    return not_measurable(
+        f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
+        f"{len(shifts)} comparisons ({moving[worst]:.1%} over the last {CONVERGENCE_WINDOW:.0%} "
+        f"of the steps in {worst}): training length, not the method, decides it",
+        gap_still_moving=moving,
     )
 
 

@@ -65,8 +65,10 @@ def claims_markdown(results: Sequence[ClaimResult], profile: str, measured: Resu
         f"{tally['reproduced']} reproduced, {tally['not_reproduced']} not reproduced, "
         f"{tally['not_measurable']} not measurable in this profile, of {len(results)} claims. "
         "Comparisons are tested over seeds (Welch's t-test, one-sided, p < 0.05; mean ± sd over "
-        "seeds); a claim is not measurable when its runs still improve, collapsed, or have too "
-        "few seeds — a longer profile (`python -m pipelines.profile evidence`) decides it.",
+        "seeds); a claim is not measurable when training length would still decide it (one "
+        "method still catching up with the other, α still moving, a run still improving), when "
+        "its runs collapsed or have too few seeds — a longer profile "
+        "(`python -m pipelines.profile evidence`) decides it.",
         "",
         "| Claim | Source | Verdict | Evidence |",
         "|---|---|---|---|",
