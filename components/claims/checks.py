@@ -180,16 +180,21 @@ def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float
     return next((step for step, value in curve if value <= target), None)
 
 
+def _still_moving(amounts: Mapping[str, float]) -> tuple[dict[str, float], str]:
+    """The amounts above :data:`STILL_IMPROVING` and the name of the largest ("" if none)."""
+    moving = {name: amount for name, amount in amounts.items() if amount > STILL_IMPROVING}
+    return moving, max(moving, key=moving.__getitem__, default="")
+
+
 def unconverged(
     curves: Mapping[str, Sequence[tuple[float, float]]], what: str, *, log_loss: bool = False
 ) -> Verdict | None:
     """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`
     (:func:`still_improving`; ``log_loss``: as a perplexity)."""
     gains = {name: still_improving(curve, log_loss=log_loss) for name, curve in curves.items()}
-    moving = {name: gain for name, gain in gains.items() if gain > STILL_IMPROVING}
+    moving, worst = _still_moving(gains)
     if not moving:
         return None
-    worst = max(moving, key=moving.__getitem__)
     return not_measurable(
         f"not measurable in this profile: {len(moving)} of {len(gains)} runs still improve "
         f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
@@ -210,10 +215,9 @@ def unsettled(
         name: gap_shift(candidate, baseline, log_loss=log_loss)
         for name, (candidate, baseline) in comparisons.items()
     }
-    moving = {name: shift for name, shift in shifts.items() if shift > STILL_IMPROVING}
+    moving, worst = _still_moving(shifts)
     if not moving:
         return None
-    worst = max(moving, key=moving.__getitem__)
     return not_measurable(
         f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
         f"{len(shifts)} comparisons ({moving[worst]:.1%} over the last {CONVERGENCE_WINDOW:.0%} "
