@@ -32,7 +32,7 @@ from components.claims.checks import (
     verdict,
 )
 from components.errors import LearnableSparsityError
-from components.reporting.lvm_tables import COLLAPSED_KL_NATS
+from components.reporting.lvm_tables import COLLAPSED_KL_NATS, UNSETTLED_NLL_BITS
 
 Curve = list[tuple[float, float]]
 # Learned α has settled when its heads moved by at most 0.02 on average over the last window of
@@ -459,7 +459,8 @@ def nll_at_or_below(
     bits: Sequence[int],
 ) -> Verdict:
     """For each D in ``bits``: each candidate's NLL at or below the baseline's (not significantly
-    above, mean at most ``margin`` above); collapsed runs are left out and named."""
+    above, mean at most ``margin`` above); collapsed runs are left out and named; a D where some
+    run's importance-sampled NLL has not converged is not measurable."""
     blocked = _lvm(results, experiment, [*candidates, baseline]) or _unconverged_lvm(
         results, experiment, [*candidates, baseline]
     )
@@ -467,6 +468,21 @@ def nll_at_or_below(
         return blocked
     parts = {}
     for d in bits:
+        unsettled = [
+            f"{name} seed #{i} fell {run['nll_estimate_drift']:.2f}"
+            for name in (*candidates, baseline)
+            for i, run in enumerate(results.lvm[experiment][name])
+            if run.get("latent_dim") == d
+            and run.get("nll_estimate_drift", 0.0) > UNSETTLED_NLL_BITS
+        ]
+        if unsettled:
+            parts[f"D={d}"] = not_measurable(
+                f"not measurable in this profile: the importance-sampled NLL has not converged "
+                f"(bits/dim it fell from a quarter of the samples to all: {', '.join(unsettled)}; "
+                f"settled: at most {UNSETTLED_NLL_BITS}); more importance samples decide it",
+                unsettled=unsettled,
+            )
+            continue
         base, base_collapsed = _metric(results, experiment, baseline, "nll_bits_per_dim", d)
         for name in candidates:
             values, collapsed = _metric(results, experiment, name, "nll_bits_per_dim", d)

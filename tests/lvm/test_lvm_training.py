@@ -193,7 +193,7 @@ def test_a_checkpoint_past_the_steps_is_refused(run: Callable[..., Result], tmp_
         (
             "bitvector_vae",
             Cell("topk_sparsemax", 0, 4),
-            ("nll_bits_per_dim", "kl_nats", "latent_dim"),
+            ("nll_bits_per_dim", "nll_estimate_drift", "kl_nats", "latent_dim"),
         ),
     ],
 )

@@ -102,6 +102,28 @@ def test_collapsed_bitvector_runs_are_left_out_and_named() -> None:
     assert "sfe D=32 seed #1" in table.caption and "gumbel D=32 seed #0" in table.caption
 
 
+def test_unconverged_nll_estimates_are_named_in_the_caption() -> None:
+    def run(nll: float, drift: float) -> dict:
+        return {
+            "latent_dim": 32,
+            "nll_bits_per_dim": nll,
+            "nll_estimate_drift": drift,
+            "kl_nats": 20.0,
+            "decoder_calls": 10,
+        }
+
+    results = {"sfe": [run(2.18, 0.001)], "topk_sparsemax": [run(2.27, 0.12), run(2.2, 0.005)]}
+    table = lvm_table("bitvector_vae", results, profile="smoke", data="digits")
+    assert (
+        "not converged" in table.caption and "topk_sparsemax D=32 seed #0 (0.12)" in table.caption
+    )
+    assert "seed #1" not in table.caption and "sfe D=32" not in table.caption
+    topk = table.rows[-1].cells["nll_bits_per_dim_D32"]
+    assert topk.values == (2.27, 2.2)  # kept: overstated, not meaningless
+    settled = {"sfe": [run(2.18, 0.001)]}
+    assert "not converged" not in lvm_table("bitvector_vae", settled, "smoke", "digits").caption
+
+
 @pytest.mark.parametrize(
     ("experiment", "results", "match"),
     [
