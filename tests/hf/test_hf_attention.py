@@ -273,23 +273,23 @@ def test_alpha_near_one_is_softmax_to_first_order() -> None:
     beta = ALPHA_MIN - 1
     ids, mask = _batch()
     records, handles = _capture(model)
-    model(ids, attention_mask=mask)
-    for handle in handles:
-        handle.remove()
-    visible = mask.bool()[:, None, None, :]
-    for module, hidden, _, (_, probs) in records.values():
-        probs = probs.detach()
-        _, softmax = _core_attention(module, hidden, None, visible, "softmax")
-        q, k = module.query(hidden), module.key(hidden)
-        q = q.view(*q.shape[:2], HEADS, D_HEAD).transpose(1, 2)
-        k = k.view(*k.shape[:2], HEADS, D_HEAD).transpose(1, 2)
-        scores = (q @ k.transpose(-2, -1) / math.sqrt(D_HEAD)).masked_fill(~visible, -math.inf)
-        centred = (scores - scores.logsumexp(-1, keepdim=True)).masked_fill(~visible, 0)
-        bound = 2 * beta * (softmax * centred**2).sum(-1)
-        distance = (probs - softmax).abs().sum(-1)
-        assert torch.all(distance <= bound + 1e-6)
-        assert float(distance.max()) > 0  # not softmax itself
-        assert float(bound.max()) < 0.2  # and the bound says something
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+        for handle in handles:
+            handle.remove()
+        visible = mask.bool()[:, None, None, :]
+        for module, hidden, _, (_, probs) in records.values():
+            _, softmax = _core_attention(module, hidden, None, visible, "softmax")
+            q, k = module.query(hidden), module.key(hidden)
+            q = q.view(*q.shape[:2], HEADS, D_HEAD).transpose(1, 2)
+            k = k.view(*k.shape[:2], HEADS, D_HEAD).transpose(1, 2)
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(D_HEAD)).masked_fill(~visible, -math.inf)
+            centred = (scores - scores.logsumexp(-1, keepdim=True)).masked_fill(~visible, 0)
+            bound = 2 * beta * (softmax * centred**2).sum(-1)
+            distance = (probs - softmax).abs().sum(-1)
+            assert torch.all(distance <= bound + 1e-6)
+            assert float(distance.max()) > 0  # not softmax itself
+            assert float(bound.max()) < 0.2  # and the bound says something
 
 
 # --------------------------------------------------------------------------- top-k
