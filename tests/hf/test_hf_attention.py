@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers import AttentionInterface, BertConfig, BertModel
-from transformers.masking_utils import AttentionMaskInterface
+from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
 from components.core.attention import ALPHA_MIN, NORMALIZERS, alpha_of_logit
 from components.hf.attention import (
@@ -130,6 +130,22 @@ def test_register_is_idempotent_and_covers_every_core_normalizer() -> None:
         assert AttentionInterface()[name] is ATTENTION_FUNCTIONS[name]
         # Without a mask function of its own a name gets no mask at all (padding ignored).
         assert AttentionMaskInterface()[name] is boolean_attention_mask
+
+
+def test_the_mask_function_keeps_a_plain_causal_mask() -> None:
+    """transformers' "sdpa" mask is None for a causal mask without padding (SDPA's is_causal
+    flag does the work); ours must be the causal mask itself."""
+    mask = boolean_attention_mask(
+        batch_size=2,
+        q_length=4,
+        kv_length=4,
+        mask_function=causal_mask_function,
+        attention_mask=None,
+        allow_is_causal_skip=True,
+        device="cpu",
+    )
+    assert mask is not None and mask.dtype == torch.bool
+    assert torch.equal(mask, torch.ones(4, 4, dtype=torch.bool).tril().expand(2, 1, 4, 4))
 
 
 def test_register_refuses_to_replace_a_foreign_function(monkeypatch) -> None:
@@ -387,16 +403,18 @@ def test_without_a_mask_causality_follows_the_module_or_the_keyword() -> None:
     assert torch.equal(free, overridden) and bool((free[..., future] != 0).any())
 
 
-def test_finite_additive_bias_is_added_to_the_scores() -> None:
+def test_additive_mask_bias_is_added_and_fully_masked_rows_are_zero() -> None:
     q, k, v = _qkv()
     bias = torch.randn(2, 1, 5, 5, generator=torch.Generator().manual_seed(4))
     bias[0, 0, :, 3:] = torch.finfo(torch.float32).min
+    bias[1, 0, 2, :] = torch.finfo(torch.float32).min  # a query that may see no key at all
     _, probs = sparse_attention_forward(_stub(), q, k, v, bias, normalizer="sparsemax")
     visible = bias > torch.finfo(torch.float32).min
     scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD) + bias.masked_fill(~visible, 0)
     expected = NORMALIZERS["sparsemax"](scores, mask=visible)
     assert torch.allclose(probs, expected, rtol=0, atol=TOL)
     assert torch.all(probs[0, :, :, 3:] == 0)
+    assert torch.all(probs[1, :, 2] == 0)  # an all-zero row, as the core gives for no key
 
 
 def test_dropout_on_the_probabilities_in_training_only() -> None:
