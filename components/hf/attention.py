@@ -6,9 +6,12 @@ After :func:`register`, any ``transformers`` model whose attention modules dispa
     BertConfig(..., attn_implementation=name)    or    model.set_attn_implementation(name)
 
 for ``name`` in :data:`ATTENTION_NAMES`: "softmax", "sparsemax", "entmax15", "entmax_alpha" and
-"topk" (the keys of ``components.core.attention.NORMALIZERS``). Per head h, with the query,
-key and value states Q_h, K_h, V_h the model has projected (and cached) and its ``scaling`` c
-(1/√d_head for BERT):
+"topk" (the keys of ``components.core.attention.NORMALIZERS``). An ``EncoderDecoderModel`` built
+from a config resets its sub-configs' attention to the default unless the joint config names it:
+``EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec, attn_implementation=name)``.
+
+Per head h, with the query, key and value states Q_h, K_h, V_h the model has projected (and
+cached) and its ``scaling`` c (1/√d_head for BERT):
 
     S_h = c · Q_h K_hᵀ + B,    P_h = π(S_h; visible),    O_h = Dropout(P_h) V_h
 

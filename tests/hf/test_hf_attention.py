@@ -15,7 +15,16 @@ import pytest
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AttentionInterface, BertConfig, BertModel
+from transformers import (
+    AttentionInterface,
+    BertConfig,
+    BertLMHeadModel,
+    BertModel,
+    DynamicCache,
+    EncoderDecoderCache,
+    EncoderDecoderConfig,
+    EncoderDecoderModel,
+)
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
 from components.core.attention import ALPHA_MIN, NORMALIZERS, alpha_of_logit
@@ -362,6 +371,55 @@ def test_decoder_self_attention_is_causal_and_cross_attention_padded(normalizer:
     past = full.last_hidden_state[:, :-1]
     assert torch.allclose(later[:, :-1], past, rtol=0, atol=1e-6)
     assert not torch.allclose(later[:, -1], full.last_hidden_state[:, -1])
+
+
+def test_cached_incremental_decoding_matches_the_full_forward() -> None:
+    """One token at a time with a cache: the mask then has q = 1 and a key offset."""
+    model = BertLMHeadModel(_config("entmax15", is_decoder=True, add_cross_attention=True)).eval()
+    ids, _ = _batch()
+    memory = torch.randn(3, 6, HIDDEN, generator=torch.Generator().manual_seed(2))
+    memory_mask = _padding((6, 3, 5), 6).long()
+    with torch.no_grad():
+        full = model(ids, encoder_hidden_states=memory, encoder_attention_mask=memory_mask)
+        cache, steps = EncoderDecoderCache(DynamicCache(), DynamicCache()), []
+        for t in range(SEQ):
+            step = model(
+                ids[:, t : t + 1],
+                encoder_hidden_states=memory,
+                encoder_attention_mask=memory_mask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = step.past_key_values
+            steps.append(step.logits)
+    assert torch.allclose(torch.cat(steps, dim=1), full.logits, rtol=0, atol=TOL)
+
+
+def test_encoder_decoder_model_keeps_the_name_only_when_its_config_carries_it() -> None:
+    """The APE shape (BERT encoder, BERT decoder with cross-attention): EncoderDecoderModel
+    resets its sub-configs' attention to the default unless the joint config names it."""
+    encoder = _config("sparsemax")
+    decoder = _config("sparsemax", is_decoder=True, add_cross_attention=True)
+    reset = EncoderDecoderModel(
+        config=EncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    )
+    assert reset.decoder.config._attn_implementation != "sparsemax"
+    config = EncoderDecoderConfig.from_encoder_decoder_configs(
+        encoder, decoder, attn_implementation="sparsemax"
+    )
+    config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 1, 0, 2
+    torch.manual_seed(0)
+    model = EncoderDecoderModel(config=config).eval()
+    assert model.encoder.config._attn_implementation == "sparsemax"
+    assert model.decoder.config._attn_implementation == "sparsemax"
+    ids, mask = _batch()
+    out = model(
+        input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :3], output_attentions=True
+    )
+    for probs in out.cross_attentions:
+        assert torch.all(probs[~mask.bool()[:, None, None, :].expand_as(probs)] == 0)
+    generated = model.generate(ids, attention_mask=mask, max_new_tokens=3, num_beams=2)
+    assert generated.shape[0] == len(LENGTHS)
 
 
 # --------------------------------------------------------------------------- direct calls
