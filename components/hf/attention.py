@@ -78,6 +78,7 @@ from components.core.attention import (
     logit_of_alpha,
     random_alpha_logit,
 )
+from components.errors import LearnableSparsityError
 
 # The names registered with transformers: one per core normalizer.
 ATTENTION_NAMES: tuple[str, ...] = tuple(NORMALIZERS)
@@ -112,7 +113,7 @@ def _visible_and_bias(
     if attention_mask is None:
         return None, None
     if not isinstance(attention_mask, Tensor):
-        raise TypeError(
+        raise LearnableSparsityError(
             "attention_mask must be a boolean or float tensor or None, got "
             f"{type(attention_mask).__name__} (block masks are not supported)"
         )
@@ -121,7 +122,7 @@ def _visible_and_bias(
     if attention_mask.dtype == torch.bool:
         return attention_mask, None
     if not attention_mask.is_floating_point():
-        raise TypeError(
+        raise LearnableSparsityError(
             f"attention_mask must be boolean (True = attend) or additive float, got "
             f"{attention_mask.dtype}"
         )
@@ -147,12 +148,12 @@ def _head_alpha(module: nn.Module, n_heads: int) -> Tensor:
     """α per head, shaped [1, H, 1, 1], from the module's ``alpha_logit`` parameter."""
     alpha_logit = getattr(module, "alpha_logit", None)
     if not isinstance(alpha_logit, Tensor):
-        raise ValueError(
+        raise LearnableSparsityError(
             f"entmax_alpha attention needs a learnable α per head on {type(module).__name__}: "
             "call components.hf.attention.add_head_alphas(model) after building the model"
         )
     if alpha_logit.shape != (n_heads,):
-        raise ValueError(
+        raise LearnableSparsityError(
             f"{type(module).__name__}.alpha_logit has shape {tuple(alpha_logit.shape)}, "
             f"expected ({n_heads},): one α per query head"
         )
@@ -165,7 +166,7 @@ def _topk_k(module: nn.Module) -> int:
     if k is None:
         k = getattr(getattr(module, "config", None), "topk_k", None)
     if k is None:
-        raise ValueError(
+        raise LearnableSparsityError(
             f"topk attention needs k: set topk_k in the model config (e.g. BertConfig(topk_k=8)) "
             f"or as an attribute of {type(module).__name__}"
         )
@@ -207,11 +208,15 @@ def sparse_attention_forward(
     keyword arguments from the model (``position_ids``, ``output_attentions``, ...) are unused.
     """
     if normalizer not in NORMALIZERS:
-        raise ValueError(f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}")
+        raise LearnableSparsityError(
+            f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}"
+        )
     n_heads, q_len, k_len = query.shape[1], query.shape[2], key.shape[2]
     if n_heads != key.shape[1]:
         if n_heads % key.shape[1] != 0:
-            raise ValueError(f"{n_heads} query heads cannot share {key.shape[1]} key/value heads")
+            raise LearnableSparsityError(
+                f"{n_heads} query heads cannot share {key.shape[1]} key/value heads"
+            )
         groups = n_heads // key.shape[1]
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
@@ -274,7 +279,7 @@ def _register_once(interface: type, name: str, fn: Callable[..., Any]) -> None:
     if current is fn:
         return
     if current is not None and getattr(current, "__module__", None) != __name__:
-        raise ValueError(
+        raise LearnableSparsityError(
             f"{interface.__name__} already has a {name!r} that is not this module's "
             f"({getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', '?')})"
         )
@@ -289,7 +294,7 @@ def register() -> None:
     build no mask at all for the name. Explicit rather than at import: it changes transformers'
     process-wide registries, so a caller (a model builder, a test) says when, and importing the
     module for its helpers changes nothing. Calling it again is a no-op; a name already taken
-    by a function from elsewhere raises ValueError rather than being overwritten.
+    by a function from elsewhere raises LearnableSparsityError rather than being overwritten.
     """
     for name in ATTENTION_NAMES:
         _register_once(AttentionInterface, name, ATTENTION_FUNCTIONS[name])
@@ -326,20 +331,22 @@ def add_head_alphas(
     AST's random α = 1 + sigmoid(a), a ~ N(0, 1) truncated to ±3 (drawn from ``generator`` or
     the global RNG, one draw per module in ``named_modules`` order). The parameters are fp32 on
     the device of each module's other parameters; create the optimizer afterwards. Returns the
-    new parameters by module name. Raises ValueError if the model has no attention module (see
-    :func:`attention_modules`) or one already has an ``alpha_logit``.
+    new parameters by module name. Raises LearnableSparsityError if the model has no attention
+    module (see :func:`attention_modules`) or one already has an ``alpha_logit``.
     """
     if alpha_init is not None and not ALPHA_MIN < alpha_init < ALPHA_MAX:
-        raise ValueError(f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {alpha_init!r}")
+        raise LearnableSparsityError(
+            f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {alpha_init!r}"
+        )
     modules = attention_modules(model)
     if not modules:
-        raise ValueError(
+        raise LearnableSparsityError(
             f"{type(model).__name__} has no attention module with an int num_attention_heads"
         )
     added: dict[str, nn.Parameter] = {}
     for name, module in modules.items():
         if hasattr(module, "alpha_logit"):
-            raise ValueError(f"{name} already has an alpha_logit")
+            raise LearnableSparsityError(f"{name} already has an alpha_logit")
         device = next(module.parameters(), torch.empty(0)).device
         w = torch.empty(module.num_attention_heads, dtype=torch.float32, device=device)
         if alpha_init is None:

@@ -28,6 +28,7 @@ from transformers import (
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
 from components.core.attention import ALPHA_MIN, NORMALIZERS, alpha_of_logit
+from components.errors import LearnableSparsityError
 from components.hf.attention import (
     ATTENTION_FUNCTIONS,
     ATTENTION_NAMES,
@@ -162,7 +163,7 @@ def test_register_refuses_to_replace_a_foreign_function(monkeypatch) -> None:
         raise AssertionError("never called")
 
     monkeypatch.setitem(AttentionInterface._global_mapping, "topk", foreign)
-    with pytest.raises(ValueError, match="not this module's"):
+    with pytest.raises(LearnableSparsityError, match="not this module's"):
         register()
 
 
@@ -257,14 +258,14 @@ def test_fixed_alpha_init_and_refusals() -> None:
     add_head_alphas(model, alpha_init=1.2)
     for alpha in head_alphas(model).values():
         assert torch.allclose(alpha, torch.full((HEADS,), 1.2), rtol=0, atol=1e-6)
-    with pytest.raises(ValueError, match="already has an alpha_logit"):
+    with pytest.raises(LearnableSparsityError, match="already has an alpha_logit"):
         add_head_alphas(model)
-    with pytest.raises(ValueError, match="alpha_init"):
+    with pytest.raises(LearnableSparsityError, match="alpha_init"):
         add_head_alphas(_bert("sparsemax"), alpha_init=2.5)
     without = _bert("entmax_alpha")
     for module in attention_modules(without).values():
         del module.alpha_logit
-    with pytest.raises(ValueError, match="add_head_alphas"):
+    with pytest.raises(LearnableSparsityError, match="add_head_alphas"):
         without(*_batch())
 
 
@@ -328,7 +329,7 @@ def test_topk_keeps_at_most_k_keys_per_row() -> None:
     visible_keys = torch.tensor(LENGTHS)[:, None, None].expand(-1, HEADS, SEQ)
     for probs, k in zip(attentions, (K, 2), strict=True):
         assert torch.equal((probs != 0).sum(-1), visible_keys.clamp(max=k))  # no ties here
-    with pytest.raises(ValueError, match="topk_k"):
+    with pytest.raises(LearnableSparsityError, match="topk_k"):
         _bert("topk", topk_k=None)(ids, attention_mask=mask)
 
 
