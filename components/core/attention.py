@@ -44,6 +44,28 @@ def logit_of_alpha(alpha: Tensor) -> Tensor:
     return torch.logit((alpha - ALPHA_MIN) / (ALPHA_MAX - ALPHA_MIN))
 
 
+# AST's a ~ N(0, 1) is truncated to |a| ≤ 3 (99.7% of its mass, α ∈ [1.047, 1.953]): an a near
+# logit(0.01) = −4.6 puts α on ALPHA_MIN, where the gradient in the logit nearly vanishes (seed 0
+# of the NMT smoke model drew −4.86 for one head, which then never moved).
+ALPHA_INIT_TRUNCATION = 3.0
+
+
+def random_alpha_logit(like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """AST's random initial α per head, as the logit w (α = :func:`alpha_of_logit` (w)).
+
+    α = 1 + sigmoid(a) with a ~ N(0, 1) truncated to |a| ≤ ``ALPHA_INIT_TRUNCATION``; a tensor
+    shaped like ``like`` (e.g. the [n_heads] ``alpha_logit`` parameter), drawn from ``generator``
+    or the global RNG (one ``trunc_normal_`` draw of ``like.numel()`` numbers).
+    """
+    a = nn.init.trunc_normal_(
+        torch.empty_like(like),
+        a=-ALPHA_INIT_TRUNCATION,
+        b=ALPHA_INIT_TRUNCATION,
+        generator=generator,
+    )
+    return logit_of_alpha(1 + torch.sigmoid(a))
+
+
 # name -> normalizer; "entmax_alpha" additionally receives the per-head α, "topk" receives k.
 NORMALIZERS: dict[str, Callable[..., Tensor]] = {
     "softmax": softmax,

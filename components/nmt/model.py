@@ -37,7 +37,7 @@ from components.core.attention import (
     ALPHA_MIN,
     NORMALIZERS,
     KVCache,
-    logit_of_alpha,
+    random_alpha_logit,
 )
 from components.core.attention import MultiHeadAttention as Attention
 from components.data.bpe import BOS_ID, EOS_ID, PAD_ID
@@ -51,7 +51,7 @@ class TransformerConfig(Settings):
 
     ``topk_k`` is k for "topk" attention; ``alpha_init`` is the initial α of every head for
     "entmax_alpha", or None for AST's random init α = 1 + sigmoid(a), a ~ N(0, 1) per head
-    (truncated to |a| ≤ 3, see ``_init_weights``).
+    (truncated to |a| ≤ 3, ``components.core.attention.random_alpha_logit``).
     Not params keys (``derived``): the vocabulary sizes, which the BPE model decides (set them
     with :meth:`for_vocabulary`), the ``normalizer`` of every attention block (the grid's
     attention variant, one of ``NORMALIZERS``) and the special ids (distinct, as the BPE
@@ -125,10 +125,6 @@ class DecoderCache:
 # AST's random α (alpha_init None) is drawn by Transformer._init_weights, in module order with the
 # other weights; until then a block holds the logit of this α (it consumes no random numbers).
 _ALPHA_BEFORE_RANDOM_INIT = 1.5
-# AST's a ~ N(0, 1) is truncated to |a| ≤ 3 (99.7% of its mass, α ∈ [1.047, 1.953]): an a near
-# logit(0.01) = −4.6 puts α on ALPHA_MIN, where the gradient in the logit nearly vanishes (seed 0
-# of the smoke model drew −4.86 for one head, which then never moved).
-_ALPHA_INIT_TRUNCATION = 3.0
 
 
 def attention_block(config: TransformerConfig) -> Attention:
@@ -307,13 +303,8 @@ class Transformer(nn.Module):
                 with torch.no_grad():
                     module.weight[self.config.pad_id].zero_()
             elif random_alpha and isinstance(module, Attention) and module.alpha_logit is not None:
-                a = nn.init.trunc_normal_(
-                    torch.empty_like(module.alpha_logit),
-                    a=-_ALPHA_INIT_TRUNCATION,
-                    b=_ALPHA_INIT_TRUNCATION,
-                )
                 with torch.no_grad():
-                    module.alpha_logit.copy_(logit_of_alpha(1 + torch.sigmoid(a)))
+                    module.alpha_logit.copy_(random_alpha_logit(module.alpha_logit))
 
     def _embed(self, embedding: nn.Embedding, tokens: Tensor, offset: int) -> Tensor:
         """√d · E[tokens] + PE(offset + t), then dropout."""

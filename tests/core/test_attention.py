@@ -6,6 +6,8 @@ Shapes: batch B = 3, model width D = 16, H = 4 heads. For "entmax_alpha" the hea
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,6 +20,7 @@ from components.core.attention import (
     MultiHeadAttention,
     alpha_of_logit,
     logit_of_alpha,
+    random_alpha_logit,
 )
 
 B, D, H = 3, 16, 4
@@ -316,6 +319,19 @@ def test_alpha_near_its_lower_bound_still_moves() -> None:
 def test_alpha_logit_round_trips() -> None:
     alpha = torch.tensor([1.0101, 1.2, 1.5, 1.999], dtype=torch.float64)
     assert torch.allclose(alpha_of_logit(logit_of_alpha(alpha)), alpha, rtol=0, atol=1e-12)
+
+
+def test_random_alpha_init_is_asts_truncated_draw() -> None:
+    """α = 1 + sigmoid(a), a ~ N(0, 1) truncated to ±3: α ∈ [1.047, 1.953], seeded, spread."""
+    like = torch.empty(4000)
+    alpha = alpha_of_logit(random_alpha_logit(like, torch.Generator().manual_seed(0)))
+    again = alpha_of_logit(random_alpha_logit(like, torch.Generator().manual_seed(0)))
+    assert torch.equal(alpha, again)
+    bound = 1 / (1 + math.exp(-3))
+    assert float(alpha.min()) >= 2 - bound - 1e-6 and float(alpha.max()) <= 1 + bound + 1e-6
+    # 1 + sigmoid(a) with a symmetric about 0: mean 1.5; std of sigmoid(N(0, 1)) ≈ 0.21.
+    assert abs(float(alpha.mean()) - 1.5) < 0.02
+    assert 0.18 < float(alpha.std()) < 0.23
 
 
 def test_alpha_gradient_matches_finite_differences() -> None:

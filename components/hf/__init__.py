@@ -1,0 +1,1 @@
+"""The project's sparse attention inside Hugging Face ``transformers`` models (for APE)."""
