@@ -469,11 +469,12 @@ def nll_at_or_below(
     parts = {}
     for d in bits:
         unsettled = [
-            f"{name} seed #{i} fell {run['nll_estimate_drift']:.2f}"
+            f"{name} seed #{seed} fell {run['nll_estimate_drift']:.2f}"
             for name in (*candidates, baseline)
-            for i, run in enumerate(results.lvm[experiment][name])
-            if run.get("latent_dim") == d
-            and run.get("nll_estimate_drift", 0.0) > UNSETTLED_NLL_BITS
+            for seed, run in enumerate(
+                run for run in results.lvm[experiment][name] if run.get("latent_dim") == d
+            )
+            if run.get("nll_estimate_drift", 0.0) > UNSETTLED_NLL_BITS
         ]
         if unsettled:
             parts[f"D={d}"] = not_measurable(

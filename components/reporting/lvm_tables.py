@@ -197,18 +197,18 @@ def lvm_table(
         cells = {}
         for dim in dims:
             selected, left_out = [], 0
-            for i, run in enumerate(runs):
-                if dim is not None and run["latent_dim"] != dim:
-                    continue
+            # i: the run's index in ``runs``; seed: its position among the runs of this D
+            of_dim = [i for i, run in enumerate(runs) if dim is None or run["latent_dim"] == dim]
+            for seed, i in enumerate(of_dim):
+                run = runs[i]
                 if run.get("kl_nats", COLLAPSED_KL_NATS) < COLLAPSED_KL_NATS:
-                    collapsed.append(f"{method} D={dim} seed #{i}")
+                    collapsed.append(f"{method} D={dim} seed #{seed}")
                     left_out += 1
                     continue
                 selected.append((i, run))
                 if run.get("nll_estimate_drift", 0.0) > UNSETTLED_NLL_BITS:
-                    unsettled.append(
-                        f"{method} D={dim} seed #{i} ({run['nll_estimate_drift']:.2f})"
-                    )
+                    drift = run["nll_estimate_drift"]
+                    unsettled.append(f"{method} D={dim} seed #{seed} ({drift:.2f})")
             for metric in spec.metrics:
                 key, _, field = column(metric, dim)
                 values = []

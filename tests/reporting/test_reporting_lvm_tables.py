@@ -103,20 +103,22 @@ def test_collapsed_bitvector_runs_are_left_out_and_named() -> None:
 
 
 def test_unconverged_nll_estimates_are_named_in_the_caption() -> None:
-    def run(nll: float, drift: float) -> dict:
+    def run(nll: float, drift: float, dim: int = 32) -> dict:
         return {
-            "latent_dim": 32,
+            "latent_dim": dim,
             "nll_bits_per_dim": nll,
             "nll_estimate_drift": drift,
             "kl_nats": 20.0,
             "decoder_calls": 10,
         }
 
-    results = {"sfe": [run(2.18, 0.001)], "topk_sparsemax": [run(2.27, 0.12), run(2.2, 0.005)]}
+    topk = [run(2.27, 0.12), run(2.2, 0.005), run(2.6, 0.2, dim=128)]
+    results = {"sfe": [run(2.18, 0.001)], "topk_sparsemax": topk}
     table = lvm_table("bitvector_vae", results, profile="smoke", data="digits")
     assert (
         "not converged" in table.caption and "topk_sparsemax D=32 seed #0 (0.12)" in table.caption
     )
+    assert "topk_sparsemax D=128 seed #0 (0.20)" in table.caption  # seeds counted per D
     assert "seed #1" not in table.caption and "sfe D=32" not in table.caption
     topk = table.rows[-1].cells["nll_bits_per_dim_D32"]
     assert topk.values == (2.27, 2.2)  # kept: overstated, not meaningless
