@@ -155,8 +155,8 @@ def _unsettled(comparisons: dict[str, tuple[list[Curve], list[Curve]]]) -> Verdi
 
 
 def _trained_to_plateau(results: Results, variants: Sequence[str]) -> Verdict | None:
-    """ "Not measurable" while the validation NLL of a model the claim analyses still improves:
-    its α, head diversity and head roles are still changing with training length."""
+    """ "Not measurable" while the validation perplexity of a model the claim analyses still
+    improves: heads it has not grown yet may still appear."""
     return _still_training(
         {
             f"{corpus}/{variant}/seed{i}": curve
