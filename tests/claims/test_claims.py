@@ -233,6 +233,11 @@ def test_alpha_bimodality_waits_for_alpha_to_settle() -> None:
         "ast_alpha_bimodal", Results(final_alphas=alphas, alpha_trajectories=settled)
     )
     assert verdict.status != NOT_MEASURABLE or "still moves" not in verdict.evidence
+    # α stalled, but the α-entmax model still catches up with softmax: α may move again
+    early = {"smoke": {"entmax_alpha": [CATCHING_UP], "softmax": [FLAT]}}
+    stalled = Results(final_alphas=alphas, alpha_trajectories=settled, valid_nll=early)
+    verdict = _verdict("ast_alpha_bimodal", stalled)
+    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
 
 
 def test_speed_claims() -> None:
