@@ -238,27 +238,8 @@ def sparse_attention_forward(
 def _attention_function(normalizer: str) -> AttentionFunction:
     """The registered function for one normalizer (a named function, for tracebacks)."""
 
-    def attention(
-        module: nn.Module,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        attention_mask: Tensor | None,
-        scaling: float | None = None,
-        dropout: float = 0.0,
-        **kwargs: Any,
-    ) -> tuple[Tensor, Tensor]:
-        return sparse_attention_forward(
-            module,
-            query,
-            key,
-            value,
-            attention_mask,
-            scaling,
-            dropout,
-            normalizer=normalizer,
-            **kwargs,
-        )
+    def attention(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        return sparse_attention_forward(*args, normalizer=normalizer, **kwargs)
 
     attention.__name__ = attention.__qualname__ = f"{normalizer}_attention_forward"
     attention.__doc__ = f"{sparse_attention_forward.__doc__}\n\n    Normalizer: {normalizer}."

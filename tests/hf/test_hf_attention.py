@@ -170,16 +170,21 @@ def test_register_refuses_to_replace_a_foreign_function(monkeypatch) -> None:
 # --------------------------------------------------------------------------- encoder
 
 
+def _assert_same_outputs(model: nn.Module, reference: nn.Module, ids: Tensor, mask: Tensor) -> None:
+    """Same hidden states and attention probabilities (within TOL) on the same batch."""
+    got = model(ids, attention_mask=mask, output_attentions=True)
+    expected = reference(ids, attention_mask=mask, output_attentions=True)
+    assert torch.allclose(got.last_hidden_state, expected.last_hidden_state, rtol=0, atol=TOL)
+    for p, p_ref in zip(got.attentions, expected.attentions, strict=True):
+        assert torch.allclose(p, p_ref, rtol=0, atol=TOL)
+
+
 def test_core_softmax_matches_transformers_eager_attention_with_padding() -> None:
     eager = _bert("eager")
     ours = _bert("softmax")
     ours.load_state_dict(eager.state_dict())
     ids, mask = _batch()
-    expected = eager(ids, attention_mask=mask, output_attentions=True)
-    got = ours(ids, attention_mask=mask, output_attentions=True)
-    assert torch.allclose(got.last_hidden_state, expected.last_hidden_state, rtol=0, atol=TOL)
-    for p, p_eager in zip(got.attentions, expected.attentions, strict=True):
-        assert torch.allclose(p, p_eager, rtol=0, atol=TOL)
+    _assert_same_outputs(ours, eager, ids, mask)
 
 
 @pytest.mark.parametrize("normalizer", SPARSE)
@@ -280,11 +285,7 @@ def test_alpha_two_is_sparsemax() -> None:
     sparse = _bert("sparsemax")
     sparse.load_state_dict(model.state_dict(), strict=False)
     ids, mask = _batch()
-    got = model(ids, attention_mask=mask, output_attentions=True)
-    expected = sparse(ids, attention_mask=mask, output_attentions=True)
-    assert torch.allclose(got.last_hidden_state, expected.last_hidden_state, rtol=0, atol=TOL)
-    for p, p_sparse in zip(got.attentions, expected.attentions, strict=True):
-        assert torch.allclose(p, p_sparse, rtol=0, atol=TOL)
+    _assert_same_outputs(model, sparse, ids, mask)
 
 
 def test_alpha_near_one_is_softmax_to_first_order() -> None:
