@@ -275,6 +275,10 @@ def train(
     def checkpoint(final: bool = False) -> None:
         if before_checkpoint is not None:
             before_checkpoint(step)
+        # This step's weights before last.pt, the resume point: a run killed between the two
+        # resumes from the save before and writes these weights again (identically), so no
+        # save goes missing from the checkpoint average, as it would in the other order.
+        save_atomic({"model": model.state_dict(), "step": step}, checkpoint_dir / f"step{step}.pt")
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -287,8 +291,6 @@ def train(
             "window": window,
         }
         resume.save(state, final=final)
-        weights = {"model": model.state_dict(), "step": step}
-        save_atomic(weights, checkpoint_dir / f"step{step}.pt")
         saved = sorted(checkpoint_dir.glob("step*.pt"), key=lambda p: int(p.stem[4:]))
         for old in saved[: -settings.keep_checkpoints]:
             old.unlink()

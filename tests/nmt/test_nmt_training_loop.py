@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from components.errors import LearnableSparsityError
+from components.nmt import training
 from components.nmt.model import Transformer, TransformerConfig
 from components.nmt.training import TrainingSettings, load_weights, train, validation_nll
 
@@ -101,6 +102,43 @@ def test_resume_after_interruption_continues_identically(normalizer: str, tmp_pa
         initial = {k: v.tolist() for k, v in fresh_model(normalizer).alphas().items()}
         first, last = history.alphas[0]["alphas"], history.alphas[-1]["alphas"]
         assert first == initial and first.keys() == last.keys() and first != last
+
+
+def test_a_kill_between_a_checkpoint_s_two_files_loses_no_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint writes step<N>.pt and last.pt: killed between the two, the resumed run must
+    end with the same saves (and so the same checkpoint average) as one never interrupted."""
+    train(
+        fresh_model("softmax"), TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "a", variant="v"
+    )
+    real_save = training.save_atomic
+    killed = []
+
+    def die_at_step8(obj: object, path: Path) -> None:
+        if not killed and path.name == "step8.pt":  # once, as the step-8 weights are written
+            killed.append(path)
+            raise SimulatedInterruptError
+        real_save(obj, path)
+
+    monkeypatch.setattr(training, "save_atomic", die_at_step8)
+    run = {"checkpoint_dir": tmp_path / "b", "variant": "v"}
+    with pytest.raises(SimulatedInterruptError):
+        train(fresh_model("softmax"), TRAIN, VALID, settings(), **run)
+    train(fresh_model("softmax"), TRAIN, VALID, settings(), **run)
+    assert killed
+    kept = sorted(p.name for p in (tmp_path / "a").glob("step*.pt"))
+    assert (
+        sorted(p.name for p in (tmp_path / "b").glob("step*.pt"))
+        == kept
+        == ["step12.pt", "step8.pt"]
+    )
+    for a, b in zip(
+        load_weights(tmp_path / "a", 2).values(),
+        load_weights(tmp_path / "b", 2).values(),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_history_checkpoints_and_averaging(tmp_path: Path) -> None:
