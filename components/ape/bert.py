@@ -1,0 +1,398 @@
+r"""The BERT of the APE model: a small one pre-trained here (smoke), or one loaded by name (paper).
+
+The paper starts from ``bert-base-multilingual-cased``. Offline, the smoke profile builds a
+small stand-in the same way mBERT was built, at toy scale:
+
+* :func:`train_wordpiece`: a cased multilingual WordPiece vocabulary trained with Hugging Face
+  ``tokenizers`` on both monolingual sides of a corpus, normalised as mBERT-cased is (Unicode
+  clean-up and spaces around CJK characters, no lowercasing, no accent stripping; BERT's split
+  on whitespace and punctuation), as a ``BertTokenizerFast``.
+* :func:`pretrain_mlm`: a ``transformers`` ``BertForMaskedLM`` trained by masked-LM alone
+  (Devlin et al. 2019 without next-sentence prediction, as RoBERTa): with the masking of
+  :func:`mask_tokens`, minimise the mean over the selected positions i of −log p(x_i | x̃),
+  x̃ the masked sentence.
+
+Both are saved with ``save_pretrained``; :func:`load_bert` then loads either that directory or
+a hub name from the local Hugging Face cache through the same ``from_pretrained`` call, and
+turns "not in the cache and the hub cannot be reached" into a :class:`LearnableSparsityError`
+that says which model, which cache and how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from huggingface_hub import constants as hub_constants
+from huggingface_hub.errors import LocalEntryNotFoundError
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from torch import Tensor
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    BertTokenizerFast,
+    PreTrainedModel,
+)
+
+from components.errors import LearnableSparsityError
+from components.settings import Settings, SettingsError, setting
+
+# BERT's special tokens, in the order that gives them ids 0..4 (``BertTokenizerFast``'s own
+# default vocabulary uses the same order).
+SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+# Labels of the positions the MLM loss ignores (torch's cross_entropy default ignore_index).
+IGNORE_INDEX = -100
+
+# Of the positions selected for prediction, BERT replaces 80% by [MASK], 10% by a random token
+# and leaves 10% unchanged (Devlin et al. 2019, §3.1 and appendix C.2), so that the model cannot
+# rely on seeing [MASK], which never occurs at fine-tuning time.
+MASK_FRACTION = 0.8
+RANDOM_FRACTION = 0.1
+
+
+# --------------------------------------------------------------------------- vocabulary
+
+
+def train_wordpiece(
+    texts: Iterable[str], vocab_size: int, *, lowercase: bool = False
+) -> BertTokenizerFast:
+    """A WordPiece vocabulary of at most ``vocab_size`` entries trained on ``texts``.
+
+    Normalisation as mBERT-cased: ``BertNormalizer`` (control characters removed, whitespace
+    unified, spaces around CJK characters) without accent stripping and, unless ``lowercase``,
+    without lowercasing; pre-tokenisation with ``BertPreTokenizer`` (split on whitespace and
+    punctuation); continuation pieces prefixed with ``##``. The special tokens
+    :data:`SPECIAL_TOKENS` get ids 0..4. A corpus too small for ``vocab_size`` gives a smaller
+    vocabulary (every character plus the merges it supports); use ``len(tokenizer)``.
+
+    The result is a ``BertTokenizerFast`` built with the same normalisation flags (so that
+    ``save_pretrained`` / ``from_pretrained`` keep them) that adds ``[CLS] … [SEP]`` around a
+    sentence and ``[CLS] A [SEP] B [SEP]`` around a pair.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise LearnableSparsityError(
+            f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}"
+        )
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return BertTokenizerFast(
+        vocab=tokenizer.get_vocab(), do_lower_case=lowercase, strip_accents=False
+    )
+
+
+# --------------------------------------------------------------------------- masking
+
+
+def mask_tokens(
+    input_ids: Tensor,
+    special_mask: Tensor,
+    tokenizer_vocab_size: int,
+    mask_id: int,
+    probability: float,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """BERT's masked-LM corruption: (masked input ids, labels), both shaped like ``input_ids``.
+
+    ``special_mask`` (bool, same shape) is True at positions never to be predicted: [CLS],
+    [SEP], padding (and whatever else the caller excludes). Each other position i is selected
+    independently with probability p = ``probability`` (transformers' collator; the original
+    BERT code selects round(p·n) positions per sentence, the same rate in expectation). A
+    selected position, with u_i ~ U(0, 1) drawn independently, becomes
+
+        [MASK]                                  if u_i < 0.8                (MASK_FRACTION)
+        a token uniform on {0, …, V − 1}        if 0.8 ≤ u_i < 0.9          (RANDOM_FRACTION)
+        itself                                  otherwise,
+
+    V = ``tokenizer_vocab_size`` (the whole vocabulary, special tokens included, as in BERT; so
+    a "random" token equals the original with probability 1/V). labels_i = x_i at selected
+    positions and :data:`IGNORE_INDEX` (−100) elsewhere. All randomness comes from
+    ``generator`` (or the global RNG when None), in a fixed order, so a seeded generator gives
+    the same corruption every time.
+    """
+    if input_ids.shape != special_mask.shape:
+        raise LearnableSparsityError(
+            f"special_mask {tuple(special_mask.shape)} does not match input_ids "
+            f"{tuple(input_ids.shape)}"
+        )
+    if not 0 < probability < 1:
+        raise LearnableSparsityError(f"probability must lie in (0, 1), got {probability}")
+    if not 0 <= mask_id < tokenizer_vocab_size:
+        raise LearnableSparsityError(
+            f"mask_id {mask_id} is not in a vocabulary of {tokenizer_vocab_size} tokens"
+        )
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    selected = (draw < probability) & ~special_mask.bool()
+    u = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    random_tokens = torch.randint(
+        tokenizer_vocab_size, input_ids.shape, generator=generator, device=input_ids.device
+    )
+    masked = input_ids.clone()
+    masked[selected & (u < MASK_FRACTION)] = mask_id
+    to_random = selected & (u >= MASK_FRACTION) & (u < MASK_FRACTION + RANDOM_FRACTION)
+    masked[to_random] = random_tokens[to_random]
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    return masked, labels
+
+
+# --------------------------------------------------------------------------- pre-training
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainSettings(Settings):
+    """Masked-LM pre-training of a small BERT (smoke stand-in for mBERT-cased).
+
+    mBERT: 110k WordPiece vocabulary, 12 layers of width 768 (12 heads, feed-forward 3072),
+    sequences of 512, 1M steps of 256 sequences, peak lr 1e-4 with 10k warm-up steps, 15%
+    masking. ``vocab_size`` is the WordPiece training target (:func:`train_wordpiece`); the
+    model's vocabulary is the tokenizer's actual size.
+    """
+
+    vocab_size: int = setting(at_least=len(SPECIAL_TOKENS) + 1)
+    hidden_size: int = setting(at_least=1)
+    num_layers: int = setting(at_least=1)
+    num_heads: int = setting(at_least=1)
+    intermediate_size: int = setting(at_least=1)
+    max_length: int = setting(at_least=3)  # [CLS], one token, [SEP]
+    steps: int = setting(at_least=1)
+    batch_size: int = setting(at_least=1)
+    lr: float = setting(above=0)
+    warmup: int = setting(at_least=1)
+    mask_probability: float = setting(0.15, above=0, below=1)
+    dropout: float = setting(0.1, at_least=0, below=1)
+    weight_decay: float = setting(0.01, at_least=0)
+    clip_norm: float = setting(1.0, at_least=0)  # 0: no clipping
+    log_every: int = setting(10, at_least=1)
+    seed: int = setting(0, at_least=0)
+
+    def validate(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise SettingsError(
+                "hidden_size",
+                f"must be divisible by num_heads {self.num_heads}, got {self.hidden_size}",
+            )
+        if self.warmup > self.steps:
+            raise SettingsError("warmup", f"must not exceed steps {self.steps}, got {self.warmup}")
+
+
+def linear_schedule(step: int, warmup: int, steps: int) -> float:
+    """Multiplier of the peak learning rate after ``step`` updates (LambdaLR's 0-based count).
+
+    With s = step + 1 (the update about to be made): min(s / warmup, (steps + 1 − s) /
+    (steps + 1 − warmup)), which rises linearly to 1 at s = warmup and then falls linearly to
+    1 / (steps + 1 − warmup) at the last update s = steps (never 0, so no update is wasted).
+    """
+    s = step + 1
+    return min(s / warmup, (steps + 1 - s) / (steps + 1 - warmup))
+
+
+def bert_config(settings: PretrainSettings, tokenizer: BertTokenizerFast) -> BertConfig:
+    """The ``BertConfig`` of the model :func:`pretrain_mlm` trains (vocabulary: the tokenizer's)."""
+    return BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_layers,
+        num_attention_heads=settings.num_heads,
+        intermediate_size=settings.intermediate_size,
+        max_position_embeddings=settings.max_length,
+        hidden_dropout_prob=settings.dropout,
+        attention_probs_dropout_prob=settings.dropout,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def _encode(texts: Sequence[str], tokenizer: BertTokenizerFast, max_length: int) -> list[Tensor]:
+    """Each text as ``[CLS] pieces [SEP]`` ids, truncated to ``max_length``.
+
+    Raises LearnableSparsityError for a text with no piece to predict (empty, or [UNK] only).
+    """
+    special = set(tokenizer.all_special_ids)
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    for index, ids in enumerate(encoded):
+        if all(i in special for i in ids):
+            raise LearnableSparsityError(
+                f"text {index} has no token to predict after tokenisation: {texts[index]!r}"
+            )
+    return [torch.tensor(ids) for ids in encoded]
+
+
+def _order(n: int, generator: torch.Generator) -> Iterator[int]:
+    """Sentence indices forever: one random permutation of range(n) per epoch."""
+    while True:
+        yield from torch.randperm(n, generator=generator).tolist()
+
+
+def pretrain_mlm(
+    texts: Sequence[str],
+    tokenizer: BertTokenizerFast,
+    settings: PretrainSettings,
+    *,
+    on_log: Callable[[int, float], None] | None = None,
+) -> BertForMaskedLM:
+    """A ``BertForMaskedLM`` (:func:`bert_config`) trained by masked-LM on ``texts``; eval mode.
+
+    Each of ``settings.steps`` updates takes the next ``batch_size`` sentences of a random
+    permutation of ``texts`` (a new one every epoch), padded to the longest, masks them with
+    :func:`mask_tokens` (never [CLS], [SEP], [PAD], [UNK] or [MASK]: the tokenizer's special
+    ids, as transformers' collator) and minimises the mean cross-entropy over the selected
+    positions (a batch in which no position was selected is masked again). AdamW (weight decay
+    on matrices and embeddings only, as BERT) with :func:`linear_schedule`, gradients clipped
+    to ``clip_norm``. ``on_log(step, loss)`` receives the mean loss of the last ``log_every``
+    updates after every ``log_every``-th update (step counted from 1). Runs on the CPU.
+
+    Deterministic given ``settings.seed``: initialisation and dropout use torch's global RNG
+    inside ``torch.random.fork_rng`` seeded with it (the caller's RNG state is left as it
+    was), data order and masking a generator seeded with it.
+
+    Known limits (for the pipeline stage): no checkpoint/resume, no validation loss, no
+    device choice; a non-finite loss raises LearnableSparsityError.
+    """
+    if not texts:
+        raise LearnableSparsityError("pretrain_mlm needs at least one text")
+    sentences = _encode(texts, tokenizer, settings.max_length)
+    special_ids = torch.tensor(tokenizer.all_special_ids)
+    generator = torch.Generator().manual_seed(settings.seed)
+    order = _order(len(sentences), generator)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        model = BertForMaskedLM(bert_config(settings, tokenizer))
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": [p for p in params if p.dim() >= 2]},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            ],
+            lr=settings.lr,
+            weight_decay=settings.weight_decay,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: linear_schedule(step, settings.warmup, settings.steps)
+        )
+        since_log: list[float] = []
+        for step in range(1, settings.steps + 1):
+            batch = [sentences[next(order)] for _ in range(settings.batch_size)]
+            input_ids = torch.nn.utils.rnn.pad_sequence(
+                batch, batch_first=True, padding_value=tokenizer.pad_token_id
+            )
+            attention_mask = input_ids != tokenizer.pad_token_id
+            special = torch.isin(input_ids, special_ids)
+            labels = torch.full_like(input_ids, IGNORE_INDEX)
+            while (labels == IGNORE_INDEX).all():
+                masked, labels = mask_tokens(
+                    input_ids,
+                    special,
+                    len(tokenizer),
+                    tokenizer.mask_token_id,
+                    settings.mask_probability,
+                    generator,
+                )
+            loss = model(input_ids=masked, attention_mask=attention_mask, labels=labels).loss
+            if not torch.isfinite(loss):
+                raise LearnableSparsityError(f"masked-LM loss is {loss.item()} at step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if settings.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, settings.clip_norm)
+            optimizer.step()
+            scheduler.step()
+            since_log.append(loss.item())
+            if step % settings.log_every == 0:
+                if on_log is not None:
+                    on_log(step, math.fsum(since_log) / len(since_log))
+                since_log = []
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _offline_error(name_or_path: str, cache_dir: str | None) -> LearnableSparsityError:
+    cache = cache_dir if cache_dir is not None else hub_constants.HF_HUB_CACHE
+    offline = os.environ.get("HF_HUB_OFFLINE", "<unset>")
+    return LearnableSparsityError(
+        f"{name_or_path!r} is not a local directory and is not in the Hugging Face cache "
+        f"{cache!r}, and the hub could not be reached (HF_HUB_OFFLINE={offline}; offline mode "
+        f"{'on' if hub_constants.HF_HUB_OFFLINE else 'off'}). Download it once on a machine with "
+        f"network access into that cache (e.g. `hf download {name_or_path} --cache-dir "
+        f"{cache}`, with HF_HUB_OFFLINE unset), or pass the path of a directory saved with "
+        "save_pretrained instead of the name."
+    )
+
+
+def _from_pretrained(
+    loader: Callable[..., Any], name_or_path: str, cache_dir: str | None, **kwargs: Any
+) -> Any:
+    """``loader(name_or_path, cache_dir=…, **kwargs)``, the offline failure made explicit.
+
+    transformers' ``cached_file`` (5.23) raises ``OSError`` from huggingface_hub's
+    ``LocalEntryNotFoundError`` exactly when a file is neither in a local directory nor in the
+    cache and the hub was not asked (offline mode, ``local_files_only``) or could not be reached
+    (a connection error or time-out). Every other failure (a missing directory given as a path,
+    an unknown repository on a reachable hub, a broken file) propagates unchanged.
+    """
+    if _looks_like_path(name_or_path) and not os.path.isdir(name_or_path):
+        raise LearnableSparsityError(f"BERT directory {name_or_path!r} does not exist")
+    try:
+        return loader(name_or_path, cache_dir=cache_dir, **kwargs)
+    except OSError as error:
+        if isinstance(error.__cause__, LocalEntryNotFoundError):
+            raise _offline_error(name_or_path, cache_dir) from error
+        raise
+
+
+def _looks_like_path(name_or_path: str) -> bool:
+    """True for an absolute path or one starting at ``.``/``~``: never a hub name."""
+    return os.path.isabs(name_or_path) or name_or_path.startswith((".", "~"))
+
+
+def load_bert(
+    name_or_path: str,
+    *,
+    cache_dir: str | None = None,
+    model_class: type[PreTrainedModel] = BertModel,
+    **kwargs: Any,
+) -> PreTrainedModel:
+    """``model_class.from_pretrained(name_or_path, cache_dir=cache_dir, **kwargs)``.
+
+    ``name_or_path`` is a directory written by ``save_pretrained`` (the smoke BERT) or a hub
+    name (``bert-base-multilingual-cased``) looked up in ``cache_dir`` (default: the Hugging
+    Face cache, ``huggingface_hub.constants.HF_HUB_CACHE``) and downloaded there when the hub
+    is reachable and ``HF_HUB_OFFLINE`` is not set. Raises LearnableSparsityError naming the
+    model, the cache directory and ``HF_HUB_OFFLINE`` when the name is in neither and the hub
+    cannot be reached, and when an absolute or ``./``-relative path is not a directory.
+    """
+    return _from_pretrained(model_class.from_pretrained, name_or_path, cache_dir, **kwargs)
+
+
+def load_bert_tokenizer(
+    name_or_path: str, *, cache_dir: str | None = None, **kwargs: Any
+) -> BertTokenizerFast:
+    """The WordPiece tokenizer saved with a BERT, with :func:`load_bert`'s lookup and errors.
+
+    Loaded through ``AutoTokenizer``: ``BertTokenizerFast.from_pretrained`` itself (5.23) does
+    not fail for a name it cannot find but returns a tokenizer of the five special tokens.
+    Raises LearnableSparsityError when the tokenizer found is not a BERT WordPiece tokenizer.
+    """
+    tokenizer = _from_pretrained(AutoTokenizer.from_pretrained, name_or_path, cache_dir, **kwargs)
+    if not isinstance(tokenizer, BertTokenizerFast):
+        raise LearnableSparsityError(
+            f"{name_or_path!r} holds a {type(tokenizer).__name__}, not a BERT WordPiece tokenizer"
+        )
+    return tokenizer
