@@ -95,14 +95,13 @@ def _missing(results: Results, *names: str) -> Verdict | None:
 # ------------------------------------------------------------------------------ NMT
 
 
-NmtPair = tuple[list[float], list[float], list[Curve], list[Curve]]
+NmtPair = tuple[str, str, list[float], list[float]]
 
 
 def _nmt_pairs(
     results: Results, variants: Sequence[str], baseline: str
 ) -> dict[str, NmtPair] | Verdict:
-    """corpus/variant → (variant's BLEU, baseline's BLEU, their validation NLL curves), or a
-    verdict."""
+    """corpus/variant → (corpus, variant, variant's BLEU, baseline's BLEU), or a verdict."""
     missing = _missing(results, "bleu")
     if missing:
         return missing
@@ -114,12 +113,11 @@ def _nmt_pairs(
             absent = [v for v in (variant, baseline) if v not in by_variant]
             if absent:
                 return not_measurable(f"{corpus}: no {', '.join(absent)} in the NMT grid")
-            curves = results.valid_nll.get(corpus, {})
             pairs[f"{corpus}/{variant}"] = (
+                corpus,
+                variant,
                 by_variant[variant],
                 by_variant[baseline],
-                curves.get(variant, []),
-                curves.get(baseline, []),
             )
     return pairs
 
@@ -143,27 +141,34 @@ def matched_nll_steps(
     return matched
 
 
-def _still_training(curves: dict[str, Curve]) -> Verdict | None:
-    """ "Not measurable" while an NMT model's validation perplexity still improves."""
-    return checks.unconverged(curves, "validation perplexity", log_loss=True)
-
-
-def _unsettled(comparisons: dict[str, tuple[list[Curve], list[Curve]]]) -> Verdict | None:
-    """ "Not measurable" while one NMT variant still catches up with another in validation
-    perplexity."""
-    return checks.unsettled(comparisons, "validation perplexity", log_loss=True)
+def _catching_up(
+    results: Results, variant: str, baseline: str, corpora: Sequence[str] | None = None
+) -> Verdict | None:
+    """ "Not measurable" while ``variant`` and ``baseline`` still close (or open) the gap between
+    their validation perplexities, on ``corpora`` (None: every corpus)."""
+    return checks.unsettled(
+        {
+            f"{corpus}/{variant}": (curves.get(variant, []), curves.get(baseline, []))
+            for corpus, curves in results.valid_nll.items()
+            if corpora is None or corpus in corpora
+        },
+        "validation perplexity",
+        log_loss=True,
+    )
 
 
 def _trained_to_plateau(results: Results, variants: Sequence[str]) -> Verdict | None:
     """ "Not measurable" while the validation perplexity of a model the claim analyses still
     improves: heads it has not grown yet may still appear."""
-    return _still_training(
+    return checks.unconverged(
         {
             f"{corpus}/{variant}/seed{i}": curve
             for corpus, by_variant in results.valid_nll.items()
             for variant in variants
             for i, curve in enumerate(by_variant.get(variant, []))
-        }
+        },
+        "validation perplexity",
+        log_loss=True,
     )
 
 
@@ -176,9 +181,9 @@ def bleu_at_least_as_good(
     if isinstance(pairs, Verdict):
         return pairs
     parts = {}
-    for name, (bleu, base, curves, base_curves) in pairs.items():
-        parts[name] = _unsettled({name: (curves, base_curves)}) or checks.at_least_as_good(
-            bleu, base, margin, names=(name.split("/")[-1], baseline)
+    for name, (corpus, variant, bleu, base) in pairs.items():
+        parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
+            checks.at_least_as_good(bleu, base, margin, names=(variant, baseline))
         )
     return all_of(parts)
 
@@ -191,9 +196,9 @@ def bleu_a_little_below(
     if isinstance(pairs, Verdict):
         return pairs
     parts = {}
-    for name, (bleu, base, curves, base_curves) in pairs.items():
-        parts[name] = _unsettled({name: (curves, base_curves)}) or checks.worse_by_at_most(
-            bleu, base, largest_gap, names=(variant, baseline)
+    for name, (corpus, _, bleu, base) in pairs.items():
+        parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
+            checks.worse_by_at_most(bleu, base, largest_gap, names=(variant, baseline))
         )
     return all_of(parts)
 
@@ -235,11 +240,11 @@ def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[s
     """Bimodality coefficient of the learned α, pooled over layers and seeds: above 5/9 in the
     ``bimodal`` attention types, not above it in the ``unimodal`` ones, once α has settled and
     the α-entmax models no longer catch up with softmax (α may stall early in training)."""
-    catching_up = {
-        f"{corpus}/entmax_alpha": (curves.get("entmax_alpha", []), curves.get("softmax", []))
-        for corpus, curves in results.valid_nll.items()
-    }
-    blocked = _missing(results, "alphas") or _alpha_still_moving(results) or _unsettled(catching_up)
+    blocked = (
+        _missing(results, "alphas")
+        or _alpha_still_moving(results)
+        or _catching_up(results, "entmax_alpha", "softmax")
+    )
     if blocked:
         return blocked
     parts = {}
@@ -332,11 +337,7 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
         if variant not in results.js or baseline not in results.js:
             parts[variant] = not_measurable(f"no head analysis of {variant} and {baseline}")
             continue
-        comparisons = {
-            f"{corpus}/{variant}": (curves.get(variant, []), curves.get(baseline, []))
-            for corpus, curves in results.valid_nll.items()
-        }
-        parts[variant] = _unsettled(comparisons) or checks.significantly_below(
+        parts[variant] = _catching_up(results, variant, baseline) or checks.significantly_below(
             _mean_over_blocks(results.js[baseline]),
             _mean_over_blocks(results.js[variant]),
             names=(baseline, variant),
