@@ -20,10 +20,12 @@ that says which model, which cache and how to fix it.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,8 +42,9 @@ from transformers import (
     PreTrainedModel,
 )
 
+from components.checkpoints import Checkpoint, restore_rng, rng_state
 from components.errors import LearnableSparsityError
-from components.settings import Settings, SettingsError, setting
+from components.settings import Settings, SettingsError, params_of, setting
 
 # BERT's special tokens, in the order that gives them ids 0..4 (``BertTokenizerFast``'s own
 # default vocabulary uses the same order).
@@ -153,6 +156,11 @@ def mask_tokens(
 
 # --------------------------------------------------------------------------- pre-training
 
+# Settings a pre-training checkpoint may be resumed under although they differ: they do not
+# change the updates already made (``steps`` changes the schedule's length, so a longer run
+# continues with the new schedule from the saved step).
+RESUMABLE_PRETRAIN = ("steps", "log_every", "checkpoint_every")
+
 
 @dataclass(frozen=True, kw_only=True)
 class PretrainSettings(Settings):
@@ -179,6 +187,7 @@ class PretrainSettings(Settings):
     weight_decay: float = setting(0.01, at_least=0)
     clip_norm: float = setting(1.0, at_least=0)  # 0: no clipping
     log_every: int = setting(10, at_least=1)
+    checkpoint_every: int = setting(100, at_least=1)
     seed: int = setting(0, at_least=0)
 
     def validate(self) -> None:
@@ -232,10 +241,21 @@ def _encode(texts: Sequence[str], tokenizer: BertTokenizerFast, max_length: int)
     return [torch.tensor(ids) for ids in encoded]
 
 
-def _order(n: int, generator: torch.Generator) -> Iterator[int]:
-    """Sentence indices forever: one random permutation of range(n) per epoch."""
-    while True:
-        yield from torch.randperm(n, generator=generator).tolist()
+def _batch(step: int, n: int, batch_size: int, seed: int) -> list[int]:
+    """Sentence indices of update ``step`` (from 1): positions (step − 1)·b … step·b − 1 of the
+    stream that visits range(n) in a fresh random permutation every epoch, the permutation of
+    epoch e drawn from seed ``seed · 1_000_003 + e``. A pure function of its arguments, so a
+    resumed run reads the same batches without saving the data order."""
+    indices = []
+    for position in range((step - 1) * batch_size, step * batch_size):
+        epoch, offset = divmod(position, n)
+        indices.append(_permutation(n, seed * 1_000_003 + epoch)[offset])
+    return indices
+
+
+@functools.lru_cache(maxsize=2)
+def _permutation(n: int, seed: int) -> list[int]:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def pretrain_mlm(
@@ -244,6 +264,8 @@ def pretrain_mlm(
     settings: PretrainSettings,
     *,
     on_log: Callable[[int, float], None] | None = None,
+    checkpoint_dir: Path | None = None,
+    before_checkpoint: Callable[[int], None] | None = None,
 ) -> BertForMaskedLM:
     """A ``BertForMaskedLM`` (:func:`bert_config`) trained by masked-LM on ``texts``; eval mode.
 
@@ -258,17 +280,21 @@ def pretrain_mlm(
 
     Deterministic given ``settings.seed``: initialisation and dropout use torch's global RNG
     inside ``torch.random.fork_rng`` seeded with it (the caller's RNG state is left as it
-    was), data order and masking a generator seeded with it.
+    was), masking a generator seeded with it, the data order :func:`_batch`.
 
-    Known limits (for the pipeline stage): no checkpoint/resume, no validation loss, no
-    device choice; a non-finite loss raises LearnableSparsityError.
+    With ``checkpoint_dir``, a checkpoint (:class:`~components.checkpoints.Checkpoint`: model,
+    optimizer, schedule, both random states, the step and the unlogged losses) is written
+    every ``checkpoint_every`` updates and at the end, after ``before_checkpoint(step)``; a run
+    started again with the same settings resumes from it and ends with the same weights as one
+    never interrupted (``steps``, ``log_every`` and ``checkpoint_every`` may change between the
+    two). No validation loss, no device choice; a non-finite loss raises
+    LearnableSparsityError.
     """
     if not texts:
         raise LearnableSparsityError("pretrain_mlm needs at least one text")
     sentences = _encode(texts, tokenizer, settings.max_length)
     special_ids = torch.tensor(tokenizer.all_special_ids)
     generator = torch.Generator().manual_seed(settings.seed)
-    order = _order(len(sentences), generator)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         model = BertForMaskedLM(bert_config(settings, tokenizer))
@@ -286,8 +312,34 @@ def pretrain_mlm(
             optimizer, lambda step: linear_schedule(step, settings.warmup, settings.steps)
         )
         since_log: list[float] = []
-        for step in range(1, settings.steps + 1):
-            batch = [sentences[next(order)] for _ in range(settings.batch_size)]
+        start = 0
+        resume = None
+        if checkpoint_dir is not None:
+            resume = Checkpoint(checkpoint_dir, params_of(settings), resumable=RESUMABLE_PRETRAIN)
+            state = resume.load()
+            if state is not None:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                scheduler.load_state_dict(state["scheduler"])
+                restore_rng(state["rng"], generator)
+                start, since_log = state["step"], state["since_log"]
+
+        def checkpoint(step: int, final: bool) -> None:
+            if before_checkpoint is not None:
+                before_checkpoint(step)
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": rng_state(generator),
+                "step": step,
+                "since_log": since_log,
+            }
+            resume.save(state, final=final)
+
+        for step in range(start + 1, settings.steps + 1):
+            indices = _batch(step, len(sentences), settings.batch_size, settings.seed)
+            batch = [sentences[i] for i in indices]
             input_ids = torch.nn.utils.rnn.pad_sequence(
                 batch, batch_first=True, padding_value=tokenizer.pad_token_id
             )
@@ -317,6 +369,10 @@ def pretrain_mlm(
                 if on_log is not None:
                     on_log(step, math.fsum(since_log) / len(since_log))
                 since_log = []
+            if resume is not None and (
+                step % settings.checkpoint_every == 0 or step == settings.steps
+            ):
+                checkpoint(step, final=step == settings.steps)
     return model.eval()
 
 

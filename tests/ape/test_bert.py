@@ -185,6 +185,39 @@ def test_pretraining_is_deterministic_given_the_seed(tokenizer) -> None:
     assert not all(torch.equal(a[key], c[key]) for key in a)
 
 
+def test_pretraining_interrupted_and_resumed_ends_with_the_same_weights(
+    tokenizer, tmp_path
+) -> None:
+    # Batches of 5 from 8 texts: the interruption (after step 3) falls inside an epoch.
+    settings = PretrainSettings(
+        **{**TINY.__dict__, "steps": 6, "warmup": 2, "batch_size": 5, "checkpoint_every": 3}
+    )
+    whole = pretrain_mlm(TEXTS, tokenizer, settings, checkpoint_dir=tmp_path / "whole")
+
+    def crash_after_step_4(step: int, _loss: float) -> None:
+        if step == 4:
+            raise KeyboardInterrupt
+
+    logged = PretrainSettings(**{**settings.__dict__, "log_every": 1})
+    with pytest.raises(KeyboardInterrupt):
+        pretrain_mlm(
+            TEXTS, tokenizer, logged, checkpoint_dir=tmp_path / "cut", on_log=crash_after_step_4
+        )
+    saved_steps: list[int] = []
+    resumed = pretrain_mlm(
+        TEXTS,
+        tokenizer,
+        settings,
+        checkpoint_dir=tmp_path / "cut",
+        before_checkpoint=saved_steps.append,
+    )
+    assert saved_steps == [6]  # resumed at step 3: only the final save remained
+    for (name, a), (_, b) in zip(
+        whole.state_dict().items(), resumed.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
 def test_pretraining_refuses_a_text_without_tokens(tokenizer) -> None:
     with pytest.raises(LearnableSparsityError, match="text 1"):
         pretrain_mlm(["Das Haus", "   "], tokenizer, TINY)
