@@ -1,1 +1,1 @@
-"""Evaluation metrics: translation (BLEU, chrF via sacreBLEU, with signatures)."""
+"""Evaluation metrics: translation (BLEU, chrF, TER via sacreBLEU, with signatures)."""
