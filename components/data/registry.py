@@ -28,7 +28,7 @@ from fairseq's Moses-tokenized, lowercased, length-cleaned version in its train/
 :func:`components.data.fetch.download` (cache reuse, resume, SHA-256 checks; an unreachable host
 raises a :class:`~components.errors.LearnableSparsityError` pointing to the ``local`` corpus
 source), extracts the splits, logs a warning for a split size that differs from the published
-one and then drops pairs with an empty side (counted in the log). No entry pins a digest yet (they
+one and then drops rows with an empty field (counted in the log). No entry pins a digest yet (they
 could not be computed offline; the Hugging Face ``main`` revisions can also move): the first
 download of each file records its digest and later uses are verified against the record.
 """
@@ -43,13 +43,12 @@ from pathlib import Path
 
 from components.data.extractors import (
     Extractor,
-    Pairs,
     ParquetTranslations,
     TextFiles,
     Wit3Archive,
 )
 from components.data.fetch import DEFAULT_TIMEOUT, download
-from components.data.local import SPLITS
+from components.data.local import PAIR_FIELDS, SPLITS, Rows
 from components.errors import LearnableSparsityError
 
 _log = logging.getLogger(__name__)
@@ -66,9 +65,12 @@ class RemoteFile:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    """A downloadable parallel corpus translated from ``source_lang`` into ``target_lang``.
+    """A downloadable corpus translated from ``source_lang`` into ``target_lang``.
 
-    ``expected_sizes`` holds the published number of pairs per split (None where unknown).
+    Its rows have one string per element of ``fields`` (the file extensions of a prepared
+    split): (source, target) pairs by default, (src, mt, pe) triplets for an APE corpus.
+    ``splits`` are the splits its extractor yields (an APE corpus has a test set per year).
+    ``expected_sizes`` holds the published number of rows per split (None where unknown).
     """
 
     name: str
@@ -78,6 +80,8 @@ class CorpusSpec:
     extractor: Extractor
     expected_sizes: Mapping[str, int | None] = field(default_factory=dict)
     description: str = ""
+    fields: tuple[str, ...] = PAIR_FIELDS
+    splits: tuple[str, ...] = SPLITS
 
 
 _HF = "https://huggingface.co/datasets"
@@ -226,10 +230,11 @@ def fetch_corpus(
     *,
     progress: bool = True,
     timeout: float = DEFAULT_TIMEOUT,
-) -> dict[str, Pairs]:
+) -> dict[str, Rows]:
     """Download (or reuse from ``cache_dir/<name>/``) and extract a corpus of :data:`CORPORA`.
 
-    Returns the (source, target) pairs of ``train``, ``valid`` and ``test``.
+    Returns the rows of every split of ``corpus.splits``, one string per field of
+    ``corpus.fields``: (source, target) pairs, or (source, MT, post-edit) triplets.
     """
     if isinstance(corpus, str):
         if corpus not in CORPORA:
@@ -243,24 +248,24 @@ def fetch_corpus(
         for remote in corpus.files
     }
     splits = corpus.extractor.extract(files, corpus.source_lang, corpus.target_lang)
-    result: dict[str, Pairs] = {}
-    for split in SPLITS:
-        pairs = splits[split]
+    result: dict[str, Rows] = {}
+    for split in corpus.splits:
+        rows = splits[split]
         expected = corpus.expected_sizes.get(split)
-        if expected is not None and len(pairs) != expected:
+        if expected is not None and len(rows) != expected:
             _log.warning(
-                "%s %s has %d pairs, the published size is %d",
+                "%s %s has %d rows, the published size is %d",
                 corpus.name,
                 split,
-                len(pairs),
+                len(rows),
                 expected,
             )
-        result[split] = [(s, t) for s, t in pairs if s and t]
-        if len(result[split]) < len(pairs):
+        result[split] = [row for row in rows if all(row)]
+        if len(result[split]) < len(rows):
             _log.warning(
-                "%s %s: dropped %d pairs with an empty side",
+                "%s %s: dropped %d rows with an empty field",
                 corpus.name,
                 split,
-                len(pairs) - len(result[split]),
+                len(rows) - len(result[split]),
             )
     return result
