@@ -8,7 +8,8 @@ latent-variable experiments.
 * :mod:`components.data.registry` — the registry of published corpora and ``fetch_corpus``, which
   downloads and extracts one.
 * :mod:`components.data.fetch` — the HTTP fetcher: resumable, SHA-256-verified, cached downloads.
-* :mod:`components.data.extractors` — corpus files (parquet, plain text, zip/tar, WIT3) to pairs.
+* :mod:`components.data.extractors` — corpus files (parquet, plain text, zip/tar, WIT3) to pairs
+  or triplets.
 * :mod:`components.data.bpe` — joint BPE (sentencepiece) training, encoding and decoding.
 * :mod:`components.data.images` — digits / MNIST / Fashion-MNIST images, binarisation, levels.
 * :mod:`components.data.signal_game` — signalling-game features (EGG files, digits stand-in).

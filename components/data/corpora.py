@@ -9,9 +9,10 @@ A corpus entry names its ``source``:
 * ``download`` — a published corpus of the registry (:mod:`components.data.registry`) by
   ``name``, fetched into ``cache`` with resume and checksums.
 
-The prepared corpus is written by ``components.data.local.write_corpus``.
-:func:`source_language` names the language of a corpus's source side (the head analysis reads
-the question words of that language).
+The prepared corpus is written by ``components.data.local.write_corpus``, one file per split and
+field (:func:`corpus_fields`: ``.src`` / ``.tgt``, or ``.src`` / ``.mt`` / ``.pe`` for a
+downloaded APE corpus). :func:`source_language` names the language of a corpus's source side (the
+head analysis reads the question words of that language).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from components.data.generated import SOURCE_LANGUAGE, generate_splits
-from components.data.local import SPLITS, Pairs, load_local_corpus
+from components.data.local import PAIR_FIELDS, SPLITS, Rows, load_local_corpus
 from components.data.registry import CORPORA, fetch_corpus
 from components.settings import Settings, SettingsError, build_tagged, setting
 
@@ -97,8 +98,17 @@ def source_language(settings: CorpusSettings) -> str | None:
     return CORPORA[settings.name].source_lang
 
 
-def load_corpus(settings: CorpusSettings) -> dict[str, Pairs]:
-    """The (source, target) pairs of every split of the corpus ``settings`` describe."""
+def corpus_fields(settings: CorpusSettings) -> tuple[str, ...]:
+    """The fields of the corpus's rows, named by their file extensions: (src, tgt) pairs, or
+    the registry's fields for a downloaded corpus ((src, mt, pe) triplets for an APE corpus)."""
+    if isinstance(settings, DownloadedCorpus):
+        return CORPORA[settings.name].fields
+    return PAIR_FIELDS
+
+
+def load_corpus(settings: CorpusSettings) -> Mapping[str, Rows]:
+    """The rows of every split of the corpus ``settings`` describe: (source, target) pairs, or
+    the fields of :func:`corpus_fields`."""
     if isinstance(settings, GeneratedCorpus):
         # The order of the splits decides which slice of the one generated corpus each gets.
         return generate_splits({split: settings.sizes[split] for split in SPLITS}, settings.seed)

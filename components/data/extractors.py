@@ -1,18 +1,23 @@
-"""Extractors: turn the downloaded files of a corpus into (source, target) pairs per split.
+"""Extractors: turn the downloaded files of a corpus into rows per split.
 
-An :class:`Extractor` maps the downloaded files of a corpus (by file name) to the pairs of each
-split. Three layouts cover the corpora of :mod:`components.data.registry`:
+An :class:`Extractor` maps the downloaded files of a corpus (by file name) to the rows of each
+split: (source, target) pairs for a parallel corpus, (source, MT, post-edit) triplets for an
+automatic post-editing corpus. Four layouts cover the corpora of
+:mod:`components.data.registry`:
 
 * :class:`ParquetTranslations` — Hugging Face translation parquet files (shards concatenated),
   read with ``pyarrow`` (installed with MLflow);
-* :class:`TextFiles` — line-aligned plain-text files, loose or inside an archive;
+* :class:`TextFiles` — line-aligned plain-text source/target files, loose or inside an archive;
 * :class:`Wit3Archive` — an IWSLT release from WIT3: ``train.tags`` transcripts and XML
-  ``<seg>`` dev/test documents.
+  ``<seg>`` dev/test documents;
+* :class:`AlignedMembers` — line-aligned plain-text files, one per field (e.g. ``.src``,
+  ``.mt``, ``.pe``), inside one or more archives, a split possibly concatenated from several
+  releases (the WMT APE data).
 
 :func:`read_members` reads members of a zip (``zipfile``) or tar(.gz) (``tarfile``) archive by
 path suffix, each suffix matching exactly one file. Text is kept as published apart from
 stripping whitespace at line ends and decoding XML entities in WIT3 ``<seg>`` elements: no
-tokenization, truecasing or length filter. Undecodable text, source/target files of different
+tokenization, truecasing or length filter. Undecodable text, line-aligned files of different
 lengths, a file that is neither a zip nor a tar archive, an archive member that is missing or
 ambiguous and a parquet file without the language fields raise a
 :class:`~components.errors.LearnableSparsityError` naming the file.
@@ -24,15 +29,13 @@ import html
 import re
 import tarfile
 import zipfile
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from components.data.local import decode_lines, pair_lines
+from components.data.local import Pairs, Rows, align_lines, decode_lines, pair_lines
 from components.errors import LearnableSparsityError
-
-Pairs = list[tuple[str, str]]
 
 
 def _member_matches(name: str, suffix: str) -> bool:
@@ -76,11 +79,11 @@ def read_members(archive: Path, suffixes: Collection[str]) -> dict[str, bytes]:
 
 
 class Extractor(Protocol):
-    """Turns the downloaded files of a corpus into (source, target) pairs per split."""
+    """Turns the downloaded files of a corpus into rows (pairs or triplets) per split."""
 
     def extract(
         self, files: Mapping[str, Path], source_lang: str, target_lang: str
-    ) -> dict[str, Pairs]:
+    ) -> Mapping[str, Rows]:
         """``files`` maps each :class:`~components.data.registry.RemoteFile` name to its
         downloaded path."""
         ...
@@ -153,6 +156,59 @@ class TextFiles:
                 label[target],
             )
             for split, (source, target) in self.splits.items()
+        }
+
+
+@dataclass(frozen=True)
+class Member:
+    """A text file inside a downloaded archive: the archive's
+    :class:`~components.data.registry.RemoteFile` name and the member's path suffix (see
+    :func:`read_members`)."""
+
+    archive: str
+    path: str
+
+
+@dataclass(frozen=True)
+class AlignedMembers:
+    """Line-aligned plain-text files inside downloaded zip or tar archives, one file per field
+    (e.g. source, MT output and post-edit of an APE corpus).
+
+    ``splits`` maps each split to its parts, concatenated in order (e.g. the training sets of two
+    releases), each part naming one :class:`Member` per field. The member names describe the
+    published archives, so they are data of the registry entry rather than code.
+    """
+
+    splits: Mapping[str, tuple[tuple[Member, ...], ...]]
+
+    def extract(
+        self, files: Mapping[str, Path], source_lang: str, target_lang: str
+    ) -> dict[str, Rows]:
+        """Rows of every split, one string per field (the languages are not needed: the members
+        name the fields)."""
+        wanted: dict[str, set[str]] = {}
+        for parts in self.splits.values():
+            for part in parts:
+                for member in part:
+                    wanted.setdefault(member.archive, set()).add(member.path)
+        contents = {
+            Member(archive, path): data
+            for archive, paths in wanted.items()
+            for path, data in read_members(files[archive], paths).items()
+        }
+
+        def rows(part: Sequence[Member]) -> Rows:
+            labels = [f"{files[member.archive]}:{member.path}" for member in part]
+            return align_lines(
+                [
+                    (label, decode_lines(contents[member], label))
+                    for member, label in zip(part, labels, strict=True)
+                ]
+            )
+
+        return {
+            split: [row for part in parts for row in rows(part)]
+            for split, parts in self.splits.items()
         }
 
 

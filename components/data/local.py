@@ -3,15 +3,20 @@
 A corpus is six files, a source and a target file for each of the splits ``train``, ``valid``
 and ``test`` (a prepared corpus: ``<split>.src`` / ``<split>.tgt`` in one directory, written by
 :func:`write_corpus`, read by :func:`read_corpus`); line *i* of a source file is translated by
-line *i* of its target file. Files are UTF-8 (an initial byte-order mark is dropped) with
-``\\n`` line ends (a ``\\r`` before it is dropped too); a final line end is optional. Only
-``\\n`` separates lines: other Unicode line separators stay inside a sentence. Leading and
-trailing whitespace of each line is removed.
+line *i* of its target file. An automatic post-editing (APE) corpus holds triplets instead: a
+source, a machine translation of it and its human post-edit per line, in ``<split>.src`` /
+``<split>.mt`` / ``<split>.pe`` (:data:`TRIPLET_FIELDS`), with splits of its own (e.g. the test
+sets of several years); :func:`write_corpus` writes it too and :func:`read_triplets` reads it.
+
+Files are UTF-8 (an initial byte-order mark is dropped) with ``\\n`` line ends (a ``\\r``
+before it is dropped too); a final line end is optional. Only ``\\n`` separates lines: other
+Unicode line separators stay inside a sentence. Leading and trailing whitespace of each line is
+removed.
 
 Every problem is reported as a :class:`~components.errors.LearnableSparsityError` naming the file:
 a missing file, bytes that are not UTF-8 (with the line number), a file without any line, empty
-lines (their line numbers, up to ten, and how many there are) and source/target files of one
-split with different numbers of lines (both files and both counts).
+lines (their line numbers, up to ten, and how many there are) and the files of one split with
+different numbers of lines (every file and its count).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +32,15 @@ from components.data.atomic import atomic_write_text
 from components.errors import LearnableSparsityError
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
+# The file extensions of one split of a prepared corpus, one per field of its rows: a parallel
+# corpus holds (source, target) pairs, an APE corpus (source, MT output, post-edit) triplets.
+PAIR_FIELDS: tuple[str, ...] = ("src", "tgt")
+TRIPLET_FIELDS: tuple[str, ...] = ("src", "mt", "pe")
 # How many offending line numbers an error message lists.
 MAX_REPORTED_LINES = 10
 Pairs = list[tuple[str, str]]
+Triplets = list[tuple[str, str, str]]
+Rows = Sequence[tuple[str, ...]]  # pairs or triplets: one string per field
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:
@@ -87,17 +98,28 @@ def read_parallel(
     return pair_lines(read_lines(source), read_lines(target), str(source), str(target))
 
 
+def check_aligned(files: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """Raise, naming every file and its line count, unless the ``(name, lines)`` of line-aligned
+    files all have the same number of lines."""
+    if len({len(lines) for _, lines in files}) > 1:
+        counts = ", ".join(f"{name} has {len(lines)} lines" for name, lines in files)
+        raise LearnableSparsityError(f"line-aligned files differ in length: {counts}")
+
+
 def pair_lines(
     source_lines: list[str], target_lines: list[str], source_name: str, target_name: str
-) -> list[tuple[str, str]]:
+) -> Pairs:
     """Zip line-aligned source and target lines; raise, naming both files, if their counts
     differ."""
-    if len(source_lines) != len(target_lines):
-        raise LearnableSparsityError(
-            f"parallel files differ in length: {source_name} has {len(source_lines)} lines, "
-            f"{target_name} has {len(target_lines)}"
-        )
+    check_aligned([(source_name, source_lines), (target_name, target_lines)])
     return list(zip(source_lines, target_lines, strict=True))
+
+
+def align_lines(files: Sequence[tuple[str, list[str]]]) -> list[tuple[str, ...]]:
+    """Rows of the ``(name, lines)`` of any number of line-aligned files (one string per file);
+    raise, naming every file, if their counts differ."""
+    check_aligned(files)
+    return list(zip(*(lines for _, lines in files), strict=True))
 
 
 def load_local_corpus(
@@ -116,16 +138,26 @@ def load_local_corpus(
     return {split: read_parallel(*files[split]) for split in SPLITS}
 
 
-def write_corpus(directory: Path, splits: Mapping[str, Pairs]) -> dict[str, Any]:
-    """``<split>.src`` / ``<split>.tgt`` files (atomically) and their description: sizes and
-    the SHA-256 of every file."""
+def write_corpus(
+    directory: Path, splits: Mapping[str, Rows], fields: Sequence[str] = PAIR_FIELDS
+) -> dict[str, Any]:
+    """A ``<split>.<field>`` file for every split and field (atomically) and their description:
+    sizes and the SHA-256 of every file.
+
+    ``fields`` names the files of a split, one per element of its rows: :data:`PAIR_FIELDS` for
+    a parallel corpus, :data:`TRIPLET_FIELDS` for an APE corpus.
+    """
     digests = {}
-    for split in SPLITS:
-        for side, index in (("src", 0), ("tgt", 1)):
-            text = "".join(pair[index] + "\n" for pair in splits[split])
-            atomic_write_text(directory / f"{split}.{side}", text)
-            digests[f"{split}.{side}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return {"sizes": {split: len(splits[split]) for split in SPLITS}, "sha256": digests}
+    for split, rows in splits.items():
+        if any(len(row) != len(fields) for row in rows):
+            raise LearnableSparsityError(
+                f"{split}: every row must hold one string per field {list(fields)}"
+            )
+        for index, field in enumerate(fields):
+            text = "".join(row[index] + "\n" for row in rows)
+            atomic_write_text(directory / f"{split}.{field}", text)
+            digests[f"{split}.{field}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return {"sizes": {split: len(rows) for split, rows in splits.items()}, "sha256": digests}
 
 
 def read_corpus(directory: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, Pairs]:
@@ -134,3 +166,16 @@ def read_corpus(directory: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, 
         split: read_parallel(directory / f"{split}.src", directory / f"{split}.tgt")
         for split in splits
     }
+
+
+def read_triplets(directory: Path, splits: Sequence[str]) -> dict[str, Triplets]:
+    """The (source, MT, post-edit) triplets of the ``splits`` of an APE corpus written by
+    :func:`write_corpus` (``<split>.src`` / ``.mt`` / ``.pe``), validated like
+    :func:`read_corpus`."""
+    result = {}
+    for split in splits:
+        paths = [directory / f"{split}.{field}" for field in TRIPLET_FIELDS]
+        source, mt, post_edit = (read_lines(path) for path in paths)
+        check_aligned(list(zip(map(str, paths), (source, mt, post_edit), strict=True)))
+        result[split] = list(zip(source, mt, post_edit, strict=True))
+    return result

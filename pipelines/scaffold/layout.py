@@ -15,7 +15,7 @@ REPORTS = Path("reports")
 FIGURES = REPORTS / "figures"
 
 EXTERNAL = DATA / "external"  # the user's own input files (local corpora, EGG features): a dep
-CORPORA = DATA / "corpora"  # stage corpora: <name>/{train,valid,test}.{src,tgt}, meta.json
+CORPORA = DATA / "corpora"  # stage corpora: <name>/<split>.{src,tgt} (APE: .{src,mt,pe}), meta.json
 BPE = DATA / "bpe"  # stage bpe: <corpus>/bpe.model
 IMAGES = DATA / "images"  # stage images: <name>.pt, meta.json
 NMT_MODELS = MODELS / "nmt"  # stage train_nmt: <corpus>/<variant>/seed<k>/ (checkpoints)

@@ -1,10 +1,14 @@
 """Tests for ``components.data.registry``: :func:`fetch_corpus` on each archive layout of
-``components.data.extractors`` (files served by the loopback HTTP server of conftest.py) and the
+``components.data.extractors`` (files served by the loopback HTTP server of conftest.py), the
+APE triplet corpora end to end (download, cache, resume, digests, prepared files) and the
 completeness of :data:`CORPORA`."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import re
+import socket
 import tarfile
 import zipfile
 from dataclasses import replace
@@ -13,7 +17,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from components.data.corpora import corpus_settings, source_language
+from components.data.corpora import corpus_fields, corpus_settings, source_language
+from components.data.extractors import AlignedMembers
+from components.data.local import (
+    PAIR_FIELDS,
+    SPLITS,
+    TRIPLET_FIELDS,
+    read_triplets,
+    write_corpus,
+)
 from components.data.registry import CORPORA, CorpusSpec, fetch_corpus
 from components.errors import LearnableSparsityError
 
@@ -169,12 +181,21 @@ def test_registry_entries_are_complete(name: str) -> None:
     spec = CORPORA[name]
     assert spec.name == name
     assert name.endswith(f"_{spec.source_lang}_{spec.target_lang}")
-    assert set(spec.expected_sizes) == {"train", "valid", "test"}
+    assert set(spec.expected_sizes) == set(spec.splits)
+    for size in spec.expected_sizes.values():
+        assert size is None or (isinstance(size, int) and size > 0)
     names = [f.name for f in spec.files]
     assert len(names) == len(set(names))
     for remote in spec.files:
         assert remote.url.startswith(("https://", "http://")) and remote.sha256 is None
     extractor = spec.extractor
+    if isinstance(extractor, AlignedMembers):  # every part names one member per field
+        assert tuple(extractor.splits) == spec.splits
+        parts = [part for split_parts in extractor.splits.values() for part in split_parts]
+        assert all(len(part) == len(spec.fields) for part in parts)
+        assert {member.archive for part in parts for member in part} == set(names)
+        return
+    assert spec.fields == PAIR_FIELDS and spec.splits == SPLITS  # what the NMT stages read
     referenced = getattr(extractor, "archive", None)
     if referenced is not None:
         assert referenced in names
@@ -183,6 +204,166 @@ def test_registry_entries_are_complete(name: str) -> None:
         assert set(splits) == {"train", "valid", "test"}
         used = {n for value in splits.values() for n in value}
         assert used == set(names)
+
+
+def test_ape_entries_hold_triplets() -> None:
+    wmt = CORPORA["wmt_ape_pbsmt_en_de"]
+    assert wmt.fields == TRIPLET_FIELDS
+    assert wmt.splits == ("train", "valid", "test2016", "test2017", "test2018")
+    assert dict(wmt.expected_sizes) == {
+        "train": 23_000,
+        "valid": 1_000,
+        "test2016": 2_000,
+        "test2017": 2_000,
+        "test2018": 2_000,
+    }
+    escape = CORPORA["escape_pbsmt_en_de"]
+    assert (escape.fields, escape.splits, dict(escape.expected_sizes)) == (
+        TRIPLET_FIELDS,
+        ("train",),
+        {"train": None},
+    )
+    settings = corpus_settings({"source": "download", "name": wmt.name}, "corpora.ape")
+    assert corpus_fields(settings) == TRIPLET_FIELDS
+    assert source_language(settings) == "en"
+
+
+def _triplet_members(folder: str, stem: str, n: int, fields: tuple[str, ...]) -> dict[str, str]:
+    """``<folder>/<stem>.<field>`` members with ``n`` lines ``<folder> <stem> <field> <i>``."""
+    return {
+        f"{folder}/{stem}.{field}": _lines(*(f"{folder} {stem} {field} {i}" for i in range(n)))
+        for field in fields
+    }
+
+
+def _wmt_ape_archives() -> dict[str, bytes]:
+    """Fake archives with the layout the ``wmt_ape_pbsmt_en_de`` entry declares, in folders (as
+    in the releases) and with decoys (QE labels) that must not be read."""
+    pe = ("src", "mt", "pe")
+    train_dev = {
+        **_triplet_members("wmt16/train", "train", 3, pe),
+        **_triplet_members("wmt16/dev", "dev", 2, pe),
+        "wmt16/train/train.hter": _lines("0.1", "0.2", "0.3"),
+    }
+    return {
+        "wmt16_TrainDev.zip": _zip(train_dev),
+        "wmt16_Test.zip": _zip(_triplet_members("wmt16/test", "test", 2, ("src", "mt"))),
+        "wmt16_test_pe.zip": _zip(_triplet_members("wmt16/test", "test", 2, ("pe",))),
+        "wmt17_train.tar.gz": _tar_gz(_triplet_members("wmt17", "train", 2, pe)),
+        "wmt17_test.tar.gz": _tar_gz(_triplet_members("wmt17", "test", 1, pe)),
+        "wmt18_test_pbsmt.tar.gz": _tar_gz(_triplet_members("wmt18", "test", 2, pe)),
+    }
+
+
+def _rows(folder: str, stem: str, n: int) -> list[tuple[str, ...]]:
+    return [tuple(f"{folder} {stem} {field} {i}" for field in TRIPLET_FIELDS) for i in range(n)]
+
+
+def test_fetch_wmt_ape_triplets_and_write_them(server: LoopbackServer, tmp_path: Path) -> None:
+    archives = _wmt_ape_archives()
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
+    expected = {
+        "train": _rows("wmt16/train", "train", 3) + _rows("wmt17", "train", 2),
+        "valid": _rows("wmt16/dev", "dev", 2),
+        "test2016": _rows("wmt16/test", "test", 2),
+        "test2017": _rows("wmt17", "test", 1),
+        "test2018": _rows("wmt18", "test", 2),
+    }
+    assert corpus == expected
+    root = tmp_path / "cache" / spec.name
+    for name, data in archives.items():  # the first download records each file's digest
+        assert (root / f"{name}.sha256").read_text().strip() == hashlib.sha256(data).hexdigest()
+    assert fetch_corpus(spec, tmp_path / "cache", progress=False) == expected  # from the cache
+    assert len(server.requests) == len(archives)
+
+    prepared = tmp_path / "corpora" / spec.name
+    meta = write_corpus(prepared, corpus, spec.fields)
+    assert meta["sizes"] == {"train": 5, "valid": 2, "test2016": 2, "test2017": 1, "test2018": 2}
+    files = sorted(path.name for path in prepared.iterdir())
+    assert files == sorted(f"{split}.{field}" for split in spec.splits for field in TRIPLET_FIELDS)
+    assert sorted(meta["sha256"]) == files
+    assert (prepared / "test2018.pe").read_text() == "wmt18 test pe 0\nwmt18 test pe 1\n"
+    assert read_triplets(prepared, spec.splits) == expected
+
+
+def test_interrupted_ape_download_resumes(server: LoopbackServer, tmp_path: Path) -> None:
+    archives = _wmt_ape_archives()
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    path = f"/{spec.name}/wmt16_TrainDev.zip"
+    server.drop_after[path] = len(archives["wmt16_TrainDev.zip"]) // 2
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    assert len(corpus["train"]) == 5
+    assert [r for r in server.requests if r[0] == path] == [
+        (path, None),
+        (path, f"bytes={len(archives['wmt16_TrainDev.zip']) // 2}-"),
+    ]
+
+
+def test_recorded_digest_guards_a_changed_ape_archive(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    archives = _wmt_ape_archives()
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    fetch_corpus(spec, tmp_path, progress=False)
+    (tmp_path / spec.name / "wmt17_test.tar.gz").unlink()
+    server.files[f"/{spec.name}/wmt17_test.tar.gz"] = _tar_gz(
+        _triplet_members("wmt17", "test", 5, TRIPLET_FIELDS)
+    )
+    with pytest.raises(LearnableSparsityError, match=r"wmt17_test\.tar\.gz\.sha256 by an earlier"):
+        fetch_corpus(spec, tmp_path, progress=False)
+
+
+def test_fetch_escape_triplets(server: LoopbackServer, tmp_path: Path) -> None:
+    spec = CORPORA["escape_pbsmt_en_de"]
+    members = _triplet_members("escape", "en-de.pbsmt", 4, TRIPLET_FIELDS)
+    members["escape/en-de.pbsmt.mt"] = _lines("m0", "", "m2", "m3")  # an empty MT line
+    archive = spec.files[0].name
+    corpus = fetch_corpus(
+        _served(spec, server, {archive: _tar_gz(members)}), tmp_path, progress=False
+    )
+    assert list(corpus) == ["train"]
+    assert [row[1] for row in corpus["train"]] == ["m0", "m2", "m3"]  # the empty row dropped
+
+
+def test_misaligned_ape_members_name_every_file(server: LoopbackServer, tmp_path: Path) -> None:
+    archives = _wmt_ape_archives()
+    archives["wmt16_test_pe.zip"] = _zip(_triplet_members("wmt16/test", "test", 1, ("pe",)))
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    with pytest.raises(LearnableSparsityError) as err:
+        fetch_corpus(spec, tmp_path, progress=False)
+    message = str(err.value)
+    assert "line-aligned files differ in length" in message
+    assert re.search(r"wmt16_Test\.zip:test\.mt has 2 lines", message)
+    assert re.search(r"wmt16_test_pe\.zip:test\.pe has 1 lines", message)
+
+
+def test_misaligned_prepared_triplets_name_every_file(tmp_path: Path) -> None:
+    write_corpus(tmp_path, {"test2017": [("s", "m", "p"), ("s2", "m2", "p2")]}, TRIPLET_FIELDS)
+    (tmp_path / "test2017.pe").write_text("p\n")
+    with pytest.raises(LearnableSparsityError) as err:
+        read_triplets(tmp_path, ("test2017",))
+    message = str(err.value)
+    assert f"{tmp_path / 'test2017.mt'} has 2 lines" in message
+    assert f"{tmp_path / 'test2017.pe'} has 1 lines" in message
+
+
+def test_rows_must_match_the_fields(tmp_path: Path) -> None:
+    with pytest.raises(LearnableSparsityError, match=r"train: every row .* \['src', 'tgt'\]"):
+        write_corpus(tmp_path, {"train": [("s", "m", "p")]})
+
+
+def test_unreachable_ape_host_suggests_the_local_source(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    spec = CORPORA["wmt_ape_pbsmt_en_de"]
+    files = tuple(replace(f, url=f"http://127.0.0.1:{port}/{f.name}") for f in spec.files)
+    with pytest.raises(LearnableSparsityError) as err:
+        fetch_corpus(replace(spec, files=files), tmp_path, progress=False, timeout=5)
+    message = str(err.value)
+    assert f"http://127.0.0.1:{port}/wmt16_TrainDev.zip" in message
+    assert "`local` corpus source" in message
 
 
 def test_source_language_of_every_corpus_kind() -> None:
