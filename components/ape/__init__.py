@@ -1,1 +1,2 @@
-"""BERT-based automatic post-editing (APE): the BERT it starts from, pre-trained or loaded."""
+"""BERT-based automatic post-editing (APE): the BERT it starts from, pre-trained or loaded
+(:mod:`components.ape.bert`), and the APE models built on it (:mod:`components.ape.model`)."""

@@ -97,7 +97,7 @@ def test_segments_and_positions_of_a_padded_joint_input() -> None:
 
 def test_joint_input_target_ids_and_detokenize(tokenizer) -> None:
     sep = tokenizer.sep_token_id
-    src, mt = joint_input(tokenizer, "a bad", "c").copy(), target_ids(tokenizer, "c")
+    src, mt = joint_input(tokenizer, "a bad", "c"), target_ids(tokenizer, "c")
     ids = {w: tokenizer.convert_tokens_to_ids(w) for w in ("a", "b", "##a", "##d", "c")}
     assert src == [ids["a"], ids["b"], ids["##a"], ids["##d"], sep, ids["c"]]
     assert mt == [ids["c"]]
