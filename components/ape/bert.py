@@ -44,6 +44,7 @@ from transformers import (
 
 from components.checkpoints import Checkpoint, restore_rng, rng_state
 from components.errors import LearnableSparsityError
+from components.nmt.training import linear_schedule
 from components.settings import Settings, SettingsError, params_of, setting
 
 # BERT's special tokens, in the order that gives them ids 0..4 (``BertTokenizerFast``'s own
@@ -200,17 +201,6 @@ class PretrainSettings(Settings):
             raise SettingsError("warmup", f"must not exceed steps {self.steps}, got {self.warmup}")
 
 
-def linear_schedule(step: int, warmup: int, steps: int) -> float:
-    """Multiplier of the peak learning rate after ``step`` updates (LambdaLR's 0-based count).
-
-    With s = step + 1 (the update about to be made): min(s / warmup, (steps + 1 − s) /
-    (steps + 1 − warmup)), which rises linearly to 1 at s = warmup and then falls linearly to
-    1 / (steps + 1 − warmup) at the last update s = steps (never 0, so no update is wasted).
-    """
-    s = step + 1
-    return min(s / warmup, (steps + 1 - s) / (steps + 1 - warmup))
-
-
 def bert_config(settings: PretrainSettings, tokenizer: BertTokenizerFast) -> BertConfig:
     """The ``BertConfig`` of the model :func:`pretrain_mlm` trains (vocabulary: the tokenizer's)."""
     return BertConfig(
@@ -274,9 +264,10 @@ def pretrain_mlm(
     :func:`mask_tokens` (never [CLS], [SEP], [PAD], [UNK] or [MASK]: the tokenizer's special
     ids, as transformers' collator) and minimises the mean cross-entropy over the selected
     positions (a batch in which no position was selected is masked again). AdamW (weight decay
-    on matrices and embeddings only, as BERT) with :func:`linear_schedule`, gradients clipped
-    to ``clip_norm``. ``on_log(step, loss)`` receives the mean loss of the last ``log_every``
-    updates after every ``log_every``-th update (step counted from 1). Runs on the CPU.
+    on matrices and embeddings only, as BERT) with the linear schedule
+    (:func:`~components.nmt.training.linear_schedule`), gradients clipped to ``clip_norm``.
+    ``on_log(step, loss)`` receives the mean loss of the last ``log_every`` updates after every
+    ``log_every``-th update (step counted from 1). Runs on the CPU.
 
     Deterministic given ``settings.seed``: initialisation and dropout use torch's global RNG
     inside ``torch.random.fork_rng`` seeded with it (the caller's RNG state is left as it

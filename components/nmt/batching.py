@@ -17,7 +17,7 @@ from torch import Tensor
 
 from components.data.bpe import BpeModel
 from components.errors import LearnableSparsityError
-from components.nmt.model import Transformer
+from components.nmt.seq2seq import Seq2Seq
 
 # A parallel example: (source ids, target ids), without bos/eos.
 Example = tuple[list[int], list[int]]
@@ -79,9 +79,7 @@ def collate(
     )
 
 
-def collate_examples(
-    examples: Sequence[Example], indices: Sequence[int], model: Transformer
-) -> Batch:
+def collate_examples(examples: Sequence[Example], indices: Sequence[int], model: Seq2Seq) -> Batch:
     """The padded ``Batch`` of the examples at ``indices``, with the model's special ids."""
     config = model.config
     return collate(

@@ -1,4 +1,5 @@
-r"""Batched beam search with incremental decoding for the NMT Transformer.
+r"""Batched beam search with incremental decoding for a :class:`~components.nmt.seq2seq.Seq2Seq`
+model (the NMT Transformer, the APE model).
 
 A hypothesis y (ending in eos) is ranked by its length-normalized log-probability
     score(y) = log P(y | x) / lp(|y|),    lp(n) = ((5 + n) / 6)^β    (GNMT, Wu et al. 2016),
@@ -8,7 +9,7 @@ the one of OpenNMT-py (the AST experiments) and tensor2tensor (β = 0.6 in the E
 
 Search, per sentence with K beams: each step scores all K·V one-token extensions of the live
 beams, takes the 2K best; those ending in eos among the first K become finished hypotheses, the
-K best others stay live (their caches follow them via ``DecoderCache.reorder``). pad and bos are
+K best others stay live (their caches follow them via the cache's ``reorder``). pad and bos are
 never generated. The output length is at most max_len = ⌊a · src_len + b⌋ tokens plus eos (eos is
 forced at that step). A sentence stops when its best finished score cannot be beaten by any
 live beam: log-probabilities only decrease and lp only grows, so a live beam with log P = s can
@@ -27,7 +28,7 @@ from torch import Tensor
 
 from components.errors import LearnableSparsityError
 from components.nmt.batching import pad
-from components.nmt.model import Transformer
+from components.nmt.seq2seq import Seq2Seq
 from components.settings import Settings, setting
 
 
@@ -45,7 +46,7 @@ def length_penalty(length: int | Tensor, exponent: float) -> float | Tensor:
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer,
+    model: Seq2Seq,
     src: Tensor,
     *,
     beam_size: int = 5,
@@ -130,7 +131,7 @@ def beam_search(
 
 
 def greedy_decode(
-    model: Transformer, src: Tensor, *, max_len_a: float = 1.2, max_len_b: int = 10
+    model: Seq2Seq, src: Tensor, *, max_len_a: float = 1.2, max_len_b: int = 10
 ) -> SearchOutput:
     """Greedy decoding: beam search with one beam and no length penalty (raw log P scores)."""
     return beam_search(
@@ -157,7 +158,7 @@ class DecodeSettings(Settings):
     batch_sentences: int = setting(100, at_least=1)
     average_last: int = setting(1, at_least=1)
 
-    def search(self, model: Transformer, src: Tensor) -> SearchOutput:
+    def search(self, model: Seq2Seq, src: Tensor) -> SearchOutput:
         """:func:`beam_search` of the padded ``src`` with these settings."""
         return beam_search(
             model,
@@ -170,7 +171,7 @@ class DecodeSettings(Settings):
 
 
 def translate(
-    model: Transformer,
+    model: Seq2Seq,
     sources: Sequence[Sequence[int]],
     settings: DecodeSettings,
     *,

@@ -1,14 +1,20 @@
-r"""Training of the NMT Transformer: loss, schedule, optimizer, one update, the resumable loop.
+r"""Training of a seq2seq model: loss, schedule, optimizer, one update, the resumable loop.
+
+Any :class:`~components.nmt.seq2seq.Seq2Seq` model trains here: the NMT Transformer and the APE
+model.
 
 Loss (label-smoothed cross-entropy, fairseq's form): with log p = log_softmax(logits) over V
 classes and a non-pad target y,
     nll = −log p_y,    loss = (1 − ε) nll + ε/(V − 1) Σ_{v≠y} (−log p_v),
 the cross-entropy against q = (1 − ε) on y and ε/(V − 1) on every other class.
 
-Learning rate (inverse square root with linear warm-up; Vaswani et al.'s "Noam" schedule and
+Learning rate, ``schedule`` "inverse_sqrt" (the default; Vaswani et al.'s "Noam" schedule and
 fairseq's ``inverse_sqrt`` are the same curve): at update s = 1, 2, …
     lr(s) = peak · min(s / warmup, √(warmup / s)),
 and the Noam form d^{-1/2} · min(s^{-1/2}, s · warmup^{-3/2}) is peak = (d · warmup)^{-1/2}.
+``schedule`` "linear" (BERT's, and the APE paper's): linear warm-up, then linear decay until the
+last update s = max_steps,
+    lr(s) = peak · min(s / warmup, (max_steps + 1 − s) / (max_steps + 1 − warmup)).
 
 The loop (:func:`train`, nanoGPT-style): each epoch's token batches come from a seed derived
 from (seed, epoch), so the data order is a pure function of the settings. A checkpoint
@@ -30,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -39,14 +46,18 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from components.checkpoints import LAST, Checkpoint, load_file, restore_rng, rng_state, save_atomic
 from components.errors import LearnableSparsityError
 from components.nmt.batching import Batch, Example, batches_of, collate_examples
-from components.nmt.model import Transformer
-from components.settings import Settings, setting
+from components.nmt.seq2seq import Seq2Seq
+from components.settings import Settings, SettingsError, setting
 
 log = logging.getLogger(__name__)
 
 # Settings a checkpoint may be resumed under although they differ (they do not change the
-# numbers of the steps already taken).
+# numbers of the steps already taken). Under the "linear" schedule max_steps sets the slope of
+# the decay, hence every learning rate after warm-up: there it is not resumable.
 RESUMABLE = ("max_steps", "log_every", "validate_every", "checkpoint_every", "keep_checkpoints")
+
+# The learning-rate schedules (see the module docstring).
+Schedule = Literal["inverse_sqrt", "linear"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +79,22 @@ class TrainingSettings(Settings):
     validate_every: int = setting(200, at_least=1)
     checkpoint_every: int = setting(200, at_least=1)
     keep_checkpoints: int = setting(5, at_least=1)
+    schedule: Schedule = "inverse_sqrt"
     seed: int = setting(0, at_least=0, derived=True)
+
+    def validate(self) -> None:
+        if self.schedule == "linear" and self.warmup > self.max_steps:
+            raise SettingsError(
+                "warmup",
+                f"must not exceed max_steps {self.max_steps} under the linear schedule, "
+                f"got {self.warmup}",
+            )
+
+    def resumable(self) -> tuple[str, ...]:
+        """The settings a checkpoint of this run may be resumed under although they differ."""
+        if self.schedule == "linear":
+            return tuple(key for key in RESUMABLE if key != "max_steps")
+        return RESUMABLE
 
 
 @dataclass
@@ -115,6 +141,36 @@ def inverse_sqrt_schedule(step: int, warmup: int) -> float:
     return min(s / warmup, math.sqrt(warmup / s))
 
 
+def linear_schedule(step: int, warmup: int, steps: int) -> float:
+    """Multiplier of the peak learning rate after ``step`` updates (LambdaLR's 0-based count).
+
+    With s = step + 1 (the update about to be made): min(s / warmup, (steps + 1 − s) /
+    (steps + 1 − warmup)), which rises linearly to 1 at s = warmup and then falls linearly to
+    1 / (steps + 1 − warmup) at the last update s = steps (never 0, so no update is wasted).
+    """
+    s = step + 1
+    return min(s / warmup, (steps + 1 - s) / (steps + 1 - warmup))
+
+
+def schedule_multiplier(
+    schedule: Schedule, warmup: int, max_steps: int | None = None
+) -> Callable[[int], float]:
+    """The LambdaLR multiplier of ``schedule``: :func:`inverse_sqrt_schedule`, or
+    :func:`linear_schedule` over ``max_steps`` updates (which "linear" requires, ≥ warmup)."""
+    if schedule == "inverse_sqrt":
+        return functools.partial(inverse_sqrt_schedule, warmup=warmup)
+    if schedule != "linear":
+        raise LearnableSparsityError(
+            f"schedule must be 'inverse_sqrt' or 'linear', got {schedule!r}"
+        )
+    if max_steps is None or not 1 <= warmup <= max_steps:
+        raise LearnableSparsityError(
+            f"the linear schedule needs 1 <= warmup <= max_steps, got warmup {warmup} and "
+            f"max_steps {max_steps}"
+        )
+    return functools.partial(linear_schedule, warmup=warmup, steps=max_steps)
+
+
 def noam_peak_lr(d_model: int, warmup: int, scale: float = 1.0) -> float:
     """Peak learning rate of Vaswani et al.'s schedule: scale · (d_model · warmup)^{-1/2}."""
     return scale * (d_model * warmup) ** -0.5
@@ -129,8 +185,11 @@ def build_optimizer(
     eps: float = 1e-9,
     weight_decay: float = 0.0,
     alpha_lr_scale: float = 1.0,
+    schedule: Schedule = "inverse_sqrt",
+    max_steps: int | None = None,
 ) -> tuple[Optimizer, LRScheduler]:
-    """Adam(β = (0.9, 0.98), ε = 1e-9) with the inverse square root schedule peaking at peak_lr.
+    """Adam(β = (0.9, 0.98), ε = 1e-9) with ``schedule`` peaking at peak_lr after ``warmup``
+    updates (:func:`schedule_multiplier`; "linear" decays until ``max_steps``).
 
     ``weight_decay`` is decoupled (AdamW, as fairseq's Adam) and applies only to matrices
     (weights, embeddings): biases, LayerNorm gains and the per-head α logits are not decayed,
@@ -148,12 +207,12 @@ def build_optimizer(
     if alpha:
         groups.append({"params": alpha, "weight_decay": 0.0, "lr": peak_lr * alpha_lr_scale})
     optimizer = torch.optim.AdamW(groups, lr=peak_lr, betas=betas, eps=eps)
-    scheduler = LambdaLR(optimizer, functools.partial(inverse_sqrt_schedule, warmup=warmup))
+    scheduler = LambdaLR(optimizer, schedule_multiplier(schedule, warmup, max_steps))
     return optimizer, scheduler
 
 
 def train_step(
-    model: Transformer,
+    model: Seq2Seq,
     batch: Batch,
     optimizer: Optimizer,
     scheduler: LRScheduler,
@@ -201,7 +260,7 @@ def train_step(
 
 
 @torch.no_grad()
-def validation_nll(model: Transformer, examples: Sequence[Example], max_tokens: int) -> float:
+def validation_nll(model: Seq2Seq, examples: Sequence[Example], max_tokens: int) -> float:
     """Per-token negative log-likelihood (no label smoothing) of ``examples``, in eval mode."""
     was_training = model.training
     model.eval()
@@ -217,12 +276,12 @@ def validation_nll(model: Transformer, examples: Sequence[Example], max_tokens: 
     return total / max(tokens, 1)
 
 
-def _alphas(model: Transformer) -> dict[str, list[float]]:
+def _alphas(model: Seq2Seq) -> dict[str, list[float]]:
     return {block: alpha.tolist() for block, alpha in model.alphas().items()}
 
 
 def train(
-    model: Transformer,
+    model: Seq2Seq,
     train_set: Sequence[Example],
     valid_set: Sequence[Example],
     settings: TrainingSettings,
@@ -254,6 +313,8 @@ def train(
         settings.warmup,
         weight_decay=settings.weight_decay,
         alpha_lr_scale=settings.alpha_lr_scale,
+        schedule=settings.schedule,
+        max_steps=settings.max_steps,
     )
     torch.manual_seed(settings.seed)
     step, epoch, position = 0, 0, 0
@@ -261,7 +322,7 @@ def train(
     # The updates since the last logged step (their average is the next record): kept in the
     # checkpoint, so that a resumed run logs the same averages as one never interrupted.
     window: list[dict[str, float]] = []
-    resume = Checkpoint(checkpoint_dir, asdict(settings), resumable=RESUMABLE)
+    resume = Checkpoint(checkpoint_dir, asdict(settings), resumable=settings.resumable())
     state = resume.load(map_location=device)
     if state is not None:
         model.load_state_dict(state["model"])

@@ -13,7 +13,6 @@ from components.ape.bert import (
     IGNORE_INDEX,
     SPECIAL_TOKENS,
     PretrainSettings,
-    linear_schedule,
     load_bert,
     load_bert_tokenizer,
     mask_tokens,
@@ -151,13 +150,6 @@ def test_settings_are_validated() -> None:
         PretrainSettings(**{**fields, "warmup": TINY.steps + 1})
     with pytest.raises(SettingsError, match="mask_probability"):
         PretrainSettings(**{**fields, "mask_probability": 1.0})
-
-
-def test_linear_schedule_warms_up_then_decays_to_a_last_positive_step() -> None:
-    rates = [linear_schedule(step, warmup=4, steps=10) for step in range(10)]
-    assert rates[:4] == [0.25, 0.5, 0.75, 1.0]
-    assert all(a > b for a, b in itertools.pairwise(rates[3:]))
-    assert rates[-1] == pytest.approx(1 / 7)
 
 
 def test_pretraining_lowers_the_masked_lm_loss(pretrained, tokenizer) -> None:

@@ -11,6 +11,7 @@ import torch
 from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
 from components.nmt.model import DecoderCache
+from components.nmt.seq2seq import Seq2Seq
 
 TOL = 1e-5
 
@@ -185,3 +186,8 @@ def test_shared_embeddings_tie_source_target_and_output(make_model, make_tokens)
     assert untied - sum(p.numel() for p in model.parameters()) == 2 * 20 * 32
     model(make_tokens([3], seed=14), make_tokens([2], seed=15)).sum().backward()
     assert model.src_embed.weight.grad is not None
+
+
+def test_the_transformer_is_a_seq2seq_model(make_model) -> None:
+    """The training loop and beam search are typed with the Seq2Seq protocol."""
+    assert isinstance(make_model(), Seq2Seq)

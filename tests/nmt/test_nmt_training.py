@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -18,7 +19,9 @@ from components.nmt.training import (
     build_optimizer,
     inverse_sqrt_schedule,
     label_smoothed_nll,
+    linear_schedule,
     noam_peak_lr,
+    schedule_multiplier,
     train_step,
 )
 
@@ -70,6 +73,38 @@ def test_inverse_sqrt_schedule_closed_form() -> None:
     for s in (1, 100, 4000, 10_000):
         vaswani = d**-0.5 * min(s**-0.5, s * w**-1.5)
         assert noam_peak_lr(d, w) * inverse_sqrt_schedule(s - 1, w) == pytest.approx(vaswani)
+
+
+def test_linear_schedule_warms_up_then_decays_to_a_last_positive_step() -> None:
+    rates = [linear_schedule(step, warmup=4, steps=10) for step in range(10)]
+    assert rates[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a > b for a, b in itertools.pairwise(rates[3:]))
+    assert rates[-1] == pytest.approx(1 / 7)
+
+
+def test_schedule_multiplier_picks_the_schedule_and_checks_its_arguments() -> None:
+    inverse_sqrt = schedule_multiplier("inverse_sqrt", 4)
+    linear = schedule_multiplier("linear", 4, max_steps=10)
+    assert [inverse_sqrt(s) for s in range(20)] == [inverse_sqrt_schedule(s, 4) for s in range(20)]
+    assert [linear(s) for s in range(10)] == [linear_schedule(s, 4, 10) for s in range(10)]
+    with pytest.raises(LearnableSparsityError, match="max_steps"):
+        schedule_multiplier("linear", 4)
+    with pytest.raises(LearnableSparsityError, match="max_steps"):
+        schedule_multiplier("linear", 11, max_steps=10)
+    with pytest.raises(LearnableSparsityError, match="'cosine'"):
+        schedule_multiplier("cosine", 4)  # type: ignore[arg-type]
+
+
+def test_build_optimizer_with_the_linear_schedule(make_model) -> None:
+    optimizer, scheduler = build_optimizer(
+        make_model(), 1e-3, warmup=2, schedule="linear", max_steps=5
+    )
+    lrs = []
+    for _ in range(5):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([5e-4, 1e-3, 0.75e-3, 0.5e-3, 0.25e-3])
 
 
 def test_build_optimizer_follows_the_schedule_and_skips_decay_on_alpha(make_model) -> None:

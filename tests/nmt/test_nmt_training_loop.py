@@ -212,6 +212,35 @@ def test_changed_settings_are_refused_on_resume(tmp_path: Path) -> None:
     assert history.train[-1]["step"] == 6
 
 
+def test_the_linear_schedule_decays_to_max_steps_and_pins_it_on_resume(tmp_path: Path) -> None:
+    linear = settings(max_steps=8, warmup=2, log_every=1, schedule="linear")
+    history = train(
+        fresh_model("softmax"), TRAIN, VALID, linear, checkpoint_dir=tmp_path, variant="v"
+    )
+    lrs = [row["lr"] for row in history.train]
+    expected = [3e-3 * training.linear_schedule(step, 2, 8) for step in range(8)]
+    assert lrs == pytest.approx(expected)
+    # max_steps sets the decay of every step after warm-up: a longer run is another run.
+    with pytest.raises(LearnableSparsityError, match="max_steps"):
+        train(
+            fresh_model("softmax"),
+            TRAIN,
+            VALID,
+            settings(max_steps=10, warmup=2, log_every=1, schedule="linear"),
+            checkpoint_dir=tmp_path,
+            variant="v",
+        )
+
+
+def test_schedule_settings_name_the_key() -> None:
+    assert settings().schedule == "inverse_sqrt"
+    with pytest.raises(LearnableSparsityError, match=r"^schedule must be one of 'inverse_sqrt'"):
+        settings(schedule="cosine")
+    with pytest.raises(LearnableSparsityError, match=r"^warmup must not exceed max_steps 12"):
+        settings(schedule="linear", warmup=13)
+    assert settings(warmup=13).warmup == 13  # inverse_sqrt has no end to warm up before
+
+
 def test_nan_loss_names_step_and_variant(tmp_path: Path) -> None:
     model = fresh_model("softmax")
     with torch.no_grad():
