@@ -30,14 +30,26 @@ from components.settings import Settings, SettingsError, build_tagged, setting
 
 @dataclass(frozen=True, kw_only=True)
 class GeneratedCorpus(Settings):
-    """The generated smoke corpus: ``sizes`` pairs per split from ``seed``."""
+    """The generated smoke corpus: ``sizes`` pairs per split from ``seed``.
+
+    ``sizes`` names train, valid and test and may name more splits (e.g. ``heldout``, pairs no
+    model trains on, for ``synthetic_ape``); those are cut after the three, in their order, so
+    adding one leaves train, valid and test as they were.
+    """
 
     source: Literal["generated"]
     sizes: dict[str, int] = setting(at_least=1)
     seed: int = setting(0, at_least=0)
 
     def validate(self) -> None:
-        _check_splits("sizes", self.sizes)
+        missing = [split for split in SPLITS if split not in self.sizes]
+        if missing:
+            raise SettingsError("sizes", f"must name the splits {list(SPLITS)}; missing {missing}")
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """train, valid, test, then the extra splits in the order of ``sizes``."""
+        return (*SPLITS, *(split for split in self.sizes if split not in SPLITS))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +123,8 @@ def load_corpus(settings: CorpusSettings) -> Mapping[str, Rows]:
     the fields of :func:`corpus_fields`."""
     if isinstance(settings, GeneratedCorpus):
         # The order of the splits decides which slice of the one generated corpus each gets.
-        return generate_splits({split: settings.sizes[split] for split in SPLITS}, settings.seed)
+        sizes = {split: settings.sizes[split] for split in settings.splits}
+        return generate_splits(sizes, settings.seed)
     if isinstance(settings, LocalCorpus):
         return load_local_corpus({split: tuple(paths) for split, paths in settings.files.items()})
     return fetch_corpus(settings.name, Path(settings.cache))

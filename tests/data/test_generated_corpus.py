@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from components.data.corpora import corpus_settings, load_corpus
 from components.data.generated import (
     ADJECTIVES,
     ADVERBS,
@@ -240,3 +241,22 @@ def test_wh_elements_need_a_question_and_only_one() -> None:
 def test_unknown_word_is_named() -> None:
     with pytest.raises(LearnableSparsityError, match="'unicorn'"):
         render(Sentence(_np("unicorn", determiner="the"), "walk", "past"))
+
+
+def test_an_extra_split_is_cut_after_train_valid_and_test_which_stay_as_they_were() -> None:
+    base = {"source": "generated", "sizes": {"train": 30, "valid": 5, "test": 5}, "seed": 3}
+    with_heldout = {**base, "sizes": {**base["sizes"], "heldout": 12}}
+    plain = load_corpus(corpus_settings(base, "corpora.smoke"))
+    extended = load_corpus(corpus_settings(with_heldout, "corpora.smoke"))
+    assert {split: extended[split] for split in plain} == dict(plain)
+    assert len(extended["heldout"]) == 12
+    sources = {source for rows in plain.values() for source, _ in rows}
+    assert not sources & {source for source, _ in extended["heldout"]}
+
+
+def test_a_generated_corpus_needs_train_valid_and_test() -> None:
+    data = {"source": "generated", "sizes": {"train": 30, "heldout": 5}, "seed": 0}
+    with pytest.raises(
+        LearnableSparsityError, match=r"corpora.smoke.sizes .*missing \['valid', 'test'\]"
+    ):
+        corpus_settings(data, "corpora.smoke")
