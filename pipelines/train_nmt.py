@@ -13,8 +13,6 @@ Outputs: ``results/train_nmt/cells/<cell>/history.json`` (train/valid curves, α
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import asdict
 
 import torch
@@ -27,7 +25,7 @@ from components.nmt.training import TrainingSettings, train
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import CellRun, Stage, clear, run_stage
+from pipelines.scaffold.stage import CellRun, Stage, clear, curves_csv, run_stage
 
 STAGE = "train_nmt"
 RESULTS = layout.results(STAGE)
@@ -62,20 +60,6 @@ def train_cell(run: CellRun) -> dict:
     run.log_metrics({k: v for k, v in summary.items() if isinstance(v, float)}, step=0)
     run.run.log_dict(asdict(history), "history.json")
     return {"summary": summary, "history": asdict(history)}
-
-
-def curves_csv(histories: dict[str, dict], part: str, column: str) -> str:
-    """A wide CSV: step, then one column per cell (empty where a cell has no value)."""
-    by_step: dict[int, dict[str, float]] = {}
-    for key, history in histories.items():
-        for row in history[part]:
-            by_step.setdefault(row["step"], {})[key] = row[column]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["step", *histories])
-    for step in sorted(by_step):
-        writer.writerow([step, *(by_step[step].get(key, "") for key in histories)])
-    return out.getvalue()
 
 
 def main(stage: Stage) -> None:

@@ -28,6 +28,7 @@ the traceback.
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import hashlib
 import io
@@ -85,6 +86,20 @@ def png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=_FIGURE_DPI)
     return buffer.getvalue()
+
+
+def curves_csv(histories: dict[str, dict], part: str, column: str) -> str:
+    """A wide CSV: step, then one column per cell (empty where a cell has no value)."""
+    by_step: dict[int, dict[str, float]] = {}
+    for key, history in histories.items():
+        for row in history[part]:
+            by_step.setdefault(row["step"], {})[key] = row[column]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["step", *histories])
+    for step in sorted(by_step):
+        writer.writerow([step, *(by_step[step].get(key, "") for key in histories)])
+    return out.getvalue()
 
 
 def fingerprint(*parts: Any) -> str:
