@@ -27,7 +27,8 @@ unit LayerNorm gains — drawn from torch's global RNG, so the caller's seed fix
 * ``bert_encoder``: the encoder (and so the shared embeddings) starts from the pre-trained BERT;
   ``bert_decoder``: decoder layer l's SA and FF start as copies of BERT layer l's (CA random).
 * ``ca_init_sa`` (CA ← SA): each CA starts as a copy of its layer's SA (query, key, value,
-  output dense, LayerNorm), after the SA got its weights.
+  output dense, LayerNorm), after the SA got its weights. The flags are cumulative as the rows
+  of Table 3.1: with ``ca_tied_sa`` as well, CA *is* SA and the copy has nothing left to do.
 * ``sa_tied_encoder`` (SA ↔ Encoder SA), ``ca_tied_sa`` (CA ↔ SA), ``ff_tied_encoder`` (FF ↔
   Encoder FF): the decoder sublayer *is* the other one's modules (the same ``nn.Parameter``
   objects, counted once by ``parameters()``, trained by the gradients of both uses). A tied
@@ -134,10 +135,6 @@ class ApeConfig(Settings):
                         "must be false for architecture 'dual_source' (randomly initialised "
                         "encoders and decoder, no BERT weights, no sharing)",
                     )
-        if self.ca_init_sa and self.ca_tied_sa:
-            raise SettingsError(
-                "ca_init_sa", "and ca_tied_sa exclude each other: CA is either a copy of SA or SA"
-            )
         if len({self.pad_id, self.bos_id, self.eos_id}) != 3:
             raise SettingsError("pad_id, bos_id and eos_id", "must be distinct")
         if self.tgt_vocab is not None:
@@ -497,6 +494,6 @@ def build_ape_model(
         if config.bert_decoder and not config.ff_tied_encoder:
             layer.intermediate.load_state_dict(bert_layer.intermediate.state_dict())
             layer.output.load_state_dict(bert_layer.output.state_dict())
-        if config.ca_init_sa:
+        if config.ca_init_sa and not config.ca_tied_sa:
             _copy_attention(layer.crossattention[0], layer.attention)
     return model

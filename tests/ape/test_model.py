@@ -115,8 +115,6 @@ def test_settings_refuse_contradictions_naming_the_key() -> None:
         build(ApeConfig, {"architecture": "dual_source", "bert_encoder": True}, "ape.model")
     with pytest.raises(SettingsError, match=r"^ape\.model\.sa_tied_encoder must be false"):
         build(ApeConfig, {"architecture": "dual_source", "sa_tied_encoder": True}, "ape.model")
-    with pytest.raises(SettingsError, match=r"^ca_init_sa and ca_tied_sa exclude"):
-        ApeConfig(architecture="bert", ca_init_sa=True, ca_tied_sa=True)
     with pytest.raises(SettingsError, match=r"^attention must be one of softmax"):
         ApeConfig(architecture="bert", attention="relu")
     with pytest.raises(SettingsError, match=r"^ape\.model\.architecture must be one of"):
@@ -188,8 +186,11 @@ def test_tied_parameters_are_the_same_objects_counted_once(bert, tokenizer, flag
     assert len(ids) == len(list(untied.parameters())) - len(pairs)
 
 
-def test_ca_tied_sa_with_sa_tied_encoder_makes_ca_the_encoder_s(bert, tokenizer) -> None:
-    model = make(bert, tokenizer, sa_tied_encoder=True, ca_tied_sa=True)
+@pytest.mark.parametrize("ca_init_sa", [False, True])  # Table 3.1's rows are cumulative
+def test_ca_tied_sa_with_sa_tied_encoder_makes_ca_the_encoder_s(
+    bert, tokenizer, ca_init_sa
+) -> None:
+    model = make(bert, tokenizer, sa_tied_encoder=True, ca_tied_sa=True, ca_init_sa=ca_init_sa)
     for layer, encoder_layer in zip(model.decoder, model.encoder.encoder.layer, strict=True):
         context, encoder = layer.crossattention[0], encoder_layer.attention
         assert all(
