@@ -24,8 +24,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import torch
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import try_to_load_from_cache
 
 from components.analysis.heads import AnalysisSettings
+from components.ape.bert import BertSettings
+from components.ape.grid import ApeSettings
+from components.ape.triplets import SyntheticApeSettings
 from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, corpus_settings
 from components.data.datasets import EggGame, IdxImages, dataset_settings
@@ -47,6 +52,9 @@ from pipelines.scaffold.tracking import MlflowSettings, tracking_uri
 SECTIONS: dict[str, type[Settings]] = {
     "bpe": BpeSettings,
     "nmt": NmtSettings,
+    "synthetic_ape": SyntheticApeSettings,
+    "bert": BertSettings,
+    "ape": ApeSettings,
     "analysis": AnalysisSettings,
     "speed": SpeedSettings,
     "lvm.ssvae": SsvaeSettings,
@@ -127,6 +135,7 @@ def input_checks(params: Params) -> Iterator[Check]:
             root = Path(corpus.cache) / spec.name
             files = [(remote.url, root / remote.name) for remote in spec.files]
             yield _download_check(f"corpus {name} (download {spec.name})", files)
+    yield from bert_checks(params)
     for name, dataset in _built(params, "images").items():
         if isinstance(dataset, EggGame):
             paths = [Path(dataset.features), Path(dataset.labels)]
@@ -136,6 +145,39 @@ def input_checks(params: Params) -> Iterator[Check]:
             root = Path(dataset.cache) / spec.name
             files = [(spec.base_url.rstrip("/") + "/" + f, root / f) for f in IDX_FILES.values()]
             yield _download_check(f"images {name} (download {spec.name})", files)
+
+
+HUB = "https://huggingface.co"
+
+
+def bert_checks(params: Params) -> Iterator[Check]:
+    """A BERT named by ``bert.name_or_path`` is a directory, in the Hugging Face cache, or the
+    hub is reachable (and not switched off by HF_HUB_OFFLINE)."""
+    try:
+        bert = params.settings("bert", BertSettings)
+    except LearnableSparsityError:
+        return  # reported by settings_checks
+    name = bert.name_or_path
+    if name is None:
+        return
+    what = f"BERT {name}"
+    if Path(name).expanduser().is_dir():
+        yield Check(what, True, "a local directory")
+        return
+    cache = bert.cache_dir or hub_constants.HF_HUB_CACHE
+    if isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache), str):
+        yield Check(what, True, f"in the Hugging Face cache {cache}")
+        return
+    problem = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else _reachable(HUB)
+    if problem is None:
+        yield Check(what, True, f"not cached; {HUB} reachable (downloads into {cache})")
+    else:
+        yield Check(
+            what,
+            False,
+            f"not in the Hugging Face cache {cache} and {problem}: download it once with "
+            f"`hf download {name} --cache-dir {cache}` on a machine with network access",
+        )
 
 
 def _built(params: Params, key: str) -> dict[str, Settings]:

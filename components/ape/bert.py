@@ -201,6 +201,22 @@ class PretrainSettings(Settings):
             raise SettingsError("warmup", f"must not exceed steps {self.steps}, got {self.warmup}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class BertSettings(Settings):
+    """Params ``bert``: the BERT every APE model starts from (stage ``pretrain_bert``).
+
+    ``name_or_path`` null pre-trains a small BERT by masked-LM on both sides of the ``train``
+    split of ``corpus`` (smoke, offline); a hub name (paper: ``bert-base-multilingual-cased``)
+    or a ``save_pretrained`` directory is loaded with ``from_pretrained`` (the hub name from
+    ``cache_dir`` or the Hugging Face cache) and saved as the stage's output.
+    """
+
+    name_or_path: str | None = None
+    cache_dir: str | None = None
+    corpus: str
+    pretrain: PretrainSettings
+
+
 def bert_config(settings: PretrainSettings, tokenizer: BertTokenizerFast) -> BertConfig:
     """The ``BertConfig`` of the model :func:`pretrain_mlm` trains (vocabulary: the tokenizer's)."""
     return BertConfig(

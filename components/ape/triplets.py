@@ -15,14 +15,14 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from components.errors import LearnableSparsityError
 from components.metrics.translation import sentence_ter, ter
-from components.settings import Settings, setting
+from components.settings import Settings, SettingsError, setting
 
 
 class Triplet(NamedTuple):
@@ -227,3 +227,47 @@ def ter_histogram(summary: dict[str, Any], title: str) -> Figure:
         fontsize="medium",
     )
     return fig
+
+
+# --------------------------------------------------------------------------- the stage's settings
+
+# The splits of the low-resource "real" set: train, the dev set that Table 3.1 reports and
+# model selection would use, and the test set of Table 3.2.
+REAL_SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticApeSettings(Settings):
+    """Params ``synthetic_ape``: eSCAPE-style triplets (src, MT(src), reference) from a parallel
+    corpus and NMT models that never saw the translated sentences.
+
+    ``mode: heldout`` translates ``split`` of ``corpus`` with the trained NMT cell
+    ``<corpus>/<model>`` (trained on the corpus's ``train`` split); ``mode: kfold`` cuts
+    ``split`` into ``folds`` folds, trains one NMT model (params ``nmt.model``/``nmt.train``,
+    attention and seed of ``model``) on all folds but one and translates that one. The
+    translated triplets, in corpus order, are cut into the ``real`` set (its splits' sizes,
+    kept as translated) and the ``synthetic`` training set (``synthetic`` triplets kept by the
+    ``filters``). Sizes of 0 produce no set (the paper profile downloads its real data).
+    """
+
+    corpus: str
+    split: str = "heldout"
+    mode: Literal["heldout", "kfold"] = "heldout"
+    model: str = "softmax/seed0"  # <variant>/seed<k>
+    folds: int = setting(5, at_least=2)
+    chunk_sentences: int = setting(1000, at_least=1)  # sentences per Ray task
+    real: dict[str, int] = setting(at_least=0)
+    synthetic: int = setting(at_least=0)
+    filters: FilterSettings
+
+    def validate(self) -> None:
+        if sorted(self.real) != sorted(REAL_SPLITS):
+            raise SettingsError("real", f"must give the sizes of {list(REAL_SPLITS)}")
+        variant, _, seed = self.model.partition("/seed")
+        if not variant or not seed.isdigit():
+            raise SettingsError("model", f"must read <variant>/seed<k>, got {self.model!r}")
+
+    @property
+    def needed(self) -> int:
+        """Real triplets; the synthetic ones come from what is left after them."""
+        return sum(self.real.values())

@@ -20,6 +20,9 @@ BPE = DATA / "bpe"  # stage bpe: <corpus>/bpe.model
 IMAGES = DATA / "images"  # stage images: <name>.pt, meta.json
 NMT_MODELS = MODELS / "nmt"  # stage train_nmt: <corpus>/<variant>/seed<k>/ (checkpoints)
 LVM_MODELS = MODELS / "lvm"  # stages train_lvm@<experiment>: <experiment>/<cell>/
+APE_DATA = DATA / "ape"  # stage synthetic_ape: <set>/<split>.{src,mt,pe}
+BERT = MODELS / "bert"  # stage pretrain_bert: the BERT of the APE models (save_pretrained)
+APE_MODELS = MODELS / "ape"  # stage train_ape: <regime>/<system>/seed<k>/ (checkpoints)
 
 TABLES = REPORTS / "tables"  # stage tables: <name>.{md,csv,tex}
 TABLES_INDEX = REPORTS / "tables.md"
@@ -40,6 +43,11 @@ def corpus_files(corpus: str, splits: tuple[str, ...]) -> tuple[Path, ...]:
     return tuple(
         corpus_dir(corpus) / f"{split}.{side}" for split in splits for side in ("src", "tgt")
     )
+
+
+def ape_data(name: str) -> Path:
+    """A triplet set written by ``synthetic_ape``."""
+    return APE_DATA / name
 
 
 def image_data(name: str) -> Path:

@@ -105,3 +105,25 @@ def test_an_unreachable_cluster(project: Path) -> None:
     address = f"127.0.0.1:{_closed_port()}"
     problems = failed(smoke_with({"ray": {"address": address}}))
     assert "unreachable" in problems[f"Ray cluster {address}"]
+
+
+def test_a_hub_bert_must_be_cached_or_reachable(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = "bert-base-multilingual-cased"
+    cache = project / "hf-cache"
+    monkeypatch.setattr(preflight.hub_constants, "HF_HUB_OFFLINE", True)
+    params = smoke_with({"bert": {"name_or_path": name, "cache_dir": str(cache)}})
+    detail = failed(params)[f"BERT {name}"]
+    assert str(cache) in detail and "HF_HUB_OFFLINE" in detail and "hf download" in detail
+    # The same name cached (a snapshot with its config.json) passes offline.
+    snapshot = cache / f"models--{name}" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / f"models--{name}" / "refs").mkdir()
+    (cache / f"models--{name}" / "refs" / "main").write_text("abc123")
+    assert f"BERT {name}" not in failed(params)
+    # A directory written by save_pretrained is used as it is.
+    local = project / "my-bert"
+    local.mkdir()
+    assert failed(smoke_with({"bert": {"name_or_path": str(local)}})) == {}

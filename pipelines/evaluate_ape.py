@@ -1,0 +1,89 @@
+"""DVC stage ``evaluate_ape``: beam-search post-editing of the real set's dev/test splits, TER
+and tokenized BLEU.
+
+Each grid cell is a Ray task: load the trained APE model (the mean of its last
+``ape.decode.average_last`` saves), post-edit ``src [SEP] mt`` of every split of
+``ape.evaluate`` with batched beam search, merge the WordPieces and score against pe as the WMT
+APE shared tasks do: TER case-sensitive on tokenized text (tercom ``-s``; sacreBLEU's default
+lowercases, which stops case errors from counting and gives lower numbers) and tokenized BLEU
+(multi-bleu.perl), both with their sacreBLEU signatures. The "do nothing" baseline (mt scored
+against pe) is scored for every split. A cell whose model, data, settings and code are
+unchanged is not decoded again.
+
+Outputs: ``results/evaluate_ape/cells/<cell>/<split>.txt`` and ``metrics.json``;
+``results/evaluate_ape/scores.json`` (DVC metrics: every cell's TER/BLEU per split and the
+do-nothing baseline).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from components.ape.grid import ApeSettings
+from components.ape.model import detokenize
+from components.data.atomic import atomic_write_text
+from components.data.local import read_triplets
+from components.metrics.translation import ape_metrics
+from components.nmt.search import DecodeSettings, translate
+from components.settings import build, params_of
+from pipelines.ape_cells import ape_cells, encode_triplets, require_data, trained_model
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
+
+STAGE = "evaluate_ape"
+RESULTS = layout.results(STAGE)
+log = logging.getLogger(__name__)
+
+
+def evaluate_cell(run: CellRun) -> dict:
+    """Ray task: post-edit every evaluated split with one cell's model and score it."""
+    decode = build(DecodeSettings, run.payload["decode"], "ape.decode")
+    cell, model, tokenizer = trained_model(run, decode.average_last)
+    model = model.to(run.device)
+    splits = read_triplets(Path(run.payload["data"]["real"]), run.payload["splits"])
+    metrics = {}
+    for split, triplets in splits.items():
+        sources = [joint for joint, _ in encode_triplets(tokenizer, triplets)]
+        progress = f"{cell.key} {split}: %d/{len(sources)} post-edited"
+        tokens = translate(
+            model, sources, decode, on_batch=lambda done, p=progress: log.info(p, done)
+        )
+        hypotheses = [detokenize(tokenizer, sentence) for sentence in tokens]
+        atomic_write_text(run.directory / f"{split}.txt", "\n".join(hypotheses) + "\n")
+        metrics[split] = ape_metrics(hypotheses, [pe for _, _, pe in triplets])
+        run.log_metrics({f"{split}_{k}": v["score"] for k, v in metrics[split].items()}, step=0)
+    write_json(run.directory / "metrics.json", metrics)
+    run.run.log_dict(metrics, "metrics.json")
+    return metrics
+
+
+def main(stage: Stage) -> None:
+    ape = stage.settings("ape", ApeSettings)
+    require_data(ape)
+    shared = {"decode": params_of(ape.decode), "splits": list(ape.evaluate)}
+    cells = ape_cells(ape, ape.evaluate, shared, reads_model=True)
+    results = stage.grid(evaluate_cell, cells, store=layout.cells(STAGE))
+    real = read_triplets(Path(ape.data["real"]), ape.evaluate)
+    do_nothing = {
+        split: ape_metrics([mt for _, mt, _ in rows], [pe for _, _, pe in rows])
+        for split, rows in real.items()
+    }
+    scores = {
+        "data": ape.data["real"],
+        "cells": {
+            cell.key: {split: scalars(metrics) for split, metrics in result.items()}
+            for cell, result in zip(cells, results, strict=True)
+        },
+        "do_nothing": {split: scalars(metrics) for split, metrics in do_nothing.items()},
+        "signatures": {name: m["signature"] for name, m in next(iter(do_nothing.values())).items()},
+    }
+    stage.write_json(RESULTS / "scores.json", scores, artifact="")
+
+
+def scalars(metrics: dict) -> dict[str, float]:
+    return {name: float(value["score"]) for name, value in metrics.items()}
+
+
+if __name__ == "__main__":
+    run_stage(STAGE, main)

@@ -1,0 +1,195 @@
+"""DVC stage ``synthetic_ape``: eSCAPE-style APE triplets from a parallel corpus and NMT models.
+
+A triplet is (src, mt, pe) = (source sentence, its machine translation by beam search, the
+reference translation). The MT models never saw the sentences they translate: ``heldout``
+translates a split the NMT grid did not train on (the stage refuses, naming the overlap, when
+it did), ``kfold`` trains one NMT model per fold on the other folds. Translation runs as Ray
+tasks (chunks or folds; finished ones are reused).
+
+The triplets, in corpus order, become the low-resource ``real`` set (the WMT APE 23K analogue;
+train / valid / test kept as translated) and, from the rest, the ``synthetic`` training set (the
+eSCAPE analogue; filtered). Outputs: ``data/ape/<set>/<split>.{src,mt,pe}``,
+``results/synthetic_ape/summary.json`` (sizes, filter counts and the TER of mt against pe per
+set and split: the "do nothing" error the APE models must reduce) and a TER histogram per set
+in ``reports/figures/ape/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+from components.ape.triplets import (
+    REAL_SPLITS,
+    SyntheticApeSettings,
+    Triplet,
+    filter_triplets,
+    kfold,
+    ter_histogram,
+    ter_summary,
+    unseen_check,
+)
+from components.data.atomic import atomic_write_text
+from components.data.local import TRIPLET_FIELDS, read_corpus, write_corpus
+from components.errors import LearnableSparsityError
+from components.nmt.batching import encode_pairs
+from components.nmt.cells import NmtCell
+from components.nmt.grid import NmtSettings
+from components.nmt.model import Transformer
+from components.nmt.search import DecodeSettings, translate
+from components.nmt.training import TrainingSettings, train, weight_files
+from components.settings import build, params_of
+from pipelines.nmt_cells import open_cell, trained_model
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import Cell, CellRun, Stage, clear, run_stage
+
+STAGE = "synthetic_ape"
+RESULTS = layout.results(STAGE)
+MT_FILE = "mt.txt"
+log = logging.getLogger(__name__)
+
+
+def _translate(run: CellRun, model: Transformer, sources: list[str]) -> dict:
+    """Translate ``sources`` with ``model`` into the cell's ``mt.txt``."""
+    _, _, bpe = open_cell(run)
+    decode = build(DecodeSettings, run.payload["decode"], "nmt.decode")
+    encoded = [source for source, _ in encode_pairs(bpe, [(s, s) for s in sources])]
+    tokens = translate(
+        model.to(run.device).eval(),
+        encoded,
+        decode,
+        on_batch=lambda done: log.info("%s: translated %d/%d", run.key, done, len(sources)),
+    )
+    atomic_write_text(run.directory / MT_FILE, "".join(bpe.decode(t) + "\n" for t in tokens))
+    return {"sentences": len(sources)}
+
+
+def translate_chunk(run: CellRun) -> dict:
+    """Ray task (heldout): translate sentences [start, stop) of the split with a trained cell."""
+    cell, config, _ = open_cell(run)
+    start, stop = run.payload["range"]
+    pairs = read_corpus(layout.corpus_dir(cell.corpus), (run.payload["split"],))
+    sources = [source for source, _ in pairs[run.payload["split"]][start:stop]]
+    decode = build(DecodeSettings, run.payload["decode"], "nmt.decode")
+    return _translate(run, trained_model(cell, config, decode.average_last), sources)
+
+
+def cross_translate(run: CellRun) -> dict:
+    """Ray task (kfold): train an NMT model on every fold but this one, then translate it."""
+    cell, config, bpe = open_cell(run)
+    split = run.payload["split"]
+    corpus = read_corpus(layout.corpus_dir(cell.corpus), (split, "valid"))
+    held = set(run.payload["fold"])
+    rest = [pair for i, pair in enumerate(corpus[split]) if i not in held]
+    settings = build(TrainingSettings, run.payload["train"], "nmt.train", seed=cell.seed)
+    model = Transformer(config).to(run.device)
+    train(
+        model,
+        encode_pairs(bpe, rest),
+        encode_pairs(bpe, corpus["valid"]),
+        settings,
+        checkpoint_dir=run.directory,
+        variant=run.key,
+        on_log=lambda step, metrics: run.log_metrics(metrics, step),
+        before_checkpoint=run.flush,
+    )
+    return _translate(run, model, [corpus[split][i][0] for i in run.payload["fold"]])
+
+
+def folds(ape: SyntheticApeSettings, n_pairs: int) -> list[list[int]]:
+    """The kfold mode's folds of the split (drawn with the seed of ``synthetic_ape.model``)."""
+    return kfold(n_pairs, ape.folds, int(ape.model.partition("/seed")[2]))
+
+
+def cells(ape: SyntheticApeSettings, nmt: NmtSettings, n_pairs: int) -> list[Cell]:
+    """The translation tasks: chunks of the split (heldout) or its folds (kfold)."""
+    variant, _, seed = ape.model.partition("/seed")
+    cell = NmtCell(ape.corpus, variant, int(seed))
+    corpus = layout.corpus_files(ape.corpus, (ape.split,))
+    common = {"cell": asdict(cell), "model": params_of(nmt.model), "split": ape.split}
+    common["decode"] = params_of(nmt.decode)
+    if ape.mode == "heldout":
+        directory = layout.NMT_MODELS / cell.key
+        weights = [*weight_files(directory, nmt.decode.average_last), layout.done(directory)]
+        inputs = (*corpus, layout.bpe_model(ape.corpus), *weights)
+        return [
+            Cell(f"chunk{start:08d}", {**common, "range": [start, stop]}, inputs)
+            for start in range(0, n_pairs, ape.chunk_sentences)
+            for stop in [min(start + ape.chunk_sentences, n_pairs)]
+        ]
+    inputs = (*corpus, *layout.corpus_files(ape.corpus, ("valid",)), layout.bpe_model(ape.corpus))
+    payload = {**common, "train": params_of(nmt.train)}
+    return [
+        Cell(f"fold{index}", {**payload, "fold": fold}, inputs)
+        for index, fold in enumerate(folds(ape, n_pairs))
+    ]
+
+
+def check_unseen(ape: SyntheticApeSettings, nmt: NmtSettings, sources: list[str]) -> None:
+    """Refuse, before any translation, sentences an MT model was trained on."""
+    if ape.mode == "kfold":
+        for index, fold in enumerate(folds(ape, len(sources))):
+            held = set(fold)
+            rest = [s for i, s in enumerate(sources) if i not in held]
+            unseen_check([sources[i] for i in fold], rest, what=f"{ape.split} fold {index}")
+        return
+    key = f"{ape.corpus}/{ape.model}"
+    if key not in {cell.key for cell in nmt.cells()}:
+        raise LearnableSparsityError(
+            f"synthetic_ape.model {ape.model!r} on corpus {ape.corpus!r} is not a cell of the "
+            f"NMT grid (nmt.corpora, nmt.variants, nmt.seeds): train_nmt does not train {key}"
+        )
+    train_sources = [s for s, _ in read_corpus(layout.corpus_dir(ape.corpus), ("train",))["train"]]
+    unseen_check(sources, train_sources, what=f"{ape.corpus}/{ape.split} for NMT model {key}")
+
+
+def main(stage: Stage) -> None:
+    ape = stage.settings("synthetic_ape", SyntheticApeSettings)
+    nmt = stage.settings("nmt", NmtSettings)
+    stage.require_entries("synthetic_ape.corpus", [ape.corpus], "corpora")
+    clear(layout.APE_DATA)
+    clear(layout.figures("ape"))
+    summary: dict = {"sets": {}}
+    if ape.needed + ape.synthetic > 0:
+        pairs = read_corpus(layout.corpus_dir(ape.corpus), (ape.split,))[ape.split]
+        if len(pairs) <= ape.needed:
+            raise LearnableSparsityError(
+                f"synthetic_ape.real needs {ape.needed} triplets but {ape.corpus}/{ape.split} has "
+                f"{len(pairs)} pairs: enlarge the split or shrink synthetic_ape.real"
+            )
+        check_unseen(ape, nmt, [source for source, _ in pairs])
+        tasks = cells(ape, nmt, len(pairs))
+        task = translate_chunk if ape.mode == "heldout" else cross_translate
+        stage.grid(task, tasks, store=layout.cells(STAGE))
+        mt = translations(tasks, len(pairs))
+        triplets = [Triplet(src, hyp, ref) for (src, ref), hyp in zip(pairs, mt, strict=True)]
+        real, start = {}, 0
+        for split in REAL_SPLITS:
+            real[split], start = triplets[start : start + ape.real[split]], start + ape.real[split]
+        kept, dropped = filter_triplets(triplets[start:], ape.filters, seed=0)
+        sets = {"real": real, "synthetic": {"train": kept[: ape.synthetic]}}
+        summary["filters"] = {"candidates": len(triplets) - start, "dropped": dropped}
+        for name, splits in sets.items():
+            splits = {split: rows for split, rows in splits.items() if rows}
+            if not splits:
+                continue
+            write_corpus(layout.ape_data(name), splits, TRIPLET_FIELDS)
+            summary["sets"][name] = {split: ter_summary(rows) for split, rows in splits.items()}
+            figure = ter_histogram(summary["sets"][name]["train"], f"{name}: TER(mt, pe), train")
+            stage.write_png(layout.figures("ape") / f"ter_{name}.png", figure, artifact="")
+    stage.write_json(RESULTS / "summary.json", summary, artifact="")
+
+
+def translations(tasks: list[Cell], n_pairs: int) -> list[str]:
+    """Every sentence's translation, in corpus order, from the cells' ``mt.txt``."""
+    mt = [""] * n_pairs
+    for task in tasks:
+        lines = (layout.cells(STAGE) / task.key / MT_FILE).read_text(encoding="utf-8")
+        indices = task.payload.get("fold") or range(*task.payload["range"])
+        for index, line in zip(indices, lines.split("\n")[:-1], strict=True):
+            mt[index] = line
+    return mt
+
+
+if __name__ == "__main__":
+    run_stage(STAGE, main)

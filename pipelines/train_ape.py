@@ -1,0 +1,68 @@
+"""DVC stage ``train_ape``: one APE model per grid cell (data regime × system × seed).
+
+A system is a BERT encoder-decoder of Correia & Martins (2019) with its initialisation and
+parameter-sharing flags (Table 3.1), or a baseline (BERT encoder + random Transformer decoder,
+a Transformer from scratch, the dual-source Transformer); a regime is its training data (the
+low-resource real triplets, or those oversampled plus the synthetic set: Table 3.2). Cells run
+as Ray tasks with the project's NMT training loop (label-smoothed cross-entropy, checkpoints,
+resume) and are reused while their settings, data and code are unchanged.
+
+Outputs: ``models/ape/<regime>/<system>/seed<k>/`` (checkpoints), ``results/train_ape/summary.json``
+(DVC metrics) and ``results/train_ape/valid_nll.csv`` (DVC plot: one column per cell).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from components.ape.grid import ApeSettings
+from components.nmt.training import TrainingSettings, train
+from components.settings import build, params_of
+from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import CellRun, Stage, curves_csv, run_stage
+
+STAGE = "train_ape"
+RESULTS = layout.results(STAGE)
+
+
+def train_cell(run: CellRun) -> dict:
+    """Ray task: train one cell; its summary and validation curve."""
+    seed = run.payload["cell"]["seed"]
+    settings = build(TrainingSettings, run.payload["train"], "ape.train", seed=seed)
+    torch.manual_seed(seed)
+    cell, model, tokenizer = open_cell(run)
+    train_set, valid_set, counts = training_examples(run, tokenizer)
+    history = train(
+        model.to(run.device),
+        train_set,
+        valid_set,
+        settings,
+        checkpoint_dir=run.directory,
+        variant=cell.key,
+        on_log=lambda step, metrics: run.log_metrics(metrics, step),
+        before_checkpoint=run.flush,
+    )
+    summary = {
+        **counts,
+        "steps": settings.max_steps,
+        "final_train_loss": history.train[-1]["loss"],
+        "final_valid_nll": history.valid[-1]["valid_nll"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return {"summary": summary, "valid": history.valid}
+
+
+def main(stage: Stage) -> None:
+    ape = stage.settings("ape", ApeSettings)
+    require_data(ape)
+    cells = ape_cells(ape, ("train", "valid"), {"train": params_of(ape.train)})
+    results = stage.grid(train_cell, cells, store=layout.APE_MODELS)
+    summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
+    stage.write_json(RESULTS / "summary.json", summary, artifact="")
+    histories = {cell.key: result for cell, result in zip(cells, results, strict=True)}
+    stage.write_text(RESULTS / "valid_nll.csv", curves_csv(histories, "valid", "valid_nll"))
+
+
+if __name__ == "__main__":
+    run_stage(STAGE, main)
