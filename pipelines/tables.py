@@ -14,6 +14,7 @@ import logging
 from collections import defaultdict
 
 from components.nmt.cells import NmtCell
+from components.reporting.ape_tables import ape_ablation_table, ape_results_table
 from components.reporting.lvm_tables import LVM_SPECS, lvm_table
 from components.reporting.nmt_tables import (
     ast_bleu_table,
@@ -94,10 +95,20 @@ def lvm_tables(profile: str) -> list[ComparisonTable]:
     return tables
 
 
+def ape_tables(profile: str) -> list[ComparisonTable]:
+    """Thesis Table 3.1 on the dev split and Table 3.2 on the test splits."""
+    scores = read_json(layout.results("evaluate_ape") / "scores.json")
+    signatures = list(scores["signatures"].values())
+    args = (scores["cells"], scores["do_nothing"], profile, scores["data"], signatures)
+    tests = [split for split in scores["do_nothing"] if split.startswith("test")]
+    tables = [ape_ablation_table(*args)] if "valid" in scores["do_nothing"] else []
+    return tables + ([ape_results_table(*args, tests)] if tests else [])
+
+
 def main(stage: Stage) -> None:
     profile = stage.profile
     tables = [*bleu_tables(profile), speed_table(profile), *head_tables(profile)]
-    tables += lvm_tables(profile)
+    tables += lvm_tables(profile) + ape_tables(profile)
     for table in tables:
         for relative, text in table_files(table).items():
             stage.write_text(layout.REPORTS / relative, text)
