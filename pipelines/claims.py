@@ -1,6 +1,6 @@
 """DVC stage ``claims``: every qualitative claim of the four works, checked on this run's results.
 
-Reads what the NMT, speed, head-analysis and latent-variable stages wrote, gathers it per seed
+Reads what the NMT, speed, head-analysis, latent-variable and APE stages wrote, gathers it per seed
 (``components.claims.Results``) and gives each claim of ``components/claims/claims.yaml`` a
 verdict — reproduced, not reproduced, not measurable in this profile — with its evidence.
 
@@ -118,12 +118,41 @@ def lvm_results(results: Results) -> None:
             _add(results.lvm_curves, experiment, _lvm_method(curve_file), value=curve)
 
 
+def ape_results(results: Results) -> None:
+    """TER per split of every APE cell (per seed), the do-nothing TER and the validation
+    curves, keyed by "<regime>/<system>"."""
+    scores_file = layout.results("evaluate_ape") / "scores.json"
+    curves_file = layout.results("train_ape") / "valid_nll.csv"
+    if not scores_file.exists():
+        results.missing["ape"] = f"{scores_file} not found"
+        return
+    scores = read_json(scores_file)
+    for key, splits in sorted(scores["cells"].items(), key=lambda item: _ape_order(item[0])):
+        for split, metrics in splits.items():
+            _add(results.ape, key.rsplit("/", 1)[0], split, value=metrics["ter"])
+    results.ape_do_nothing.update({s: m["ter"] for s, m in scores["do_nothing"].items()})
+    if curves_file.exists():
+        with curves_file.open() as handle:
+            rows = list(csv.DictReader(handle))
+        for key in sorted(rows[0] if rows else {}, key=_ape_order):
+            if key != "step":
+                curve = [(float(r["step"]), float(r[key])) for r in rows if r[key]]
+                _add(results.ape_valid_nll, key.rsplit("/", 1)[0], value=curve)
+
+
+def _ape_order(key: str) -> tuple[str, int]:
+    """APE cell keys "<regime>/<system>/seed<k>" in seed order ("step" first)."""
+    cell, _, seed = key.rpartition("/seed")
+    return (cell, int(seed)) if seed.isdigit() else ("", -1)
+
+
 def main(stage: Stage) -> None:
-    results = Results(missing={"ape": "no APE stage in this pipeline yet (issue 13)"})
+    results = Results()
     nmt_results(results)
     speed_results(results)
     alphas_per_block = head_results(results)
     lvm_results(results)
+    ape_results(results)
     verdicts = evaluate(results)
     record = claims_record(verdicts, stage.profile, results)
     stage.write_json(RESULTS / "claims.json", record, artifact="")

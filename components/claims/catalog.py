@@ -52,8 +52,10 @@ class Results:
     attention type → the learned α of every head, layer and seed; ``alpha_trajectories``: per
     seed, (step, every head's α) as training logged them; ``dense_then_sparse``: heads
     whose α went toward softmax and then sparser, per seed; ``lvm``: experiment → method → the
-    test metrics; ``lvm_curves``: experiment → method → training-loss curves; ``missing``: result
-    → why it is absent.
+    test metrics; ``lvm_curves``: experiment → method → training-loss curves; ``ape``:
+    "<regime>/<system>" → split → TER of each seed; ``ape_do_nothing``: split → TER of the MT
+    output itself; ``ape_valid_nll``: "<regime>/<system>" → validation NLL curves of the seeds;
+    ``missing``: result → why it is absent.
     """
 
     bleu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
@@ -66,6 +68,9 @@ class Results:
     dense_then_sparse: list[int] = field(default_factory=list)
     lvm: dict[str, dict[str, list[dict[str, float]]]] = field(default_factory=dict)
     lvm_curves: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
+    ape: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    ape_do_nothing: dict[str, float] = field(default_factory=dict)
+    ape_valid_nll: dict[str, list[Curve]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
 
 
@@ -506,9 +511,96 @@ def nll_at_or_below(
     return all_of(parts)
 
 
-def results_exist(results: Results, result: str, why: str) -> Verdict:
-    """A claim on results this pipeline does not produce yet: not measurable, saying why."""
-    return _missing(results, result) or not_measurable(why)
+# ------------------------------------------------------------------------------ APE
+
+
+def _ape(results: Results, systems: Sequence[str], split: str) -> Verdict | None:
+    missing = _missing(results, "ape")
+    if missing:
+        return missing
+    absent = [s for s in systems if split not in results.ape.get(s, {})]
+    return (
+        not_measurable(f"no {', '.join(absent)} scored on {split} in the APE grid")
+        if absent
+        else None
+    )
+
+
+def _ape_or_still_training(found: Verdict, results: Results, systems: Sequence[str]) -> Verdict:
+    """A comparison that failed is "not reproduced" only once the systems' validation NLL has
+    stopped improving (a longer run may still separate them)."""
+    if found.status != NOT_REPRODUCED:
+        return found
+    curves = {
+        f"{s}/{i}": c for s in systems for i, c in enumerate(results.ape_valid_nll.get(s, []))
+    }
+    return checks.unconverged(curves, "validation NLL", log_loss=True) or found
+
+
+def ape_below_do_nothing(results: Results, systems: Sequence[str], split: str) -> Verdict:
+    """Each system's TER significantly below the do-nothing TER (the MT output scored as is,
+    which has no seed variance: a one-sample test of the systems' seeds)."""
+    blocked = _ape(results, systems, split)
+    if blocked:
+        return blocked
+    if split not in results.ape_do_nothing:
+        return not_measurable(f"no do-nothing score on {split}")
+    parts = {}
+    for system in systems:
+        part = checks.significantly_below_value(
+            results.ape[system][split], results.ape_do_nothing[split], names=(system, "do nothing")
+        )
+        parts[system] = _ape_or_still_training(part, results, [system])
+    return all_of(parts)
+
+
+def ape_ter_below(
+    results: Results, candidate: str, baselines: Sequence[str], split: str
+) -> Verdict:
+    """The candidate's TER significantly below each baseline's (one-sided Welch over seeds)."""
+    blocked = _ape(results, [candidate, *baselines], split)
+    if blocked:
+        return blocked
+    return all_of(
+        {
+            baseline: _ape_or_still_training(
+                checks.significantly_below(
+                    results.ape[candidate][split],
+                    results.ape[baseline][split],
+                    names=(candidate, baseline),
+                ),
+                results,
+                [candidate, baseline],
+            )
+            for baseline in baselines
+        }
+    )
+
+
+def ape_best_of(
+    results: Results, best: str, others: Sequence[str], split: str, margin: float
+) -> Verdict:
+    """The ``best`` system's TER at least as good as each of ``others`` (not significantly
+    higher, mean at most ``margin`` TER points higher)."""
+    blocked = _ape(results, [best, *others], split)
+    if blocked:
+        return blocked
+    return all_of(
+        {
+            other: _ape_or_still_training(
+                checks.at_least_as_good(
+                    results.ape[best][split],
+                    results.ape[other][split],
+                    margin,
+                    higher_is_better=False,
+                    names=(best, other),
+                ),
+                results,
+                [best, other],
+            )
+            for other in others
+        }
+    )
 
 
 CHECKS: dict[str, Callable[..., Verdict]] = {
@@ -525,7 +617,9 @@ CHECKS: dict[str, Callable[..., Verdict]] = {
         marginalization_matches_dense,
         methods_below,
         nll_at_or_below,
-        results_exist,
+        ape_below_do_nothing,
+        ape_ter_below,
+        ape_best_of,
     )
 }
 

@@ -316,6 +316,26 @@ def significantly_below(
     return verdict(c.p_worse < SIGNIFICANCE, evidence, p=c.p_worse)
 
 
+def significantly_below_value(
+    values: Sequence[float], value: float, *, names: tuple[str, str] = ("candidate", "value")
+) -> Verdict:
+    """The mean of ``values`` (seeds) significantly below a number without seed variance (a
+    deterministic baseline): one-sided one-sample t-test; with no spread among the seeds the
+    mean's side of the value decides (p = 0 or 1)."""
+    short = too_few_seeds({names[0]: values})
+    if short:
+        return short
+    if statistics.pvariance(values) == 0:
+        p = 0.0 if statistics.fmean(values) < value else 1.0
+    else:
+        p = float(stats.ttest_1samp(values, value, alternative="less").pvalue)
+    evidence = (
+        f"{names[0]} {describe(values)} vs {names[1]} {value:.2f}: one-sample t-test one-sided "
+        f"p = {p:.3f} for '{names[0]} below {names[1]}'"
+    )
+    return verdict(p < SIGNIFICANCE, evidence, p=p)
+
+
 def all_of(parts: Mapping[str, Verdict]) -> Verdict:
     """One verdict from several: not measurable if any part is, else reproduced iff all are."""
     if not parts:

@@ -408,9 +408,60 @@ def test_bitvector_nll_at_or_below_sfe_and_collapsed_runs_left_out() -> None:
     assert "topk_sparsemax seed #0 fell 0.12" in verdict.evidence
 
 
+def _ape(ter: dict[str, list[float]], split: str = "test", curve=FLAT, **curves) -> Results:
+    """APE results: each "<regime>/<system>" has these TERs (one per seed) on ``split``, its
+    seeds' validation curves follow ``curve`` (or its own), do nothing scores 30."""
+    return Results(
+        ape={cell: {split: values} for cell, values in ter.items()},
+        ape_do_nothing={split: 30.0},
+        ape_valid_nll={c: [curves.get(c.split("/")[1], curve)] * len(v) for c, v in ter.items()},
+    )
+
+
+LOW = (
+    "low_resource/sa_tied_encoder",
+    "low_resource/transformer_decoder",
+    "low_resource/dual_source",
+)
+
+
+def test_ape_below_do_nothing_is_a_one_sample_test_against_the_mt_output() -> None:
+    better = _ape({cell: [24.0, 25.0, 24.5] for cell in LOW})
+    assert _verdict("ape_beats_mt", better).status == REPRODUCED
+    worse = _ape({**{cell: [24.0, 25.0, 24.5] for cell in LOW}, LOW[2]: [35.0, 36.0, 34.0]})
+    verdict = _verdict("ape_beats_mt", worse)
+    assert verdict.status == NOT_REPRODUCED and "dual_source" in verdict.evidence
+    # Worse while still training: a longer run decides it.
+    still = _ape({cell: [35.0, 36.0, 34.0] for cell in LOW}, curve=FALLING)
+    assert _verdict("ape_beats_mt", still).status == NOT_MEASURABLE
+    # One seed cannot be tested.
+    one = _ape({cell: [24.0] for cell in LOW})
+    assert _verdict("ape_beats_mt", one).status == NOT_MEASURABLE
+
+
+def test_ape_synthetic_data_must_lower_ter_significantly() -> None:
+    low, augmented = "low_resource/sa_tied_encoder", "augmented/sa_tied_encoder"
+    helps = _ape({low: [20.0, 20.5, 19.5], augmented: [17.0, 17.5, 16.5]})
+    assert _verdict("ape_synthetic_helps", helps).status == REPRODUCED
+    same = _ape({low: [20.0, 20.5, 19.5], augmented: [20.1, 19.6, 20.4]})
+    assert _verdict("ape_synthetic_helps", same).status == NOT_REPRODUCED
+
+
+def test_ape_best_decoder_within_margin_of_every_other_variant() -> None:
+    others = ["transformer_decoder", "bert_decoder", "ca_init_sa", "ca_tied_sa", "ff_tied_encoder"]
+    ter = {f"low_resource/{s}": [20.0, 20.4, 19.8] for s in others}
+    best = {**ter, "low_resource/sa_tied_encoder": [18.4, 18.6, 18.2]}
+    assert _verdict("ape_decoder_sharing", _ape(best, split="valid")).status == REPRODUCED
+    beaten = {**best, "low_resource/ca_init_sa": [16.0, 16.2, 15.8]}
+    verdict = _verdict("ape_decoder_sharing", _ape(beaten, split="valid"))
+    assert verdict.status == NOT_REPRODUCED and "ca_init_sa" in verdict.evidence
+
+
 def test_ape_claims_say_why_they_are_not_measurable() -> None:
     verdict = _verdict("ape_beats_mt", Results(missing={"ape": "no APE stage"}))
     assert verdict.status == NOT_MEASURABLE and "no APE stage" in verdict.evidence
+    absent = _verdict("ape_bert_beats_baselines", _ape({LOW[0]: [20.0, 21.0, 22.0]}))
+    assert absent.status == NOT_MEASURABLE and "low_resource/dual_source" in absent.evidence
 
 
 # ------------------------------------------------------------------------------ the catalog
