@@ -1,15 +1,23 @@
-"""The refusal of ``synthetic_ape`` to translate sentences an MT model was trained on, checked
-before any task starts (``check_unseen``), on a small corpus in a temporary repository root."""
+"""``synthetic_ape``: its refusal to translate sentences an MT model was trained on, checked before
+any task starts (``check_unseen``), and the k-fold mode run as a stage, on small corpora in a
+temporary repository root."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components.ape.triplets import SyntheticApeSettings
-from components.data.local import write_corpus
+from components.data.bpe import train_joint_bpe
+from components.data.generated import generate_splits
+from components.data.local import read_triplets, write_corpus
 from components.errors import LearnableSparsityError
 from components.nmt.grid import NmtSettings
 from components.settings import build
@@ -72,3 +80,41 @@ def test_kfold_refuses_a_sentence_repeated_across_folds(nmt) -> None:
     repeated = sources(HELDOUT) + sources(HELDOUT)[:1]
     with pytest.raises(LearnableSparsityError, match="fold"):
         check_unseen(synthetic(mode="kfold", folds=3), nmt, repeated)
+
+
+def test_kfold_cross_translation_runs_as_a_stage(
+    tmp_path, monkeypatch, ray_local, mlflow_uri
+) -> None:
+    """Two folds of a tiny generated split: each fold translated by a model trained on the
+    other, the triplets in corpus order with the references as pe."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+    sizes = {"train": 60, "valid": 10, "test": 10, "heldout": 24}
+    pairs = generate_splits(sizes, 0)
+    write_corpus(tmp_path / "data/corpora/c", pairs)
+    train_joint_bpe(pairs["train"] + pairs["heldout"], tmp_path / "data/bpe/c/bpe", 120)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["mlflow"]["experiment"] = "test-kfold"
+    params["corpora"] = {"c": {"source": "generated", "sizes": sizes, "seed": 0}}
+    params["nmt"]["corpora"] = ["c"]
+    params["nmt"]["model"].update(d_model=16, n_heads=2, d_ff=32, enc_layers=1, dec_layers=1)
+    params["nmt"]["train"].update(
+        max_steps=4, max_tokens=400, warmup=2, log_every=2, validate_every=2, checkpoint_every=2
+    )
+    params["nmt"]["decode"].update(beam_size=2, max_len_b=3)
+    params["synthetic_ape"].update(
+        corpus="c", mode="kfold", folds=2, real={"train": 8, "valid": 4, "test": 4}, synthetic=8
+    )
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": mlflow_uri}
+    env.pop("RAY_ADDRESS", None)
+    command = [sys.executable, "-m", "pipelines.synthetic_ape"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    heldout = pairs["heldout"]
+    real = read_triplets(tmp_path / "data/ape/real", ("train", "valid", "test"))
+    assert [(s, p) for s, _, p in real["train"] + real["valid"] + real["test"]] == heldout[:16]
+    for fold in ("fold0", "fold1"):
+        assert (tmp_path / "results/synthetic_ape/cells" / fold / "last.pt").exists()
+    summary = json.loads((tmp_path / "results/synthetic_ape/summary.json").read_text())
+    assert summary["sets"]["real"]["train"]["triplets"] == 8
