@@ -30,6 +30,7 @@ from components.ape.triplets import (
     unseen_check,
 )
 from components.data.atomic import atomic_write_text
+from components.data.bpe import BpeModel
 from components.data.local import TRIPLET_FIELDS, read_corpus, write_corpus
 from components.errors import LearnableSparsityError
 from components.nmt.batching import encode_pairs
@@ -49,9 +50,8 @@ MT_FILE = "mt.txt"
 log = logging.getLogger(__name__)
 
 
-def _translate(run: CellRun, model: Transformer, sources: list[str]) -> dict:
+def _translate(run: CellRun, model: Transformer, bpe: BpeModel, sources: list[str]) -> dict:
     """Translate ``sources`` with ``model`` into the cell's ``mt.txt``."""
-    _, _, bpe = open_cell(run)
     decode = build(DecodeSettings, run.payload["decode"], "nmt.decode")
     encoded = [source for source, _ in encode_pairs(bpe, [(s, s) for s in sources])]
     tokens = translate(
@@ -66,12 +66,12 @@ def _translate(run: CellRun, model: Transformer, sources: list[str]) -> dict:
 
 def translate_chunk(run: CellRun) -> dict:
     """Ray task (heldout): translate sentences [start, stop) of the split with a trained cell."""
-    cell, config, _ = open_cell(run)
+    cell, config, bpe = open_cell(run)
     start, stop = run.payload["range"]
     pairs = read_corpus(layout.corpus_dir(cell.corpus), (run.payload["split"],))
     sources = [source for source, _ in pairs[run.payload["split"]][start:stop]]
     decode = build(DecodeSettings, run.payload["decode"], "nmt.decode")
-    return _translate(run, trained_model(cell, config, decode.average_last), sources)
+    return _translate(run, trained_model(cell, config, decode.average_last), bpe, sources)
 
 
 def cross_translate(run: CellRun) -> dict:
@@ -93,7 +93,7 @@ def cross_translate(run: CellRun) -> dict:
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
         before_checkpoint=run.flush,
     )
-    return _translate(run, model, [corpus[split][i][0] for i in run.payload["fold"]])
+    return _translate(run, model, bpe, [corpus[split][i][0] for i in run.payload["fold"]])
 
 
 def folds(ape: SyntheticApeSettings, n_pairs: int) -> list[list[int]]:
