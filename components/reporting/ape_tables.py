@@ -38,6 +38,14 @@ SYSTEM_LABELS: dict[str, str] = {
     "scratch": "Transformer from scratch",
     "dual_source": "Dual-source Transformer",
 }
+# Table 3.2's row names: the cumulative sharing rows of Table 3.1 spelled out in full.
+RESULT_LABELS: dict[str, str] = {
+    **SYSTEM_LABELS,
+    "ca_init_sa": "BERT enc. + BERT dec., CA ← SA",
+    "sa_tied_encoder": "BERT enc. + BERT dec., CA ← SA, SA ↔ enc. SA",
+    "ca_tied_sa": "BERT enc. + BERT dec., CA ← SA, SA ↔ enc. SA, CA ↔ SA",
+    "ff_tied_encoder": "BERT enc. + BERT dec., CA ← SA, SA ↔ enc. SA, CA ↔ SA, FF ↔ enc. FF",
+}
 # The systems of Table 3.1, in its row order (its published rows, one each).
 _ABLATION_ORDER = (
     "transformer_decoder",
@@ -208,8 +216,7 @@ def ape_results_table(
                 for split in splits
                 for m, _ in _METRICS
             }
-            label = SYSTEM_LABELS.get(system, system).strip()
-            rows.append(Row(f"{label} [{regime}]", cells))
+            rows.append(Row(f"{RESULT_LABELS.get(system, system)} [{regime}]", cells))
     return ComparisonTable(
         name=file_stem("ape_results", check_names("data", data)),
         title="APE test results by system and training data (thesis Table 3.2)",

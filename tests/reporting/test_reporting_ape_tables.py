@@ -56,8 +56,8 @@ def test_results_table_reads_each_test_year_beside_its_published_column() -> Non
     assert baseline.system == DO_NOTHING
     assert baseline.cells["ter_test2018"].references[0].value == 24.24  # MT baseline, test 2018
     labels = [row.system for row in table.rows]
-    low = labels.index("and SA ↔ encoder SA [low_resource]")
-    augmented = labels.index("and SA ↔ encoder SA [augmented]")
+    low = labels.index("BERT enc. + BERT dec., CA ← SA, SA ↔ enc. SA [low_resource]")
+    augmented = labels.index("BERT enc. + BERT dec., CA ← SA, SA ↔ enc. SA [augmented]")
     assert table.rows[low].cells["ter_test2018"].references[0].value == 19.34  # 23K
     assert table.rows[augmented].cells["ter_test2018"].references[0].value == 17.71  # 8M
     assert low < augmented  # the low-resource regime first
