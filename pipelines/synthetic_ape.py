@@ -167,6 +167,11 @@ def main(stage: Stage) -> None:
         for split in REAL_SPLITS:
             real[split], start = triplets[start : start + ape.real[split]], start + ape.real[split]
         kept, dropped = filter_triplets(triplets[start:], ape.filters, seed=0)
+        if ape.synthetic and not kept:
+            raise LearnableSparsityError(
+                f"synthetic_ape.filters kept none of the {len(triplets) - start} synthetic "
+                f"candidates (dropped: {dropped}); loosen the filters or translate more pairs"
+            )
         sets = {"real": real, "synthetic": {"train": kept[: ape.synthetic]}}
         summary["filters"] = {"candidates": len(triplets) - start, "dropped": dropped}
         for name, splits in sets.items():
