@@ -3,8 +3,9 @@ r"""The BERT of the APE model: a small one pre-trained here (smoke), or one load
 The paper starts from ``bert-base-multilingual-cased``. Offline, the smoke profile builds a
 small stand-in the same way mBERT was built, at toy scale:
 
-* :func:`train_wordpiece`: a cased multilingual WordPiece vocabulary trained with Hugging Face
-  ``tokenizers`` on both monolingual sides of a corpus, normalised as mBERT-cased is (Unicode
+* :func:`train_wordpiece`: a cased multilingual WordPiece vocabulary learned on both monolingual
+  sides of a corpus (Hugging Face ``tokenizers``' normaliser, pre-tokenizer and WordPiece model;
+  the pieces by deterministic byte-pair merges), normalised as mBERT-cased is (Unicode
   clean-up and spaces around CJK characters, no lowercasing, no accent stripping; BERT's split
   on whitespace and punctuation), as a ``BertTokenizerFast``.
 * :func:`pretrain_mlm`: a ``transformers`` ``BertForMaskedLM`` trained by masked-LM alone
@@ -21,6 +22,7 @@ that says which model, which cache and how to fix it.
 from __future__ import annotations
 
 import functools
+import io
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -28,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sentencepiece as spm
 import torch
 from huggingface_hub import constants as hub_constants
 from huggingface_hub.errors import LocalEntryNotFoundError
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import normalizers, pre_tokenizers
 from torch import Tensor
 from transformers import (
     AutoTokenizer,
@@ -44,7 +47,7 @@ from transformers import (
 
 from components.checkpoints import Checkpoint, restore_rng, rng_state
 from components.errors import LearnableSparsityError
-from components.nmt.training import linear_schedule
+from components.schedules import linear_schedule
 from components.settings import Settings, SettingsError, params_of, setting
 
 # BERT's special tokens, in the order that gives them ids 0..4 (``BertTokenizerFast``'s own
@@ -64,41 +67,89 @@ RANDOM_FRACTION = 0.1
 # --------------------------------------------------------------------------- vocabulary
 
 
+WORD_START = "▁"  # sentencepiece's mark of a word-initial piece
+CONTINUATION = "##"  # WordPiece's mark of a piece inside a word
+
+
 def train_wordpiece(
     texts: Iterable[str], vocab_size: int, *, lowercase: bool = False
 ) -> BertTokenizerFast:
-    """A WordPiece vocabulary of at most ``vocab_size`` entries trained on ``texts``.
+    """A WordPiece vocabulary of at most ``vocab_size`` entries learned from ``texts``.
 
     Normalisation as mBERT-cased: ``BertNormalizer`` (control characters removed, whitespace
     unified, spaces around CJK characters) without accent stripping and, unless ``lowercase``,
     without lowercasing; pre-tokenisation with ``BertPreTokenizer`` (split on whitespace and
-    punctuation); continuation pieces prefixed with ``##``. The special tokens
-    :data:`SPECIAL_TOKENS` get ids 0..4. A corpus too small for ``vocab_size`` gives a smaller
-    vocabulary (every character plus the merges it supports); use ``len(tokenizer)``.
+    punctuation); continuation pieces prefixed with ``##``.
+
+    The pieces are learned by byte-pair merges (sentencepiece BPE, one thread, on the
+    normalised, pre-tokenised words): a word-initial piece ``▁ab`` becomes ``ab``, any other
+    piece ``cd`` becomes ``##cd``, and every character of the texts is a piece in both forms, so
+    no word is [UNK]. The ``tokenizers`` WordPiece trainer is not used because it is not
+    deterministic: it breaks ties between equally frequent merges in hash-map order, which
+    changes from process to process (three processes gave two different vocabularies for the
+    tests' texts), and the pipeline's outputs must be a function of its inputs. The vocabulary
+    is the special tokens :data:`SPECIAL_TOKENS` (ids 0..4), every character in both forms, then the
+    merged pieces in the order they were learned, up to ``vocab_size``; ids follow that order.
+    A corpus too small for ``vocab_size`` gives a smaller vocabulary; use ``len(tokenizer)``.
 
     The result is a ``BertTokenizerFast`` built with the same normalisation flags (so that
     ``save_pretrained`` / ``from_pretrained`` keep them) that adds ``[CLS] … [SEP]`` around a
-    sentence and ``[CLS] A [SEP] B [SEP]`` around a pair.
+    sentence and ``[CLS] A [SEP] B [SEP]`` around a pair; it segments each word by WordPiece's
+    greedy longest match over these pieces.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise LearnableSparsityError(
             f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}"
         )
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(
+    normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
     )
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    words = [
+        " ".join(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(t)))
+        for t in texts
+    ]
+    words = [line for line in words if line]
+    if not words:
+        raise LearnableSparsityError("train_wordpiece needs at least one non-empty text")
+    characters = sorted({c for line in words for c in line if c != " "})
+    pieces = [*SPECIAL_TOKENS, *characters, *(CONTINUATION + c for c in characters)]
+    for piece in _merged_pieces(words, vocab_size):
+        if len(pieces) >= vocab_size:
+            break
+        wordpiece = piece[1:] if piece.startswith(WORD_START) else CONTINUATION + piece
+        if len(piece.lstrip(WORD_START)) > 1 and wordpiece not in pieces:
+            pieces.append(wordpiece)
+    vocab = {piece: index for index, piece in enumerate(pieces)}
+    return BertTokenizerFast(vocab=vocab, do_lower_case=lowercase, strip_accents=False)
+
+
+def _merged_pieces(lines: list[str], vocab_size: int) -> list[str]:
+    """sentencepiece BPE pieces of ``lines`` (space-separated words), in the order learned."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        model_type="bpe",
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
-        show_progress=False,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        split_by_unicode_script=False,
+        split_by_number=False,
+        bos_id=-1,
+        eos_id=-1,
+        num_threads=1,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        minloglevel=2,
     )
-    tokenizer.train_from_iterator(texts, trainer)
-    return BertTokenizerFast(
-        vocab=tokenizer.get_vocab(), do_lower_case=lowercase, strip_accents=False
-    )
+    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return [
+        processor.id_to_piece(i)
+        for i in range(processor.get_piece_size())
+        if not (processor.is_unknown(i) or processor.is_control(i))
+    ]
 
 
 # --------------------------------------------------------------------------- masking

@@ -47,6 +47,7 @@ from components.checkpoints import LAST, Checkpoint, load_file, restore_rng, rng
 from components.errors import LearnableSparsityError
 from components.nmt.batching import Batch, Example, batches_of, collate_examples
 from components.nmt.seq2seq import Seq2Seq
+from components.schedules import inverse_sqrt_schedule, linear_schedule
 from components.settings import Settings, SettingsError, setting
 
 log = logging.getLogger(__name__)
@@ -126,30 +127,6 @@ def label_smoothed_nll(
     others = -log_p.sum(-1) - nll
     loss = (1 - epsilon) * nll + epsilon / (vocab - 1) * others
     return loss[keep].sum(), nll[keep].sum(), int(keep.sum())
-
-
-def inverse_sqrt_schedule(step: int, warmup: int) -> float:
-    """Multiplier of the peak learning rate after ``step`` updates (LambdaLR's 0-based count).
-
-    With s = step + 1 (the update about to be made): min(s / warmup, √(warmup / s)), which rises
-    linearly to 1 at s = warmup and then decays as s^{-1/2}. Use with
-    ``LambdaLR(optimizer, functools.partial(inverse_sqrt_schedule, warmup=warmup))``.
-    """
-    if warmup < 1:
-        raise LearnableSparsityError(f"warmup must be a positive integer, got {warmup}")
-    s = step + 1
-    return min(s / warmup, math.sqrt(warmup / s))
-
-
-def linear_schedule(step: int, warmup: int, steps: int) -> float:
-    """Multiplier of the peak learning rate after ``step`` updates (LambdaLR's 0-based count).
-
-    With s = step + 1 (the update about to be made): min(s / warmup, (steps + 1 − s) /
-    (steps + 1 − warmup)), which rises linearly to 1 at s = warmup and then falls linearly to
-    1 / (steps + 1 − warmup) at the last update s = steps (never 0, so no update is wasted).
-    """
-    s = step + 1
-    return min(s / warmup, (steps + 1 - s) / (steps + 1 - warmup))
 
 
 def schedule_multiplier(

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,6 +96,23 @@ def test_wordpiece_round_trips_through_save_pretrained(tokenizer, tmp_path) -> N
     sentence = "Das Haus haus Straße café ."
     assert loaded(sentence)["input_ids"] == tokenizer(sentence)["input_ids"]
     assert loaded.tokenize("Haus") != loaded.tokenize("haus")
+
+
+def test_wordpiece_ids_are_the_same_in_every_process(tmp_path) -> None:
+    # The tokenizers trainer numbers pieces differently from process to process.
+    script = (
+        "import json, sys\n"
+        "from components.ape.bert import train_wordpiece\n"
+        f"texts = {TEXTS!r}\n"
+        "print(json.dumps(train_wordpiece(texts * 3, 200).get_vocab(), sort_keys=True))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    runs = [
+        subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+        for _ in range(3)
+    ]
+    vocabularies = {run.stdout for run in runs}
+    assert all(run.returncode == 0 for run in runs) and len(vocabularies) == 1
 
 
 def test_wordpiece_refuses_a_vocabulary_of_special_tokens_only() -> None:

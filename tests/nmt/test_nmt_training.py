@@ -17,13 +17,12 @@ from components.nmt.batching import Batch, collate, token_batches
 from components.nmt.training import (
     average_checkpoints,
     build_optimizer,
-    inverse_sqrt_schedule,
     label_smoothed_nll,
-    linear_schedule,
     noam_peak_lr,
     schedule_multiplier,
     train_step,
 )
+from components.schedules import inverse_sqrt_schedule, linear_schedule
 
 PAD, BOS, EOS = 0, 2, 3
 
