@@ -98,9 +98,27 @@ def encode_triplets(
     return [(joint_input(tokenizer, s, m), target_ids(tokenizer, p)) for s, m, p in triplets]
 
 
-def training_examples(run: CellRun, tokenizer: BertTokenizerFast) -> tuple[list, list, dict]:
+def segment_lengths(joint: Sequence[int], sep_id: int) -> tuple[int, int]:
+    """The positions of ``src [SEP]`` and of ``mt`` in a joint input (each counts from 0)."""
+    cut = list(joint).index(sep_id) + 1
+    return cut, len(joint) - cut
+
+
+def fit_positions(joint: list[int], sep_id: int, max_positions: int) -> list[int]:
+    """``joint`` with each segment cut to the model's ``max_positions`` (src keeps its [SEP]):
+    decoding must give every test sentence an output, so a test input longer than BERT's
+    positions is truncated, not dropped."""
+    cut = joint.index(sep_id) + 1
+    src, mt = joint[: cut - 1][: max_positions - 1], joint[cut:][:max_positions]
+    return [*src, sep_id, *mt]
+
+
+def training_examples(
+    run: CellRun, tokenizer: BertTokenizerFast, max_positions: int
+) -> tuple[list, list, dict]:
     """The cell's training examples (real × oversample_real, + synthetic; the paper's length
-    filter applied), its validation examples (the real dev set) and their counts."""
+    filter and BERT's ``max_positions`` applied), its validation examples (the real dev set,
+    fitted to the positions) and their counts."""
     regime = build(RegimeSettings, run.payload["regime"], "ape.regimes")
     real = read_triplets(Path(run.payload["data"]["real"]), ("train", "valid"))
     train = encode_triplets(tokenizer, real["train"]) * regime.oversample_real
@@ -108,6 +126,19 @@ def training_examples(run: CellRun, tokenizer: BertTokenizerFast) -> tuple[list,
         synthetic = read_triplets(Path(run.payload["data"]["synthetic"]), ("train",))["train"]
         train += encode_triplets(tokenizer, synthetic)
     max_source, max_target = run.payload["max_pieces"]
-    kept = [(s, t) for s, t in train if len(s) < max_source and len(t) < max_target]
+    # The paper's filter, and BERT's positions: each segment and the target (after bos) fit.
+    limit, sep = max_positions, tokenizer.sep_token_id
+    kept = [
+        (s, t)
+        for s, t in train
+        if len(s) < max_source
+        and len(t) < max_target
+        and max(segment_lengths(s, sep)) <= limit
+        and len(t) + 1 <= limit
+    ]
     counts = {"train_examples": len(kept), "dropped_by_length": len(train) - len(kept)}
-    return kept, encode_triplets(tokenizer, real["valid"]), counts
+    valid = [
+        (fit_positions(s, sep, limit), t[: limit - 1])
+        for s, t in encode_triplets(tokenizer, real["valid"])
+    ]
+    return kept, valid, counts

@@ -27,7 +27,13 @@ from components.data.local import read_triplets
 from components.metrics.translation import ape_metrics
 from components.nmt.search import DecodeSettings, translate
 from components.settings import build, params_of
-from pipelines.ape_cells import ape_cells, encode_triplets, require_data, trained_model
+from pipelines.ape_cells import (
+    ape_cells,
+    encode_triplets,
+    fit_positions,
+    require_data,
+    trained_model,
+)
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
 
@@ -44,7 +50,8 @@ def evaluate_cell(run: CellRun) -> dict:
     splits = read_triplets(Path(run.payload["data"]["real"]), run.payload["splits"])
     metrics = {}
     for split, triplets in splits.items():
-        sources = [joint for joint, _ in encode_triplets(tokenizer, triplets)]
+        sep, limit = tokenizer.sep_token_id, model.config.max_positions
+        sources = [fit_positions(j, sep, limit) for j, _ in encode_triplets(tokenizer, triplets)]
         progress = f"{cell.key} {split}: %d/{len(sources)} post-edited"
         tokens = translate(
             model, sources, decode, on_batch=lambda done, p=progress: log.info(p, done)

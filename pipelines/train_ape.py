@@ -32,7 +32,7 @@ def train_cell(run: CellRun) -> dict:
     settings = build(TrainingSettings, run.payload["train"], "ape.train", seed=seed)
     torch.manual_seed(seed)
     cell, model, tokenizer = open_cell(run)
-    train_set, valid_set, counts = training_examples(run, tokenizer)
+    train_set, valid_set, counts = training_examples(run, tokenizer, model.config.max_positions)
     history = train(
         model.to(run.device),
         train_set,
