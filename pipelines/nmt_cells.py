@@ -1,4 +1,5 @@
-"""The cells of the NMT grid (corpus × variant × seed) as the three NMT stages use them.
+"""The cells of the NMT grid (corpus × variant × seed) as the three NMT stages use them, and the
+NMT training loop run inside a grid cell (also by the APE stages, whose models it trains).
 
 Not a stage: ``train_nmt``, ``evaluate_nmt`` and ``analyze_heads`` build their grid cells and
 open them in their tasks the same way, here.
@@ -6,15 +7,23 @@ open them in their tasks the same way, here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from components.data.bpe import BpeModel
+from components.nmt.batching import Example
 from components.nmt.cells import NmtCell
 from components.nmt.grid import NmtSettings
 from components.nmt.model import Transformer, TransformerConfig
-from components.nmt.training import load_weights, weight_files
+from components.nmt.seq2seq import Seq2Seq
+from components.nmt.training import (
+    TrainingHistory,
+    TrainingSettings,
+    load_weights,
+    train,
+    weight_files,
+)
 from components.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Cell, CellRun
@@ -54,3 +63,32 @@ def trained_model(cell: NmtCell, config: TransformerConfig, average_last: int) -
     model = Transformer(config)
     model.load_state_dict(load_weights(layout.NMT_MODELS / cell.key, average_last))
     return model.eval()
+
+
+def train_in_cell(
+    run: CellRun,
+    model: Seq2Seq,
+    train_set: Sequence[Example],
+    valid_set: Sequence[Example],
+    settings: TrainingSettings,
+) -> tuple[TrainingHistory, dict[str, float]]:
+    """The NMT training loop in a grid cell: checkpoints (and resume) in the cell's directory,
+    every logged record to its MLflow run, flushed before each checkpoint; the history and a
+    summary (steps, final train loss and validation NLL, parameters)."""
+    history = train(
+        model,
+        train_set,
+        valid_set,
+        settings,
+        checkpoint_dir=run.directory,
+        variant=run.key,
+        on_log=lambda step, metrics: run.log_metrics(metrics, step),
+        before_checkpoint=run.flush,
+    )
+    summary = {
+        "steps": settings.max_steps,
+        "final_train_loss": history.train[-1]["loss"],
+        "final_valid_nll": history.valid[-1]["valid_nll"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return history, summary

@@ -38,9 +38,9 @@ from components.nmt.cells import NmtCell
 from components.nmt.grid import NmtSettings
 from components.nmt.model import Transformer
 from components.nmt.search import DecodeSettings, translate
-from components.nmt.training import TrainingSettings, train, weight_files
+from components.nmt.training import TrainingSettings, weight_files
 from components.settings import build, params_of
-from pipelines.nmt_cells import open_cell, trained_model
+from pipelines.nmt_cells import open_cell, train_in_cell, trained_model
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Cell, CellRun, Stage, clear, run_stage
 
@@ -83,16 +83,7 @@ def cross_translate(run: CellRun) -> dict:
     rest = [pair for i, pair in enumerate(corpus[split]) if i not in held]
     settings = build(TrainingSettings, run.payload["train"], "nmt.train", seed=cell.seed)
     model = Transformer(config).to(run.device)
-    train(
-        model,
-        encode_pairs(bpe, rest),
-        encode_pairs(bpe, corpus["valid"]),
-        settings,
-        checkpoint_dir=run.directory,
-        variant=run.key,
-        on_log=lambda step, metrics: run.log_metrics(metrics, step),
-        before_checkpoint=run.flush,
-    )
+    train_in_cell(run, model, encode_pairs(bpe, rest), encode_pairs(bpe, corpus["valid"]), settings)
     return _translate(run, model, bpe, [corpus[split][i][0] for i in run.payload["fold"]])
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 
 from components.ape.grid import ApeSettings
-from components.nmt.training import TrainingSettings, train
+from components.nmt.training import TrainingSettings
 from components.settings import build, params_of
 from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
+from pipelines.nmt_cells import train_in_cell
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import CellRun, Stage, curves_csv, run_stage
 
@@ -31,26 +32,10 @@ def train_cell(run: CellRun) -> dict:
     seed = run.payload["cell"]["seed"]
     settings = build(TrainingSettings, run.payload["train"], "ape.train", seed=seed)
     torch.manual_seed(seed)
-    cell, model, tokenizer = open_cell(run)
+    _, model, tokenizer = open_cell(run)
     train_set, valid_set, counts = training_examples(run, tokenizer, model.config.max_positions)
-    history = train(
-        model.to(run.device),
-        train_set,
-        valid_set,
-        settings,
-        checkpoint_dir=run.directory,
-        variant=cell.key,
-        on_log=lambda step, metrics: run.log_metrics(metrics, step),
-        before_checkpoint=run.flush,
-    )
-    summary = {
-        **counts,
-        "steps": settings.max_steps,
-        "final_train_loss": history.train[-1]["loss"],
-        "final_valid_nll": history.valid[-1]["valid_nll"],
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    return {"summary": summary, "valid": history.valid}
+    history, summary = train_in_cell(run, model.to(run.device), train_set, valid_set, settings)
+    return {"summary": {**counts, **summary}, "valid": history.valid}
 
 
 def main(stage: Stage) -> None:

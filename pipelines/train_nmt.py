@@ -21,9 +21,9 @@ from components.data.local import read_corpus
 from components.nmt.batching import encode_pairs
 from components.nmt.grid import NmtSettings
 from components.nmt.model import Transformer
-from components.nmt.training import TrainingSettings, train
+from components.nmt.training import TrainingSettings
 from components.settings import build, params_of
-from pipelines.nmt_cells import nmt_cells, open_cell
+from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import CellRun, Stage, clear, curves_csv, run_stage
 
@@ -39,22 +39,7 @@ def train_cell(run: CellRun) -> dict:
     train_set, valid_set = encode_pairs(bpe, corpus["train"]), encode_pairs(bpe, corpus["valid"])
     torch.manual_seed(cell.seed)
     model = Transformer(config).to(run.device)
-    history = train(
-        model,
-        train_set,
-        valid_set,
-        settings,
-        checkpoint_dir=run.directory,
-        variant=cell.key,
-        on_log=lambda step, metrics: run.log_metrics(metrics, step),
-        before_checkpoint=run.flush,
-    )
-    summary = {
-        "steps": settings.max_steps,
-        "final_train_loss": history.train[-1]["loss"],
-        "final_valid_nll": history.valid[-1]["valid_nll"],
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
+    history, summary = train_in_cell(run, model, train_set, valid_set, settings)
     if history.alphas:
         summary["final_alphas"] = history.alphas[-1]["alphas"]
     run.log_metrics({k: v for k, v in summary.items() if isinstance(v, float)}, step=0)

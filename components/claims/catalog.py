@@ -554,26 +554,42 @@ def ape_below_do_nothing(results: Results, systems: Sequence[str], split: str) -
     return all_of(parts)
 
 
-def ape_ter_below(
-    results: Results, candidate: str, baselines: Sequence[str], split: str
+def _ape_against_each(
+    results: Results,
+    candidate: str,
+    others: Sequence[str],
+    split: str,
+    compare: Callable[[list[float], list[float], tuple[str, str]], Verdict],
 ) -> Verdict:
-    """The candidate's TER significantly below each baseline's (one-sided Welch over seeds)."""
-    blocked = _ape(results, [candidate, *baselines], split)
+    """``compare(candidate's TERs, other's TERs, names)`` for each other system, a failure
+    counted only once both have stopped improving."""
+    blocked = _ape(results, [candidate, *others], split)
     if blocked:
         return blocked
     return all_of(
         {
-            baseline: _ape_or_still_training(
-                checks.significantly_below(
-                    results.ape[candidate][split],
-                    results.ape[baseline][split],
-                    names=(candidate, baseline),
+            other: _ape_or_still_training(
+                compare(
+                    results.ape[candidate][split], results.ape[other][split], (candidate, other)
                 ),
                 results,
-                [candidate, baseline],
+                [candidate, other],
             )
-            for baseline in baselines
+            for other in others
         }
+    )
+
+
+def ape_ter_below(
+    results: Results, candidate: str, baselines: Sequence[str], split: str
+) -> Verdict:
+    """The candidate's TER significantly below each baseline's (one-sided Welch over seeds)."""
+    return _ape_against_each(
+        results,
+        candidate,
+        baselines,
+        split,
+        lambda ter, other, names: checks.significantly_below(ter, other, names=names),
     )
 
 
@@ -582,24 +598,14 @@ def ape_best_of(
 ) -> Verdict:
     """The ``best`` system's TER at least as good as each of ``others`` (not significantly
     higher, mean at most ``margin`` TER points higher)."""
-    blocked = _ape(results, [best, *others], split)
-    if blocked:
-        return blocked
-    return all_of(
-        {
-            other: _ape_or_still_training(
-                checks.at_least_as_good(
-                    results.ape[best][split],
-                    results.ape[other][split],
-                    margin,
-                    higher_is_better=False,
-                    names=(best, other),
-                ),
-                results,
-                [best, other],
-            )
-            for other in others
-        }
+    return _ape_against_each(
+        results,
+        best,
+        others,
+        split,
+        lambda ter, other, names: checks.at_least_as_good(
+            ter, other, margin, higher_is_better=False, names=names
+        ),
     )
 
 
