@@ -103,8 +103,8 @@ def test_kfold_cross_translation_runs_as_a_stage(
     )
     params["nmt"]["decode"].update(beam_size=2, max_len_b=3)
     params["synthetic_ape"].update(
-        corpus="c", mode="kfold", folds=2, real={"train": 8, "valid": 4, "test": 4}, synthetic=8
-    )
+        corpus="c", mode="kfold", folds=2, real={"train": 8, "valid": 4, "test": 4}, synthetic=0
+    )  # no synthetic set: the 4-step models' output may fail every filter
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": mlflow_uri}
     env.pop("RAY_ADDRESS", None)
