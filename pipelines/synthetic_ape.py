@@ -138,9 +138,8 @@ def main(stage: Stage) -> None:
     ape = stage.settings("synthetic_ape", SyntheticApeSettings)
     nmt = stage.settings("nmt", NmtSettings)
     stage.require_entries("synthetic_ape.corpus", [ape.corpus], "corpora")
-    clear(layout.APE_DATA)
-    clear(layout.figures("ape"))
     summary: dict = {"sets": {}}
+    sets: dict = {}
     if ape.needed + ape.synthetic > 0:
         pairs = read_corpus(layout.corpus_dir(ape.corpus), (ape.split,))[ape.split]
         if len(pairs) <= ape.needed:
@@ -165,14 +164,17 @@ def main(stage: Stage) -> None:
             )
         sets = {"real": real, "synthetic": {"train": kept[: ape.synthetic]}}
         summary["filters"] = {"candidates": len(triplets) - start, "dropped": dropped}
-        for name, splits in sets.items():
-            splits = {split: rows for split, rows in splits.items() if rows}
-            if not splits:
-                continue
-            write_corpus(layout.ape_data(name), splits, TRIPLET_FIELDS)
-            summary["sets"][name] = {split: ter_summary(rows) for split, rows in splits.items()}
-            figure = ter_histogram(summary["sets"][name]["train"], f"{name}: TER(mt, pe), train")
-            stage.write_png(layout.figures("ape") / f"ter_{name}.png", figure, artifact="")
+    # Earlier sets are removed only now, after every check and translation succeeded.
+    clear(layout.APE_DATA)
+    clear(layout.figures("ape"))
+    for name, splits in sets.items():
+        splits = {split: rows for split, rows in splits.items() if rows}
+        if not splits:
+            continue
+        write_corpus(layout.ape_data(name), splits, TRIPLET_FIELDS)
+        summary["sets"][name] = {split: ter_summary(rows) for split, rows in splits.items()}
+        figure = ter_histogram(summary["sets"][name]["train"], f"{name}: TER(mt, pe), train")
+        stage.write_png(layout.figures("ape") / f"ter_{name}.png", figure, artifact="")
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
 
 
