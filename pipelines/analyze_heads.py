@@ -42,6 +42,7 @@ from pipelines.scaffold.stage import (
     png,
     read_json,
     run_stage,
+    training_run,
     write_json,
 )
 
@@ -72,15 +73,10 @@ def analyze_cell(run: CellRun) -> dict:
     scalars = {f"analysis/js/{k}": v for k, v in cell_summary["js"].items() if v is not None}
     scalars |= {f"analysis/density/{k}": v for k, v in cell_summary["mean_density"].items()}
     loggers = [run.run]
-    training_tags = {
-        "stage": TRAINING_STAGE,
-        "cell": cell.key,
-        "fingerprint": trained["fingerprint"],
-    }
     experiment = tracking.experiment_of(run.run.uri, run.run.run_id)
-    training_run = tracking.find_run(run.run.uri, experiment, training_tags, ("FINISHED",))
-    if training_run is not None:  # the model's training was logged to this store
-        loggers.append(tracking.RunLogger(run.run.uri, training_run))
+    trained_by = training_run(run.run.uri, experiment, TRAINING_STAGE, layout.NMT_MODELS, cell.key)
+    if trained_by is not None:  # the model's training was logged to this store
+        loggers.append(trained_by)
     for logger in loggers:
         logger.log_metrics({tracking.metric_name(k): v for k, v in scalars.items()}, step=0)
         logger.flush()

@@ -51,13 +51,15 @@ def ape_cells(
 ) -> list[Cell]:
     """One cell per grid cell: payload = the cell, its model config, regime, data and
     ``shared``; inputs = the BERT, the real ``splits`` (and the synthetic training set when the
-    regime uses it) and, when the task ``reads_model``, the trained weights."""
+    regime uses it: the triplets are its data) and, when the task ``reads_model``, the trained
+    weights."""
     cells = []
     for cell in ape.cells():
         regime = ape.regimes[cell.regime]
-        inputs = [layout.done(BERT_DIR), *triplet_files(ape.data["real"], splits)]
+        data = triplet_files(ape.data["real"], splits)
         if regime.synthetic and "train" in splits:
-            inputs += triplet_files(ape.data["synthetic"], ("train",))
+            data += triplet_files(ape.data["synthetic"], ("train",))
+        inputs = [layout.done(BERT_DIR), *data]
         if reads_model:
             directory = layout.APE_MODELS / cell.key
             inputs += [*weight_files(directory, ape.decode.average_last), layout.done(directory)]
@@ -69,7 +71,7 @@ def ape_cells(
             "max_pieces": [ape.max_source_pieces, ape.max_target_pieces],
             **shared,
         }
-        cells.append(Cell(cell.key, payload, tuple(inputs)))
+        cells.append(Cell(cell.key, payload, tuple(inputs), tuple(data)))
     return cells
 
 

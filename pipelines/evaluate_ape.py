@@ -8,7 +8,8 @@ APE shared tasks do: TER case-sensitive on tokenized text (tercom ``-s``; sacreB
 lowercases, which stops case errors from counting and gives lower numbers) and tokenized BLEU
 (multi-bleu.perl), both with their sacreBLEU signatures. The "do nothing" baseline (mt scored
 against pe) is scored for every split. A cell whose model, data, settings and code are
-unchanged is not decoded again.
+unchanged is not decoded again. The scores are also logged on the MLflow run that trained the
+cell's model (``<split>/ter``, ...), next to its params and curves.
 
 Outputs: ``results/evaluate_ape/cells/<cell>/<split>.txt`` and ``metrics.json``;
 ``results/evaluate_ape/scores.json`` (DVC metrics: every cell's TER/BLEU per split and the
@@ -86,6 +87,14 @@ def main(stage: Stage) -> None:
         "signatures": {name: m["signature"] for name, m in next(iter(do_nothing.values())).items()},
     }
     stage.write_json(RESULTS / "scores.json", scores, artifact="")
+    stage.annotate_training_runs(
+        "train_ape",
+        layout.APE_MODELS,
+        {
+            key: {f"{split}/{name}": v for split, m in by_split.items() for name, v in m.items()}
+            for key, by_split in scores["cells"].items()
+        },
+    )
 
 
 def scalars(metrics: dict) -> dict[str, float]:

@@ -6,6 +6,8 @@ detokenize the BPE and score with sacreBLEU (detokenized BLEU with its signature
 as the papers reported it, meaningful on pre-tokenised text only; chrF) and count the empty
 hypotheses (the decoder emitted eos at once). A copy-the-source baseline is scored per corpus for
 scale. A cell whose model, data, settings and code are unchanged is not translated again.
+The scores, and the speed stage's tokens/s of the cell's variant, are also logged on the MLflow
+run that trained the cell's model: one row of the runs table has its params, curves and scores.
 
 Outputs: ``results/evaluate_nmt/cells/<cell>/translations.txt`` and ``metrics.json``;
 ``results/evaluate_nmt/bleu.json`` (DVC metrics: every cell's scores and ``empty_hypotheses``,
@@ -25,7 +27,7 @@ from components.nmt.search import DecodeSettings, translate
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
+from pipelines.scaffold.stage import CellRun, Stage, read_json, run_stage, write_json
 
 STAGE = "evaluate_nmt"
 RESULTS = layout.results(STAGE)
@@ -80,6 +82,13 @@ def main(stage: Stage) -> None:
         "signatures": {name: value["signature"] for name, value in results[0]["metrics"].items()},
     }
     stage.write_json(RESULTS / "bleu.json", summary, artifact="")
+    speed = read_json(layout.results("speed") / "speed.json")
+    scores = {}
+    for cell in cells:
+        variant = cell.payload["cell"]["variant"]
+        scores[cell.key] = {f"test/{k}": v for k, v in summary["cells"][cell.key].items()}
+        scores[cell.key] |= {f"speed/{k}": v for k, v in speed[variant].items()}
+    stage.annotate_training_runs("train_nmt", layout.NMT_MODELS, scores)
 
 
 if __name__ == "__main__":

@@ -37,16 +37,17 @@ def nmt_cells(
     reads_model: bool = False,
 ) -> list[Cell]:
     """One cell per grid cell: payload = the cell, ``nmt.model`` and ``shared``; inputs = the
-    ``splits`` of its corpus, its BPE model and, when the task ``reads_model``, the trained
-    weights it loads (``nmt.decode.average_last``) and the training record."""
+    ``splits`` of its corpus (its data), its BPE model and, when the task ``reads_model``, the
+    trained weights it loads (``nmt.decode.average_last``) and the training record."""
     cells = []
     for cell in nmt.cells():
-        inputs = [*layout.corpus_files(cell.corpus, splits), layout.bpe_model(cell.corpus)]
+        data = layout.corpus_files(cell.corpus, splits)
+        inputs = [*data, layout.bpe_model(cell.corpus)]
         if reads_model:
             directory = layout.NMT_MODELS / cell.key
             inputs += [*weight_files(directory, nmt.decode.average_last), layout.done(directory)]
         payload = {"cell": asdict(cell), "model": params_of(nmt.model), **shared}
-        cells.append(Cell(cell.key, payload, tuple(inputs)))
+        cells.append(Cell(cell.key, payload, tuple(inputs), data))
     return cells
 
 
@@ -73,8 +74,9 @@ def train_in_cell(
     settings: TrainingSettings,
 ) -> tuple[TrainingHistory, dict[str, float]]:
     """The NMT training loop in a grid cell: checkpoints (and resume) in the cell's directory,
-    every logged record to its MLflow run, flushed before each checkpoint; the history and a
-    summary (steps, final train loss and validation NLL, parameters)."""
+    every logged record to its MLflow run, flushed before each checkpoint, and the trained model
+    logged there; the history and a summary (steps, final train loss and validation NLL,
+    parameters)."""
     history = train(
         model,
         train_set,
@@ -85,6 +87,7 @@ def train_in_cell(
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
         before_checkpoint=run.flush,
     )
+    run.log_model(model)
     summary = {
         "steps": settings.max_steps,
         "final_train_loss": history.train[-1]["loss"],

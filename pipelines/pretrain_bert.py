@@ -54,6 +54,7 @@ def bert_cell(run: CellRun) -> dict:
         summary = {"source": f"masked-LM on {settings.corpus}/train", "texts": len(texts)}
     model.save_pretrained(run.directory)
     tokenizer.save_pretrained(run.directory)
+    run.log_model(model)
     parameters = sum(p.numel() for p in model.parameters())
     return {**summary, "vocab_size": len(tokenizer), "parameters": parameters}
 
@@ -64,7 +65,7 @@ def main(stage: Stage) -> None:
     if bert.name_or_path is None:
         stage.require_entries("bert.corpus", [bert.corpus], "corpora")
         inputs = layout.corpus_files(bert.corpus, ("train",))
-    cell = Cell(CELL, {"bert": params_of(bert)}, inputs)
+    cell = Cell(CELL, {"bert": params_of(bert)}, inputs, inputs)
     (result,) = stage.grid(bert_cell, [cell], store=layout.BERT)
     stage.write_json(layout.results(STAGE) / "bert.json", result, artifact="")
 

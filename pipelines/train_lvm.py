@@ -19,6 +19,7 @@ import csv
 import io
 from dataclasses import asdict
 
+from components.checkpoints import LAST
 from components.data.datasets import load_game, load_images
 from components.errors import LearnableSparsityError
 from components.lvm import bitvector_vae, signal_game, ssvae
@@ -57,6 +58,7 @@ def train_cell(run: CellRun) -> dict:
         before_checkpoint=run.flush,
     )
     run.log_metrics({f"final/{k}": v for k, v in result.metrics.items()}, step=0)
+    run.run.log_artifact(run.directory / LAST, "checkpoint")
     return {"metrics": result.metrics, "curves": result.curves}
 
 
@@ -92,6 +94,7 @@ def main(stage: Stage, experiment: str) -> None:
                 "settings": params_of(settings.for_cell(cell)),
             },
             inputs=(layout.image_data(settings.data),),
+            data=(layout.image_data(settings.data),),
         )
         for cell in grid
     ]

@@ -38,15 +38,18 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 from matplotlib.figure import Figure
+from mlflow.entities import Dataset
+from torch import nn
 
 from components.data.atomic import atomic_write_bytes, atomic_write_text
 from components.errors import LearnableSparsityError
@@ -122,11 +125,39 @@ def file_digest(path: Path) -> str:
 @dataclass(frozen=True)
 class Cell:
     """One cell of a grid: ``key`` (unique; its directory under the store), the JSON ``payload``
-    its task reads, and the ``inputs`` (files) its result depends on."""
+    its task reads, the ``inputs`` (files) its result depends on, and which of them are ``data``
+    (logged as the MLflow run's datasets, one per directory)."""
 
     key: str
     payload: Mapping[str, Any]
     inputs: tuple[Path, ...] = ()
+    data: tuple[Path, ...] = ()
+
+
+def datasets(files: Sequence[Path]) -> list[Dataset]:
+    """``files`` as MLflow datasets, one per directory (e.g. ``data/corpora/smoke``): named by the
+    directory, with a digest of the files' contents and each file's rows (lines) in its profile."""
+    by_directory: dict[Path, list[Path]] = {}
+    for path in files:
+        by_directory.setdefault(Path(path).parent, []).append(Path(path))
+    found = []
+    for directory, paths in by_directory.items():
+        profile = {path.name: {"rows": _rows(path)} for path in paths}
+        found.append(
+            Dataset(
+                name=directory.as_posix(),
+                digest=fingerprint([file_digest(path) for path in paths]),
+                source_type="local",
+                source=json.dumps({"uri": directory.as_posix()}),
+                profile=json.dumps(profile),
+            )
+        )
+    return found
+
+
+def _rows(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
 
 
 @dataclass
@@ -160,6 +191,20 @@ class CellRun:
         """Log ``metrics`` (names made MLflow-safe) at ``step`` to the cell's run."""
         self.run.log_metrics({tracking.metric_name(k): v for k, v in metrics.items()}, step)
 
+    def log_model(self, model: nn.Module) -> None:
+        """Log the trained weights (``model/weights.pt``, a state dict) and the model's config
+        (``model/config.json``: a dataclass, or a transformers config) as artifacts of the
+        cell's run."""
+        with tempfile.TemporaryDirectory() as folder:
+            weights = Path(folder) / "weights.pt"
+            torch.save(model.state_dict(), weights)
+            self.run.log_artifact(weights, "model")
+        config = getattr(model, "config", None)
+        if is_dataclass(config):
+            self.run.log_dict(asdict(config), "model/config.json")
+        elif hasattr(config, "to_dict"):
+            self.run.log_dict(config.to_dict(), "model/config.json")
+
     def flush(self, _step: int | None = None) -> None:
         """Write the buffered metrics and the cell's wall time so far (``task_seconds``, over
         all its attempts) now. Call it before every checkpoint is written: what an interrupted
@@ -191,7 +236,7 @@ def execute_cell(cell: CellRun) -> dict:
 
 
 def _execute_locked(cell: CellRun) -> dict:
-    with cell.run:
+    with cell.run, tracking.system_metrics(cell.run):
         cell.run.set_tags(tracking.system_tags())
         cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
         cell.started = time.perf_counter()
@@ -234,6 +279,17 @@ def _intact(directory: Path, record: Mapping[str, Any]) -> bool:
 def done_record(store: Path, key: str) -> dict[str, Any]:
     """The ``done.json`` of cell ``key`` of another stage's store (e.g. a trained model)."""
     return read_json(layout.done(store / key))
+
+
+def training_run(
+    uri: str, experiment_id: str, stage: str, store: Path, key: str
+) -> tracking.RunLogger | None:
+    """The FINISHED MLflow run of ``stage`` that trained cell ``key`` (its store ``store``), found
+    by the fingerprint in the cell's ``done.json``; None when it is not in this store (the model
+    was trained elsewhere)."""
+    tags = {"stage": stage, "cell": key, "fingerprint": done_record(store, key)["fingerprint"]}
+    found = tracking.find_run(uri, experiment_id, tags, ("FINISHED",))
+    return None if found is None else tracking.RunLogger(uri, found)
 
 
 class Stage:
@@ -324,6 +380,7 @@ class Stage:
                 {"cell": cell.key, **cell.payload},
                 {"cell": cell.key, "fingerprint": prints[cell.key]},
             )
+            tracking.RunLogger(self.uri, child).log_datasets(datasets(cell.data), self.name)
             runs.append(
                 CellRun(
                     task,
@@ -348,6 +405,22 @@ class Stage:
             {"cells_run": str(len(todo)), "cells_reused": str(len(cells) - len(todo))}
         )
         return [results[key] for key in keys]
+
+    def annotate_training_runs(
+        self, stage: str, store: Path, metrics: Mapping[str, Mapping[str, float]]
+    ) -> None:
+        """Log ``metrics[key]`` also on the run of ``stage`` that trained cell ``key`` (see
+        :func:`training_run`), so that one row of the MLflow runs table carries a model's
+        params, training curves and scores; values the run already has are not logged again."""
+        for key, values in metrics.items():
+            trained = training_run(self.uri, self.run.experiment_id, stage, store, key)
+            if trained is None:
+                log.info("%s: no %s run of %s in this MLflow store", self.name, stage, key)
+                continue
+            has = trained.client.get_run(trained.run_id).data.metrics
+            named = {tracking.metric_name(name): float(v) for name, v in values.items()}
+            trained.log_metrics({k: v for k, v in named.items() if has.get(k) != v}, step=0)
+            trained.flush()
 
     def write_json(self, path: Path, data: Any, *, artifact: str | None = None) -> None:
         """Atomic JSON at ``path``; also an artifact of the stage run under ``artifact``."""

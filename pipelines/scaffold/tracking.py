@@ -11,21 +11,26 @@ Usage pattern (driver, then Ray tasks; ``pipelines.scaffold.stage`` does this fo
         run.log_metrics({metric_name("alpha", block, "head0"): 1.3}, step)
     stage.finish("FINISHED")                      # also ends children left RUNNING
 
-The default store is a SQLite file whose path must be absolute (workers and DVC's temporary
-experiment copies run in other directories); its experiments keep their artifacts in
-``<directory of the DB>/mlartifacts/<experiment>``. A server (``http://...``) decides for itself.
+The default store is the SQLite file ``mlflow.db`` at the project's root: the git repository's
+top level, or ``$DVC_ROOT``, the real repository of a ``dvc exp run --queue/--temp`` experiment,
+which runs in a copy under ``.dvc/tmp/exps/`` (a store there would be thrown away with the copy).
+Its experiments keep their artifacts in ``<directory of the DB>/mlartifacts/<experiment>``; a
+project copied or moved with its store has its artifact locations moved along on first use. A
+server (``MLFLOW_TRACKING_URI=http://...``) decides for itself.
 Many tasks writing to one SQLite file can meet "database is locked": every write is retried with
 exponential backoff, and metrics are buffered and written in batches.
 """
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import platform
 import random
 import re
 import socket
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -37,8 +42,9 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
 from components.errors import LearnableSparsityError
 from components.settings import Settings, SettingsError
@@ -54,11 +60,18 @@ MAX_NAME_CHARS = 250
 STATUSES = ("FINISHED", "FAILED", "KILLED")
 UNFINISHED = ("RUNNING", "FAILED", "KILLED")
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
+GIT_DIRTY_TAG = "git.dirty"
+DVC_EXPERIMENT_TAG = "dvc.experiment"
+PROFILE_TAG = "profile"
 PARENT_TAG = "mlflow.parentRunId"
 RESUMED_TAG = "resumed"
 END_REASON_TAG = "end_reason"
 # Environment variables that pin the CPU kernels (README: "Rerunning on another machine").
 PORTABILITY_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
+
+# A smoke cell lasts from half a minute to a few minutes: a sample every 5 s draws its curve.
+SYSTEM_METRICS_INTERVAL_S = 5.0
+DATA_CONTEXT_TAG = "mlflow.data.context"
 
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-./ ]")
 _RETRY_ATTEMPTS = 10
@@ -66,9 +79,49 @@ _RETRY_FIRST_DELAY_S = 0.1
 _RETRY_MAX_DELAY_S = 5.0
 
 
-def tracking_uri(root: Path) -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else the SQLite file ``root/mlflow.db`` (absolute)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlflow.db').resolve()}"
+# Makes the MLflow UI open an experiment on its runs table (MLflow 3 defaults to the GenAI view).
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+ARTIFACTS_FOLDER = "mlartifacts"
+# The tables whose rows name artifact locations (mlflow.store.tracking.dbmodels.models).
+_ARTIFACT_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+)
+
+
+def tracking_uri(start: Path) -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else the SQLite file ``mlflow.db`` at the project root
+    around ``start`` (absolute; see :func:`project_root`)."""
+    given = os.environ.get("MLFLOW_TRACKING_URI")
+    return given or f"sqlite:///{project_root(start) / 'mlflow.db'}"
+
+
+def project_root(start: Path) -> Path:
+    """The repository whose store a run belongs in: ``$DVC_ROOT`` when DVC runs the stage (for a
+    queued or ``--temp`` experiment that is the user's repository, not the copy the stage runs
+    in), else the top level of the git repository around ``start``."""
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=start,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        top = ""
+    if not top:
+        raise LearnableSparsityError(
+            f"{start.resolve()} is not inside the project's git repository, so there is no "
+            "project store to log to (a Ray job runs in a copy of the working directory): set "
+            "MLFLOW_TRACKING_URI to a tracking server (http://host:5000) or to "
+            "sqlite:////absolute/path/mlflow.db"
+        )
+    return Path(top).resolve()
 
 
 def prepare(uri: str, experiment: str) -> str:
@@ -87,17 +140,22 @@ def prepare(uri: str, experiment: str) -> str:
     if database is not None:
         database.parent.mkdir(parents=True, exist_ok=True)
         folder = re.sub(r"[^A-Za-z0-9_-]", "_", experiment)
-        location = (database.parent / "mlartifacts" / folder).as_uri()
+        location = (database.parent / ARTIFACTS_FOLDER / folder).as_uri()
     client = MlflowClient(uri)
     found = _retry(client.get_experiment_by_name, experiment)
     if found is None:
         try:
-            return _retry(client.create_experiment, experiment, artifact_location=location)
+            return _retry(client.create_experiment, experiment, location, tags=EXPERIMENT_KIND)
         except MlflowException as error:
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
             # Created meanwhile by another driver.
             found = _retry(client.get_experiment_by_name, experiment)
+    if database is not None and found.artifact_location != location:
+        _relocate(database, found.artifact_location, location)
+    for key, value in EXPERIMENT_KIND.items():
+        if found.tags.get(key) != value:
+            _retry(client.set_experiment_tag, found.experiment_id, key, value)
     if found.lifecycle_stage != "active":
         raise LearnableSparsityError(
             f"MLflow experiment {experiment!r} (id {found.experiment_id}) in {uri} is deleted; "
@@ -105,6 +163,27 @@ def prepare(uri: str, experiment: str) -> str:
             "or choose another mlflow.experiment"
         )
     return found.experiment_id
+
+
+def _relocate(database: Path, found: str, wanted: str) -> None:
+    """Point the artifact locations of a store that was copied or moved with its project (they
+    name ``<old root>/mlartifacts/...``) at the store's own ``mlartifacts`` folder, so that the
+    copy does not write into the original. A location the user chose elsewhere is left alone."""
+    old = found.rpartition(f"/{ARTIFACTS_FOLDER}/")[0]
+    new = wanted.rpartition(f"/{ARTIFACTS_FOLDER}/")[0]
+    if not old or not found.startswith("file://") or old == new:
+        return
+    old, new = f"{old}/{ARTIFACTS_FOLDER}/", f"{new}/{ARTIFACTS_FOLDER}/"
+    with sqlite3.connect(database, timeout=60) as connection:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        for table, column in _ARTIFACT_COLUMNS:
+            if table in tables:
+                connection.execute(
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                    f"WHERE substr({column}, 1, ?) = ?",
+                    (new, len(old) + 1, len(old), old),
+                )
+    log.warning("the MLflow store %s was moved: its artifacts now go to %s", database, new)
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -306,6 +385,14 @@ class RunLogger:
         for batch in _chunks(entries, MAX_PARAMS_TAGS_PER_BATCH):
             _retry(self.client.log_batch, self.run_id, tags=batch)
 
+    def log_datasets(self, datasets: Collection[Dataset], context: str) -> None:
+        """Record ``datasets`` as the run's inputs (the UI's Datasets column), used as
+        ``context`` (e.g. the stage that read them)."""
+        tags = [InputTag(DATA_CONTEXT_TAG, context)]
+        inputs = [DatasetInput(dataset, tags) for dataset in datasets]
+        if inputs:
+            _retry(self.client.log_inputs, self.run_id, inputs)
+
     def log_dict(self, data: dict, artifact_file: str) -> None:
         """Save ``data`` as the artifact ``artifact_file`` (JSON, or YAML by extension)."""
         _retry(self.client.log_dict, self.run_id, data, artifact_file)
@@ -332,6 +419,20 @@ class RunLogger:
         _retry(self.client.set_terminated, self.run_id, status)
 
 
+@contextmanager
+def system_metrics(run: RunLogger, interval_s: float = SYSTEM_METRICS_INTERVAL_S) -> Iterator[None]:
+    """Log this machine's CPU, memory, disk and network use (and the GPUs', where nvidia-ml-py
+    finds one) as ``system/...`` metrics of ``run`` every ``interval_s`` while the block runs."""
+    monitor = SystemMetricsMonitor(
+        run.run_id, sampling_interval=interval_s, resume_logging=True, tracking_uri=run.uri
+    )
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.finish()
+
+
 class StageRun(RunLogger):
     """The parent run of one stage invocation (made by :func:`stage_run`); picklable.
 
@@ -340,9 +441,17 @@ class StageRun(RunLogger):
     its worker died) are ended with the stage's status.
     """
 
-    def __init__(self, uri: str, run_id: str, experiment_id: str, stage: str) -> None:
+    def __init__(
+        self,
+        uri: str,
+        run_id: str,
+        experiment_id: str,
+        stage: str,
+        inherited: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(uri, run_id)
         self.experiment_id, self.stage = experiment_id, stage
+        self.inherited = dict(inherited or {})  # tags every child carries too (source, profile)
         self.children: list[str] = []
 
     def child(
@@ -355,10 +464,17 @@ class StageRun(RunLogger):
         same fingerprint, which resumes from its checkpoint) is resumed instead of creating a
         new one; it moves under this stage run and keeps its metric history.
         """
-        tags = {**(identity or {}), PARENT_TAG: self.run_id, "stage": self.stage, **driver_tags()}
+        tags = {
+            **(identity or {}),
+            PARENT_TAG: self.run_id,
+            "stage": self.stage,
+            **self.inherited,
+            **driver_tags(),
+        }
         earlier = None
         if identity:
-            earlier = find_run(self.uri, self.experiment_id, tags, UNFINISHED)
+            wanted = {**identity, "stage": self.stage}
+            earlier = find_run(self.uri, self.experiment_id, wanted, UNFINISHED)
         if earlier is not None:
             _retry(self.client.update_run, earlier, status="RUNNING")
             RunLogger(self.uri, earlier).set_tags({**tags, RESUMED_TAG: "true"})
@@ -367,7 +483,8 @@ class StageRun(RunLogger):
         run = _retry(self.client.create_run, self.experiment_id, tags=tags, run_name=name)
         run_id = run.info.run_id
         self.children.append(run_id)
-        RunLogger(self.uri, run_id).log_params(params)
+        profile = {k: v for k, v in self.inherited.items() if k == PROFILE_TAG}
+        RunLogger(self.uri, run_id).log_params({**profile, **params})
         return run_id
 
     def finish(self, status: str = "FINISHED") -> None:
@@ -381,10 +498,9 @@ class StageRun(RunLogger):
 def find_run(
     uri: str, experiment_id: str, tags: Mapping[str, str], statuses: Collection[str]
 ) -> str | None:
-    """The newest run of ``experiment_id`` with all ``tags`` (except the parent) and one of the
-    ``statuses``; None if there is none."""
-    wanted = {k: v for k, v in tags.items() if k != PARENT_TAG and not k.startswith("driver.")}
-    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in wanted.items())
+    """The newest run of ``experiment_id`` with all ``tags`` and one of the ``statuses``; None if
+    there is none."""
+    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
     runs = _retry(
         MlflowClient(uri).search_runs,
         [experiment_id],
@@ -455,30 +571,53 @@ def end_orphans(uri: str, experiment_id: str, stage: str) -> list[str]:
     return ended
 
 
-def _git_commit() -> str | None:
-    """HEAD of the git checkout around the working directory, if there is one."""
+def _git(*args: str) -> str | None:
+    """The output of ``git *args`` in the working directory; None outside a git checkout."""
     try:
         result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+            ["git", *args], capture_output=True, text=True, check=True, timeout=10
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return result.stdout.strip() or None
+    return result.stdout.strip()
+
+
+def source_tags(stage: str) -> dict[str, str]:
+    """Where a run's code comes from, in the tags the MLflow UI shows (Source, Version, User):
+    the stage's entrypoint, the git commit and branch of the checkout, whether tracked files had
+    uncommitted changes (a DVC experiment's ``-S`` overrides change params.yaml), and the DVC
+    experiment that ran it."""
+    tags = {
+        "mlflow.source.name": f"pipelines/{stage.partition('/')[0]}.py",
+        "mlflow.source.type": "LOCAL",
+        "mlflow.user": getpass.getuser(),
+    }
+    commit = _git("rev-parse", "HEAD")
+    if commit:
+        tags[GIT_COMMIT_TAG] = commit
+        tags[GIT_DIRTY_TAG] = str(bool(_git("status", "--porcelain", "--untracked-files=no")))
+        branch = _git("rev-parse", "--abbrev-ref", "HEAD")
+        if branch and branch != "HEAD":
+            tags["mlflow.source.git.branch"] = branch
+    if os.environ.get("DVC_EXP_NAME"):
+        tags[DVC_EXPERIMENT_TAG] = os.environ["DVC_EXP_NAME"]
+    return tags
 
 
 def start_stage_run(uri: str, experiment: str, stage: str, params: Mapping[str, Any]) -> StageRun:
     """A new RUNNING parent run of one invocation of ``stage``: named ``stage``, tagged with the
-    stage and the git commit, with ``params`` flattened. End it with ``finish``."""
+    stage, its source (:func:`source_tags`) and the params profile, with ``params`` flattened.
+    Its children get the same source and profile. End it with ``finish``."""
     experiment_id = prepare(uri, experiment)
     for run_id in end_orphans(uri, experiment_id, stage):
         log.warning("MLflow run %s of an interrupted %s marked KILLED", run_id, stage)
-    tags = {"stage": stage, **driver_tags(), **system_tags()}
-    commit = _git_commit()
-    if commit:
-        tags[GIT_COMMIT_TAG] = commit
+    inherited = source_tags(stage)
+    if "profile" in params:
+        inherited[PROFILE_TAG] = str(params["profile"])
+    tags = {"stage": stage, **inherited, **driver_tags(), **system_tags()}
     client = MlflowClient(uri)
     run = _retry(client.create_run, experiment_id, tags=tags, run_name=stage)
-    handle = StageRun(uri, run.info.run_id, experiment_id, stage)
+    handle = StageRun(uri, run.info.run_id, experiment_id, stage, inherited)
     try:
         handle.log_params(params)
     except BaseException:

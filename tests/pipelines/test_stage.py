@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow import MlflowClient
 
 from components.errors import LearnableSparsityError
@@ -44,6 +45,12 @@ def fail_on_three(run: CellRun) -> dict:
     if run.payload["x"] == 3:
         raise LearnableSparsityError("three is broken")
     return {"x": run.payload["x"]}
+
+
+def train_a_line(run: CellRun) -> dict:
+    """Fits nothing, but logs a model like a training task."""
+    run.log_model(torch.nn.Linear(2, 1))
+    return {"trained": run.key}
 
 
 def params(task_cpus: float = 1) -> Params:
@@ -231,3 +238,56 @@ def test_an_interrupted_cell_continues_its_mlflow_run(
     seconds = client.get_metric_history(run.info.run_id, "task_seconds")
     assert len(seconds) == 3 and seconds[-1].value >= seconds[0].value > 0
     assert "system.cpu_capability" in run.data.tags and "system.torch" in run.data.tags
+
+
+def test_a_cells_run_has_source_profile_datasets_and_model(
+    ray_local: None, mlflow_uri: str, store: Path, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpora" / "tiny"
+    corpus.mkdir(parents=True)
+    (corpus / "train.src").write_text("a b\nc d\ne\n")
+    (corpus / "train.tgt").write_text("x\ny\nz\n")
+    files = (corpus / "train.src", corpus / "train.tgt")
+    stage = Stage("scaffold-metadata", params(), mlflow_uri)
+    stage.grid(train_a_line, [Cell("tiny/seed0", {"x": 1}, files, files)], store=store)
+    stage.finish("FINISHED")
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs(
+        [stage.run.experiment_id], "tags.stage = 'scaffold-metadata' and tags.cell = 'tiny/seed0'"
+    )
+    parent = client.get_run(stage.run.run_id)
+    for tagged in (run, parent):
+        assert len(tagged.data.tags["mlflow.source.git.commit"]) == 40
+        assert tagged.data.tags["mlflow.source.name"] == "pipelines/scaffold-metadata.py"
+        assert tagged.data.tags["profile"] == "ci"
+    assert run.data.params["profile"] == "ci"
+    (dataset,) = run.inputs.dataset_inputs
+    assert dataset.dataset.name == corpus.as_posix()
+    assert json.loads(dataset.dataset.profile) == {
+        "train.src": {"rows": 3},
+        "train.tgt": {"rows": 3},
+    }
+    assert {tag.key: tag.value for tag in dataset.tags}[
+        "mlflow.data.context"
+    ] == "scaffold-metadata"
+    model = {item.path for item in client.list_artifacts(run.info.run_id, "model")}
+    assert model == {"model/weights.pt"}  # a Linear has no config
+
+
+def test_scores_are_logged_on_the_run_that_trained_the_model(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    """An evaluation stage puts its scores on the training cell's run (one row in the UI)."""
+    trained = Stage("scaffold-train", params(), mlflow_uri)
+    trained.grid(count_and_square, [Cell("a", {"x": 3})], store=store)
+    trained.finish("FINISHED")
+    for _ in range(2):  # a second annotation with equal values adds no points
+        evaluation = Stage("scaffold-evaluate", params(), mlflow_uri)
+        evaluation.annotate_training_runs("scaffold-train", store, {"a": {"test/bleu": 31.5}})
+        evaluation.finish("FINISHED")
+    client = MlflowClient(mlflow_uri)
+    (run,) = client.search_runs(
+        [trained.run.experiment_id], "tags.stage = 'scaffold-train' and tags.cell = 'a'"
+    )
+    assert run.data.metrics["square"] == 9 and run.data.metrics["test/bleu"] == 31.5
+    assert len(client.get_metric_history(run.info.run_id, "test/bleu")) == 1

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from pipelines.scaffold.tracking import (
     metric_name,
     prepare,
     stage_run,
+    system_metrics,
     tracking_uri,
 )
 
@@ -60,18 +63,82 @@ def log_then_fail(task: dict) -> dict:
         raise RuntimeError("diverged")
 
 
-def test_tracking_uri_defaults_to_an_absolute_sqlite_file(
+def git_repository(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q"], cwd=path, check=True)
+    return path
+
+
+def test_tracking_uri_is_the_sqlite_file_at_the_git_root(
     monkeypatch: pytest.MonkeyPatch, elsewhere: Path
 ) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    uri = tracking_uri(Path("."))
-    assert uri == f"sqlite:///{elsewhere.resolve()}/mlflow.db"
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    root = git_repository(elsewhere / "project")
+    (root / "pipelines").mkdir()
+    uri = tracking_uri(root / "pipelines")
+    assert uri == f"sqlite:///{root.resolve()}/mlflow.db"
     assert uri.startswith("sqlite:////")
+
+
+def test_a_dvc_experiment_copy_logs_to_the_users_store(
+    monkeypatch: pytest.MonkeyPatch, elsewhere: Path
+) -> None:
+    """`dvc exp run --queue/--temp` runs a stage in a git copy under .dvc/tmp/exps/ and names the
+    user's repository in $DVC_ROOT: the runs go to that repository's store."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root = git_repository(elsewhere / "project")
+    copy = git_repository(root / ".dvc" / "tmp" / "exps" / "tmpabc123")
+    monkeypatch.setenv("DVC_ROOT", str(root))
+    assert tracking_uri(copy) == f"sqlite:///{root.resolve()}/mlflow.db"
+
+
+def test_outside_a_git_repository_a_tracking_uri_is_required(
+    monkeypatch: pytest.MonkeyPatch, elsewhere: Path
+) -> None:
+    """A Ray job's working directory is a copy without .git: a store there would be lost."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(elsewhere.parent))
+    with pytest.raises(LearnableSparsityError, match="MLFLOW_TRACKING_URI") as error:
+        tracking_uri(elsewhere)
+    assert str(elsewhere) in str(error.value)
 
 
 def test_tracking_uri_environment_variable_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
     assert tracking_uri(Path(".")) == "http://tracking:5000"
+
+
+def test_experiments_open_on_the_runs_table(mlflow_uri: str) -> None:
+    """MLflow 3's UI opens an experiment without a kind in its GenAI view."""
+    experiment = MlflowClient(mlflow_uri).get_experiment(prepare(mlflow_uri, "kind exp"))
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_moved_project_writes_its_artifacts_into_its_own_folder(elsewhere: Path) -> None:
+    """A store copied with its project pointed at the original clone's mlartifacts: the copy's
+    first use moves every location (experiments and runs) to its own folder."""
+    original = elsewhere / "original"
+    original.mkdir()
+    uri = f"sqlite:///{original / 'mlflow.db'}"
+    with stage_run(uri, "moved exp", "train", {}) as stage:
+        old_run = stage.run_id
+        stage.log_dict({"a": 1}, "a.json")
+    other = MlflowClient(uri).create_experiment("user's own", "file:///data/elsewhere")
+    shutil.copytree(original, elsewhere / "copy")
+    shutil.rmtree(original)  # the copy must not need it
+    copied = f"sqlite:///{elsewhere / 'copy' / 'mlflow.db'}"
+    with stage_run(copied, "moved exp", "train", {}) as stage:
+        stage.log_dict({"b": 2}, "b.json")
+        new_run = stage.run_id
+    client = MlflowClient(copied)
+    for run_id in (old_run, new_run):
+        uri_of_run = client.get_run(run_id).info.artifact_uri
+        assert uri_of_run.startswith((elsewhere / "copy" / "mlartifacts").as_uri()), uri_of_run
+    assert client.list_artifacts(old_run)[0].path == "a.json"
+    assert (elsewhere / "copy" / "mlartifacts").is_dir()
+    assert client.get_experiment(other).artifact_location == "file:///data/elsewhere"
 
 
 def test_prepare_is_idempotent_and_keeps_artifacts_beside_the_db(mlflow_uri: str) -> None:
@@ -270,3 +337,15 @@ def test_sigterm_ends_a_stage_and_its_run_killed(mlflow_uri: str, elsewhere: Pat
     driver.send_signal(signal.SIGTERM)
     assert driver.wait(timeout=60) != 0
     assert MlflowClient(mlflow_uri).get_run(run_id).info.status == "KILLED"
+
+
+def test_system_metrics_are_sampled_while_a_block_runs(mlflow_uri: str) -> None:
+    with (
+        stage_run(mlflow_uri, "system exp", "train", {}) as stage,
+        system_metrics(stage, interval_s=0.2),
+    ):
+        time.sleep(1.5)
+    client = MlflowClient(mlflow_uri)
+    history = client.get_metric_history(stage.run_id, "system/cpu_utilization_percentage")
+    assert len(history) >= 2
+    assert "system/system_memory_usage_megabytes" in client.get_run(stage.run_id).data.metrics
