@@ -229,7 +229,10 @@ def compute_checks(params: Params) -> Iterator[Check]:
 
 def tracking_check() -> Check:
     """The MLflow store can be written (a SQLite file's folder) or reached (a server)."""
-    uri = tracking_uri(Path.cwd())
+    try:
+        uri = tracking_uri(Path.cwd())
+    except LearnableSparsityError as error:
+        return Check("MLflow store", False, str(error))
     if uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
         writable = os.access(folder if folder.exists() else folder.parent, os.W_OK)

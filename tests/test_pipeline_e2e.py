@@ -302,6 +302,43 @@ def test_mlflow_has_a_parent_run_per_stage_and_a_child_per_cell(
     assert "analysis/alpha_histograms.png" in {a.path for a in analysis}
 
 
+def test_one_mlflow_row_per_model_carries_its_params_curves_scores_and_source(
+    repro: tuple[Path, str, str],
+) -> None:
+    """Sorting the runs table by BLEU shows the α curves, the speed and the commit on that row."""
+    repo, uri, _ = repro
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("learnable-sparsity")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    training = client.search_runs(
+        [experiment.experiment_id], "tags.stage = 'train_nmt' and attributes.status = 'FINISHED'"
+    )
+    cells = {r.data.tags["cell"]: r for r in training if "cell" in r.data.tags}
+    assert sorted(cells) == sorted(f"smoke/{v}/seed0" for v in VARIANTS)
+    for found in cells.values():
+        metrics, tags = found.data.metrics, found.data.tags
+        assert {"test/bleu", "test/chrf", "speed/train_ratio_to_softmax", "loss"} <= set(metrics)
+        assert tags["mlflow.source.git.commit"] == commit
+        assert found.data.params["profile"] == "ci" and found.data.params["cell.variant"]
+        (dataset,) = found.inputs.dataset_inputs
+        assert dataset.dataset.name == "data/corpora/smoke"
+        assert "model/weights.pt" in {
+            a.path for a in client.list_artifacts(found.info.run_id, "model")
+        }
+        assert found.info.artifact_uri.startswith(
+            Path(uri.removeprefix("sqlite:///")).parent.as_uri()
+        )
+    alpha = cells["smoke/entmax_alpha/seed0"].info.run_id
+    assert len(client.get_metric_history(alpha, "alpha/encoder.self.layer0/head0")) > 1
+    ape = client.search_runs(
+        [experiment.experiment_id], "tags.stage = 'train_ape' and attributes.status = 'FINISHED'"
+    )
+    assert ape and all("test/ter" in r.data.metrics for r in ape if "cell" in r.data.tags)
+
+
 def test_second_repro_is_a_no_op(repro: tuple[Path, str, str]) -> None:
     _, _, second = repro
     assert "Data and pipelines are up to date" in second

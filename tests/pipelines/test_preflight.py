@@ -37,11 +37,23 @@ def failed(params: Params) -> dict[str, str]:
 
 def test_the_smoke_profile_needs_nothing_more(project: Path) -> None:
     assert failed(smoke_with({})) == {}
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)  # the store is at its root
     command = [sys.executable, "-m", "pipelines.preflight"]
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "preflight of the 'smoke' profile" in result.stdout and "FAIL" not in result.stdout
+    assert f"sqlite:///{project.resolve()}/mlflow.db" in result.stdout
+
+
+def test_outside_a_git_repository_the_store_must_be_named(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ray job's working directory has no .git: a store made there would be lost."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(project.parent))
+    assert "MLFLOW_TRACKING_URI" in failed(smoke_with({}))["MLflow store"]
 
 
 def test_every_bad_section_is_listed_not_only_the_first(project: Path) -> None:
