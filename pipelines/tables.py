@@ -67,13 +67,15 @@ def speed_table(profile: str) -> ComparisonTable:
 
 
 def head_tables(profile: str) -> list[ComparisonTable]:
-    """Head diversity (JS) per block and head-role counts (per seed), per corpus."""
+    """Head diversity (JS) per block and head-role counts (per seed, with the strongest head
+    where none passes), per corpus."""
     heads = read_json(layout.results("analyze_heads") / "heads.json")
     cells = {key: NmtCell.from_key(key) for key in heads}
     tables = []
     for corpus in sorted({cell.corpus for cell in cells.values()}):
         js: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         roles: dict[str, list[dict]] = defaultdict(list)
+        best: dict[str, list[dict]] = defaultdict(list)
         for key, summary in heads.items():
             if cells[key].corpus != corpus:
                 continue
@@ -82,7 +84,8 @@ def head_tables(profile: str) -> list[ComparisonTable]:
                 if value is not None:
                     js[variant][block].append(value)
             roles[variant].append(summary["roles"])
-        tables += head_summary_table(js, roles, profile, corpus)
+            best[variant].append(summary["best_heads"])
+        tables += head_summary_table(js, roles, best, profile, corpus)
     return tables
 
 

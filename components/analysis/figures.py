@@ -8,11 +8,16 @@ Attention types are "encoder.self", "decoder.context" and "decoder.self"; layers
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import torch
+from matplotlib import colormaps
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from torch import Tensor
 
 from components.analysis.alpha import alpha_trajectories
@@ -26,6 +31,16 @@ TITLES = {
     "decoder.context": "context attention",
     "decoder.self": "decoder self-attention",
 }
+ColourRGBA = tuple[float, float, float, float]
+# Qualitative colormaps for one colour per head, smallest first (name, number of colours); a
+# model with more heads samples the continuous MANY_HEADS_COLOURMAP instead.
+QUALITATIVE_COLOURMAPS: tuple[tuple[str, int], ...] = (("tab10", 10), ("tab20", 20))
+MANY_HEADS_COLOURMAP = "turbo"
+HEAD_LINEWIDTH = 1.2
+FLAGGED_LINEWIDTH = 3.0  # thick enough to tell a flagged head apart at a glance
+FLAGGED_LABEL = "thick: towards softmax, then sparser"
+LEGEND_COLUMNS = 5  # entries per row of a legend below the panels
+LEGEND_ROW_HEIGHT = 0.25  # inches a figure grows per legend row, so its panels keep their size
 
 
 def _by_type(keys: Collection[str]) -> dict[str, list[tuple[int, str]]]:
@@ -37,6 +52,55 @@ def _by_type(keys: Collection[str]) -> dict[str, list[tuple[int, str]]]:
     return {kind: sorted(grouped[kind]) for kind in ATTENTION_TYPES if kind in grouped}
 
 
+def head_colours(n_heads: int) -> list[ColourRGBA]:
+    """One distinct RGBA colour per head index: a qualitative colormap (tab10, then tab20) while
+    it has enough colours, else ``n_heads`` samples of a continuous one."""
+    for name, size in QUALITATIVE_COLOURMAPS:
+        if n_heads <= size:
+            return [colormaps[name](head) for head in range(n_heads)]
+    return [tuple(c) for c in colormaps[MANY_HEADS_COLOURMAP].resampled(n_heads)(range(n_heads))]
+
+
+def _legend_rows(entries: int) -> int:
+    """Rows of a legend of ``entries`` below the panels (:func:`_legend_below`)."""
+    return math.ceil(entries / LEGEND_COLUMNS)
+
+
+def _variant_handles(axes: Sequence[Axes]) -> list[Artist]:
+    """The labelled artists of all panels, one per label (a variant may miss in some panels)."""
+    handles: dict[str, Artist] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    return list(handles.values())
+
+
+def _legend_below(fig: Figure, handles: Sequence[Artist]) -> None:
+    """One legend for all panels, below them: outside every axes, so it never covers a bar or a
+    line (the constrained layout makes room for it)."""
+    fig.legend(
+        handles=list(handles),
+        loc="outside lower center",
+        ncols=min(len(handles), LEGEND_COLUMNS),
+        fontsize="small",
+    )
+
+
+def _head_handles(colours: Sequence[ColourRGBA], any_flagged: bool) -> list[Artist]:
+    """Legend entries of :func:`alpha_trajectory_figures`: "head h" in its colour, and the
+    thick line of a flagged head when a panel has one. Proxies, not the lines of one panel: a
+    head flagged there would look flagged in every panel."""
+    handles: list[Artist] = [
+        Line2D([], [], color=colour, linewidth=HEAD_LINEWIDTH, label=f"head {head}")
+        for head, colour in enumerate(colours)
+    ]
+    if any_flagged:
+        handles.append(
+            Line2D([], [], color="black", linewidth=FLAGGED_LINEWIDTH, label=FLAGGED_LABEL)
+        )
+    return handles
+
+
 def alpha_trajectory_figures(
     history: Sequence[Mapping[str, object]], flagged: Collection[tuple[str, int]] = ()
 ) -> dict[str, Figure]:
@@ -44,25 +108,28 @@ def alpha_trajectory_figures(
 
     ``history`` is the trainer's ``history.alphas`` ([{"step", "alphas": {block: [α]}}]);
     ``flagged`` holds (block key, head) pairs (e.g. those for which ``softmax_then_sparser`` is
-    True), drawn in colour and labelled; the other heads are thin grey lines.
+    True). Every head has its own colour, the same in every panel, named in a legend below the
+    panels ("head 0", …); flagged heads are drawn with a thicker line.
     """
     steps, series = alpha_trajectories(history)
     flagged = set(flagged)
     figures: dict[str, Figure] = {}
     for kind, layers in _by_type(series).items():
-        fig = Figure(figsize=(3.2 * len(layers), 3.0), layout="constrained")
+        n_heads = max(len(series[key]) for _, key in layers)
+        colours = head_colours(n_heads)
+        blocks = {key for _, key in layers}
+        handles = _head_handles(colours, any(block in blocks for block, _ in flagged))
+        height = 3.0 + LEGEND_ROW_HEIGHT * _legend_rows(len(handles))
+        fig = Figure(figsize=(3.2 * len(layers), height), layout="constrained")
         axes = fig.subplots(1, len(layers), sharey=True, squeeze=False)[0]
         for ax, (layer, key) in zip(axes, layers, strict=True):
             for head, values in enumerate(series[key]):
-                if (key, head) in flagged:
-                    ax.plot(steps, values, linewidth=1.8, label=f"head {head}")
-                else:
-                    ax.plot(steps, values, color="0.6", linewidth=0.8)
+                width = FLAGGED_LINEWIDTH if (key, head) in flagged else HEAD_LINEWIDTH
+                ax.plot(steps, values, color=colours[head], linewidth=width, label=f"head {head}")
             ax.set_title(f"layer {layer}")
             ax.set_xlabel("step")
-            if any((key, h) in flagged for h in range(len(series[key]))):
-                ax.legend(fontsize="small")
         axes[0].set_ylabel("α")
+        _legend_below(fig, handles)
         fig.suptitle(f"α trajectories, {TITLES[kind]}")
         figures[kind] = fig
     return figures
@@ -120,7 +187,7 @@ def js_per_layer(results: Mapping[str, Mapping[str, object]]) -> Figure:
         ax.set_title(TITLES[kind])
         ax.set_xlabel("layer")
     axes[0].set_ylabel("mean JS divergence")
-    axes[0].legend(fontsize="small")
+    _legend_below(fig, _variant_handles(axes))
     return fig
 
 
@@ -140,7 +207,7 @@ def density_distributions(results: Mapping[str, Mapping[str, object]], bins: int
         ax.set_title(TITLES[kind])
         ax.set_xlabel("density (fraction of tokens attended)")
     axes[0].set_ylabel("heads")
-    axes[0].legend(fontsize="small")
+    _legend_below(fig, _variant_handles(axes))
     return fig
 
 

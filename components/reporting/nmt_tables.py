@@ -9,7 +9,7 @@ metric dicts; each docstring gives the expected input shape.
   (computed by the speed stage) beside EST Table 4 and AST's in-text training speeds.
 * :func:`head_summary_table` — head diversity (Jensen–Shannon) per attention block, and the
   head-role counts beside AST's positional and BPE-merging heads ("not measurable" where the
-  corpus gives a role nothing to measure on).
+  corpus gives a role nothing to measure on; the strongest head where none passes).
 
 Variants are named as in :data:`VARIANT_LABELS` (their display names, in the row order of EST
 Table 4), head roles as in ``components.analysis.blocks.ROLES`` (display names:
@@ -246,6 +246,7 @@ def speed_comparison_table(
 
 _AST_HEAD_SYSTEMS = {"softmax": "softmax", "entmax15": "1.5-entmax", "entmax_alpha": "alpha-entmax"}
 NOT_MEASURABLE = "not measurable"  # a role cell whose corpus gives the role no query
+NONE_PASSES = "none passes"  # a measured role that no head holds (the strongest head follows)
 ROLE_LABELS: dict[str, str] = {
     "positional_prev": "positional (previous token)",
     "positional_next": "positional (next token)",
@@ -270,9 +271,76 @@ def _published_roles(variant: str, role: str) -> tuple[float | None, float | Non
     return row["heads_above_80pct"], statistics.median(scores) if scores else None
 
 
+def _best_head_text(key: str, best: Mapping[str, Any], threshold: float) -> str:
+    """The strongest head of a role that no head holds, as "<block> h<head>, <score> <
+    <threshold>", with ", α=<α>" when the head has a learned α (α-entmax)."""
+    score = check_number(f"{key} score", best["score"], 0.0, 1.0)
+    text = f"{best['block']} h{best['head']}, {score:.2f} < {threshold:.2f}"
+    if best.get("alpha") is not None:
+        text += f", α={check_number(f'{key} alpha', best['alpha']):.2f}"
+    return text
+
+
+def _below_threshold_note(best_by_run: Sequence[tuple[int, str]], runs: int) -> str | None:
+    """The note of a role cell naming the strongest head of every run (seed, 0-based position)
+    on which no head holds the role; None when every run has one."""
+    if not best_by_run:
+        return None
+    if runs == 1:
+        return f"{NONE_PASSES}; best: {best_by_run[0][1]}"
+    return "; ".join(f"{NONE_PASSES} on run {i + 1}, best: {text}" for i, text in best_by_run)
+
+
+def _role_row(
+    variant: str,
+    role: str,
+    seeds: Sequence[Mapping[str, Mapping[str, Any]]],
+    best_seeds: Sequence[Mapping[str, Mapping[str, Any]]],
+) -> Row:
+    """The role table's row of ``variant`` and ``role``: heads found and their median
+    confidence per seed, beside AST's; a seed on which no head passes names its strongest."""
+    counts, medians, below = [], [], []
+    for i, (by_role, best) in enumerate(zip(seeds, best_seeds, strict=True)):
+        key = f"roles_by_variant[{variant!r}][{i}][{role!r}]"
+        if role not in by_role:
+            raise LearnableSparsityError(f"{key} is missing")
+        if not by_role[role]["measurable"]:
+            continue
+        counts.append(check_number(f"{key} count", by_role[role]["count"], 0.0))
+        found = [
+            100 * check_number(f"{key} heads[{j}] confidence", h["confidence"], 0.0, 1.0)
+            for j, h in enumerate(by_role[role]["heads"])
+        ]
+        if found:
+            medians.append(statistics.median(found))
+        elif role in best:  # none passes (BPE merging has no best when every head is positional)
+            threshold = check_number(f"{key} threshold", by_role[role]["threshold"], 0.0, 1.0)
+            best_key = f"best_by_variant[{variant!r}][{i}][{role!r}]"
+            below.append((i, _best_head_text(best_key, best[role], threshold)))
+    not_measured = None if counts or not seeds else NOT_MEASURABLE
+    heads, median = _published_roles(variant, role)
+    source = f"published {AST_HEADS_CORPUS} (AST)"
+    return Row(
+        f"{VARIANT_LABELS[variant]} — {ROLE_LABELS[role]}",
+        {
+            "heads": Cell(
+                tuple(counts),
+                (Reference(source, heads, data=AST_HEADS_CORPUS),),
+                not_measured or _below_threshold_note(below, len(seeds)),
+            ),
+            "median_confidence": Cell(
+                tuple(medians),
+                (Reference(source, median, data=AST_HEADS_CORPUS),),
+                not_measured,
+            ),
+        },
+    )
+
+
 def head_summary_table(
     js_by_variant: Mapping[str, Mapping[str, float | Sequence[float]]],
     roles_by_variant: Mapping[str, Sequence[Mapping[str, Mapping[str, Any]]]],
+    best_by_variant: Mapping[str, Sequence[Mapping[str, Mapping[str, Any]]]],
     profile: str,
     data: str | Sequence[str],
 ) -> tuple[ComparisonTable, ComparisonTable]:
@@ -284,7 +352,9 @@ def head_summary_table(
     ``roles_by_variant``: {variant: [one per seed: {role: {"measurable", "count", "heads"}}]},
     the "roles" of :func:`components.analysis.heads.summary` (only "measurable", "count" and
     each head's "confidence", in [0, 1], are read; every role of ``ROLES`` must be there).
-    ``data``: the corpus analysed.
+    ``best_by_variant``: {variant: [one per seed, as in ``roles_by_variant``: {role: {"block",
+    "head", "alpha", "score"}}]}, the "best_heads" of the same summaries (the strongest head of
+    each role whatever its score; "alpha" None unless α-entmax). ``data``: the corpus analysed.
 
     The JS table has one row per block and one column per variant (nothing is published). The
     role table has one row per (variant, role) with the number of heads found per seed and the
@@ -292,7 +362,10 @@ def head_summary_table(
     (WMT 2014 en→de models; the next-token figures are "each of the three models", ≈95%; the BPE
     median is the median of the published scores). Seeds on which a role is not measurable
     (the corpus gives it no query) are left out; a role measurable on no seed reads
-    :data:`NOT_MEASURABLE`, never 0 heads.
+    :data:`NOT_MEASURABLE`, never 0 heads. A seed on which the role is measured but no head
+    passes its threshold is named after the count (:data:`NONE_PASSES`), with its strongest
+    head: block, head, score < threshold (and α), so that 0 heads still says how close the
+    model came.
     """
     corpora = check_names("data", data)
     variants = check_ordered("variant", [*js_by_variant, *roles_by_variant], VARIANT_LABELS)
@@ -325,47 +398,19 @@ def head_summary_table(
         provenance=provenance,
         row_header="Attention block",
     )
-    source = f"published {AST_HEADS_CORPUS} (AST)"
     role_rows = []
     for variant in variants:
         seeds = roles_by_variant.get(variant, ())
+        best_seeds = best_by_variant.get(variant, ())
+        if len(best_seeds) != len(seeds):
+            raise LearnableSparsityError(
+                f"best_by_variant[{variant!r}] has {len(best_seeds)} seeds, "
+                f"roles_by_variant[{variant!r}] {len(seeds)}"
+            )
         for i, by_role in enumerate(seeds):
             for role in by_role:
                 check_known(f"roles_by_variant[{variant!r}][{i}] role", role, ROLES)
-        for role in ROLES:
-            counts, medians = [], []
-            for i, by_role in enumerate(seeds):
-                key = f"roles_by_variant[{variant!r}][{i}][{role!r}]"
-                if role not in by_role:
-                    raise LearnableSparsityError(f"{key} is missing")
-                if not by_role[role]["measurable"]:
-                    continue
-                counts.append(check_number(f"{key} count", by_role[role]["count"], 0.0))
-                found = [
-                    100 * check_number(f"{key} heads[{j}] confidence", h["confidence"], 0.0, 1.0)
-                    for j, h in enumerate(by_role[role]["heads"])
-                ]
-                if found:
-                    medians.append(statistics.median(found))
-            note = None if counts or not seeds else NOT_MEASURABLE
-            heads, median = _published_roles(variant, role)
-            role_rows.append(
-                Row(
-                    f"{VARIANT_LABELS[variant]} — {ROLE_LABELS[role]}",
-                    {
-                        "heads": Cell(
-                            tuple(counts),
-                            (Reference(source, heads, data=AST_HEADS_CORPUS),),
-                            note,
-                        ),
-                        "median_confidence": Cell(
-                            tuple(medians),
-                            (Reference(source, median, data=AST_HEADS_CORPUS),),
-                            note,
-                        ),
-                    },
-                )
-            )
+        role_rows += [_role_row(variant, role, seeds, best_seeds) for role in ROLES]
     role_table = ComparisonTable(
         name=file_stem("head_roles", corpora),
         title="Specialized attention heads by role",
@@ -378,8 +423,11 @@ def head_summary_table(
             "80%); a positional head is not counted as BPE merging. "
             f"“{NOT_MEASURABLE}”: the analysed sentences give the role no query (no word split "
             "into subwords, no question word of the source language in a question), so it "
-            "was not measured — not 0 heads. AST's next-token figures hold for each of the "
-            "three models (≈95%)."
+            "was not measured — not 0 heads. "
+            f"“{NONE_PASSES}; best: <block> h<head>, <score> < <threshold>”: no head holds the "
+            "role, and this is the strongest one (its role score, below the threshold; α for "
+            "α-entmax); with several seeds, “run k” is the k-th. AST's next-token figures hold "
+            "for each of the three models (≈95%)."
         ),
         metrics=(
             Metric("heads", "heads", digits=0),

@@ -4,10 +4,10 @@ The Markdown and LaTeX tables have, per metric, a reproduced column ("<metric>: 
 mean ± std|standard error (n) (<scope>)", cells "mean ± spread (n=…)"), one column per published
 reference ("<metric>: <reference>") and — paper profile only — a "Δ vs <reference>" column
 (reproduced mean − published, signed) for each reference that is comparable in at least one
-row. A missing value is "—" (or the cell's note, e.g. "not measurable"), a difference that is
-not computed is blank; a published number keeps its printed decimals (up to 3) where they exceed
-the metric's. The provenance follows the table: profile, data, seeds, sacreBLEU signatures,
-device and the published sources.
+row. A missing value is "—" (or the cell's note, e.g. "not measurable"; a cell with values
+shows its note after them), a difference that is not computed is blank; a published number
+keeps its printed decimals (up to 3) where they exceed the metric's. The provenance follows the
+table: profile, data, seeds, sacreBLEU signatures, device and the published sources.
 
 * :func:`to_markdown` — a Markdown section: title, caption, table, provenance list.
 * :func:`to_csv` — long format, one line per system, metric and published reference.
@@ -99,7 +99,8 @@ def _reproduced_text(cell: Cell, metric: Metric) -> str:
     spread = cell.spread(metric.spread)
     if spread is not None:
         text += f" ± {_number(spread, metric.digits)}"
-    return f"{text} (n={cell.n})"
+    text += f" (n={cell.n})"
+    return f"{text} — {cell.note}" if cell.note else text
 
 
 def _published_text(ref: Reference | None, metric: Metric) -> str:
@@ -255,6 +256,8 @@ _LATEX = str.maketrans(
         "Δ": r"$\Delta$",
         "√": r"$\surd$",
         "≥": r"$\geq$",
+        "<": r"$<$",  # in text mode the default font encoding prints them as ¡ and ¿
+        ">": r"$>$",
         "≈": r"$\approx$",
         "→": r"$\rightarrow$",
     }

@@ -59,7 +59,8 @@ class Reference:
 class Cell:
     """One system and metric: the reproduced ``values`` (one per seed), the published
     ``references`` to read them beside, and a ``note`` shown instead of the reproduced value
-    when there is none (e.g. "not measurable"; None: "—")."""
+    when there is none (e.g. "not measurable"; None: "—") and after it otherwise (e.g. the
+    strongest head when no head holds a role)."""
 
     values: tuple[float, ...] = ()
     references: tuple[Reference, ...] = ()

@@ -160,19 +160,52 @@ def _role(count: int | None, confidences: tuple[float, ...] = ()) -> dict:
 
 
 def _seed(**roles: dict) -> dict:
-    """Every role of one seed: 0 heads found unless given."""
+    """Every role of one seed: 0 heads found unless given; thresholds as in params.yaml."""
     return {
-        role: roles.get(role, _role(0))
+        role: {**roles.get(role, _role(0)), "threshold": 0.9 if "positional" in role else 0.8}
         for role in ("positional_prev", "positional_next", "bpe_merge", "interrogation")
     }
 
 
 ROLES = {
     "entmax_alpha": [
-        _seed(positional_prev=_role(3, (0.95, 0.97, 0.91)), interrogation=_role(None)),
+        _seed(
+            positional_prev=_role(3, (0.95, 0.97, 0.91)),
+            positional_next=_role(1, (0.93,)),
+            interrogation=_role(None),
+        ),
         _seed(positional_prev=_role(1, (0.90,)), interrogation=_role(None)),
     ],
     "softmax": [_seed(bpe_merge=_role(1, (0.85,)), interrogation=_role(None))],
+}
+
+
+def _best(block: str, head: int, score: float, alpha: float | None = None) -> dict:
+    """The strongest head of one role as ``components.analysis.heads.summary`` writes it."""
+    return {"block": block, "head": head, "alpha": alpha, "score": score, "confidence": score}
+
+
+# The strongest head of every role with a score (interrogation: not measurable, none).
+BEST = {
+    "entmax_alpha": [
+        {
+            "positional_prev": _best("encoder.self.layer0", 0, 0.97, 1.31),
+            "positional_next": _best("encoder.self.layer0", 1, 0.93, 1.62),
+            "bpe_merge": _best("decoder.self.layer1", 3, 0.4567, 1.05),
+        },
+        {
+            "positional_prev": _best("encoder.self.layer0", 0, 0.91, 1.42),
+            "positional_next": _best("encoder.self.layer1", 2, 0.5, 1.75),
+            "bpe_merge": _best("encoder.self.layer1", 0, 0.6, 1.2),
+        },
+    ],
+    "softmax": [
+        {
+            "positional_prev": _best("decoder.self.layer1", 2, 0.2415),
+            "positional_next": _best("encoder.self.layer1", 2, 0.126),
+            "bpe_merge": _best("decoder.self.layer0", 0, 0.85),
+        }
+    ],
 }
 JS = {
     "softmax": {"decoder.self.layer0": [0.1, 0.2], "encoder.self.layer1": 0.3},
@@ -181,7 +214,7 @@ JS = {
 
 
 def test_head_summary_js_per_block_and_role_counts() -> None:
-    js, roles = head_summary_table(JS, ROLES, profile="paper", data="wmt14_en_de")
+    js, roles = head_summary_table(JS, ROLES, BEST, profile="paper", data="wmt14_en_de")
     assert [row.system for row in js.rows] == [
         "encoder.self.layer0",
         "encoder.self.layer1",
@@ -203,13 +236,13 @@ def test_head_summary_js_per_block_and_role_counts() -> None:
 
 
 def test_head_roles_that_cannot_be_measured_read_not_measurable() -> None:
-    _, roles = head_summary_table(JS, ROLES, profile="smoke", data="smoke")
+    _, roles = head_summary_table(JS, ROLES, BEST, profile="smoke", data="smoke")
     cells = {row.system: row.cells for row in roles.rows}
     interrogation = cells["α-entmax — interrogation"]
     assert interrogation["heads"].values == () and interrogation["heads"].note == "not measurable"
     markdown = to_markdown(roles)
     assert "| α-entmax — interrogation | not measurable | — | not measurable | — |" in markdown
-    assert "| α-entmax — BPE merging | 0 ± 0 (n=2) |" in markdown  # measured: 0 heads, not n/m
+    assert "| α-entmax — BPE merging | 0 ± 0 (n=2) — none" in markdown  # measured: 0, not n/m
     assert "not measurable" in roles.caption
     notes = {(r["system"], r["metric"]): r["note"] for r in _csv_rows(roles)}
     assert notes["Transformer (softmax) — interrogation", "heads"] == "not measurable"
@@ -219,12 +252,51 @@ def test_head_roles_that_cannot_be_measured_read_not_measurable() -> None:
 def test_head_summary_rejects_unknown_blocks_and_roles() -> None:
     with pytest.raises(LearnableSparsityError, match=r"encoder\.cross"):
         head_summary_table(
-            {"softmax": {"encoder.cross.layer0": 0.1}}, {}, profile="smoke", data="smoke"
+            {"softmax": {"encoder.cross.layer0": 0.1}}, {}, {}, profile="smoke", data="smoke"
         )
     with pytest.raises(LearnableSparsityError, match="'copy'"):
         head_summary_table(
-            JS, {"softmax": [{**_seed(), "copy": _role(1)}]}, profile="smoke", data="smoke"
+            JS, {"softmax": [{**_seed(), "copy": _role(1)}]}, BEST, profile="smoke", data="smoke"
         )
     missing = {k: v for k, v in _seed().items() if k != "bpe_merge"}
     with pytest.raises(LearnableSparsityError, match=r"\['bpe_merge'\] is missing"):
-        head_summary_table(JS, {"softmax": [missing]}, profile="smoke", data="smoke")
+        head_summary_table(JS, {"softmax": [missing]}, BEST, profile="smoke", data="smoke")
+    with pytest.raises(LearnableSparsityError, match=r"best_by_variant\['softmax'\] has 0 seeds"):
+        head_summary_table(JS, ROLES, {**BEST, "softmax": []}, profile="smoke", data="smoke")
+
+
+def test_head_roles_no_head_passes_shows_the_strongest_head_and_its_score() -> None:
+    _, roles = head_summary_table(JS, ROLES, BEST, profile="smoke", data="smoke")
+    cells = {row.system: row.cells for row in roles.rows}
+    prev = cells["Transformer (softmax) — positional (previous token)"]["heads"]
+    assert prev.values == (0.0,)
+    assert prev.note == "none passes; best: decoder.self.layer1 h2, 0.24 < 0.90"
+    markdown = to_markdown(roles)
+    assert (
+        "| Transformer (softmax) — positional (previous token) | 0 (n=1) — none passes; "
+        "best: decoder.self.layer1 h2, 0.24 < 0.90 | 3 |"
+    ) in markdown
+    # α-entmax names the head's α; several seeds name the run(s) without a head.
+    assert cells["α-entmax — BPE merging"]["heads"].note == (
+        "none passes on run 1, best: decoder.self.layer1 h3, 0.46 < 0.80, α=1.05; "
+        "none passes on run 2, best: encoder.self.layer1 h0, 0.60 < 0.80, α=1.20"
+    )
+    assert cells["α-entmax — positional (next token)"]["heads"].note == (
+        "none passes on run 2, best: encoder.self.layer1 h2, 0.50 < 0.90, α=1.75"
+    )
+    notes = {(r["system"], r["metric"]): r["note"] for r in _csv_rows(roles)}
+    assert notes["Transformer (softmax) — positional (next token)", "heads"].startswith(
+        "none passes; best: encoder.self.layer1 h2, 0.13 < 0.90"
+    )
+    assert "none passes" in roles.caption
+
+
+def test_head_roles_that_pass_show_counts_without_a_best_head() -> None:
+    _, roles = head_summary_table(JS, ROLES, BEST, profile="smoke", data="smoke")
+    cells = {row.system: row.cells for row in roles.rows}
+    prev = cells["α-entmax — positional (previous token)"]["heads"]
+    assert prev.values == (3.0, 1.0) and prev.note is None
+    assert cells["Transformer (softmax) — BPE merging"]["heads"].note is None
+    assert "| α-entmax — positional (previous token) | 2 ± 1 (n=2) | 4 |" in to_markdown(roles)
+    interrogation = cells["α-entmax — interrogation"]["heads"]
+    assert interrogation.note == "not measurable"  # never a best head: nothing was measured

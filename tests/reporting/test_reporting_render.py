@@ -99,6 +99,27 @@ def test_latex_is_booktabs_and_escaped() -> None:
     assert r"Title with 100\% \& more" in text and r"Caption\_with\_underscores" in text
 
 
+def test_latex_spells_out_comparison_signs() -> None:
+    assert latex_escape("0.68 < 0.80 > 0.5") == r"0.68 $<$ 0.80 $>$ 0.5"
+
+
+def test_a_note_is_shown_instead_of_a_missing_value_and_after_a_present_one() -> None:
+    table = ComparisonTable(
+        name="note_test",
+        title="Notes",
+        caption="",
+        metrics=(Metric("m", "m", digits=0),),
+        rows=(
+            Row("empty", {"m": Cell((), (), "not measurable")}),
+            Row("zero", {"m": Cell((0.0,), (), "best head below threshold")}),
+        ),
+        provenance=Provenance("smoke", ("smoke",)),
+    )
+    text = to_markdown(table)
+    assert "| empty | not measurable |" in text
+    assert "| zero | 0 (n=1) — best head below threshold |" in text
+
+
 # ---------------------------------------------------------------------------- comparability
 
 
