@@ -14,9 +14,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import psutil
@@ -337,6 +339,87 @@ def test_one_mlflow_row_per_model_carries_its_params_curves_scores_and_source(
         [experiment.experiment_id], "tags.stage = 'train_ape' and attributes.status = 'FINISHED'"
     )
     assert ape and all("test/ter" in r.data.metrics for r in ape if "cell" in r.data.tags)
+
+
+CHROMIUM = shutil.which("chromium")
+# Debian's Chromium headless in a closed network (flags from the machine's notes): no sandbox as
+# root, no background connections that the network refuses.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1000",
+    "--virtual-time-budget=20000",  # let the page's scripts fetch and render the runs
+)
+
+
+def browse(address: str, profile: Path, screenshot: Path) -> str:
+    """The DOM of ``address`` once rendered by headless Chromium; a screenshot beside it."""
+    for mode in ([f"--screenshot={screenshot}"], ["--dump-dom"]):
+        done = subprocess.run(
+            [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, address],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+    return done.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+def test_the_mlflow_ui_opens_on_the_runs_table(
+    repro: tuple[Path, str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`python -m pipelines.ui` on the e2e store, in a real browser: the experiment opens on its
+    runs table (not MLflow 3's GenAI view), and the training runs sorted by BLEU show a row per
+    cell with BLEU. Screenshots: $LEARNABLE_SPARSITY_SCREENSHOTS or a temporary folder."""
+    repo, uri, _ = repro
+    shots = Path(os.environ.get("LEARNABLE_SPARSITY_SCREENSHOTS") or tmp_path_factory.mktemp("ui"))
+    shots.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = environment(repo, uri)
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.ui", "--port", str(port)],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = ui.stdout.readline()
+        while line and "http://" not in line:
+            line = ui.stdout.readline()
+        address = line[line.index("http://") :].strip()
+        assert address.endswith("?workflowType=machine_learning"), address
+        runs_table = browse(address, tmp_path_factory.mktemp("chromium"), shots / "runs.png")
+        # The classic runs table, not the GenAI overview (Overview, Sessions, Detect Issues).
+        assert ">Runs<" in runs_table and "Run Name" in runs_table
+        assert "Sessions" not in runs_table and "Overview" not in runs_table
+        for stage in ("train_nmt", "evaluate_nmt", "analyze_heads", "train_ape"):
+            assert f">{stage}<" in runs_table, stage
+        query = urllib.parse.urlencode(
+            {
+                "searchFilter": "tags.stage = 'train_nmt'",
+                "orderByKey": "metrics.`test/bleu`",
+                "orderByAsc": "false",
+            }
+        )
+        by_bleu = browse(
+            f"{address}&{query}", tmp_path_factory.mktemp("chromium"), shots / "by_bleu.png"
+        )
+        for variant in VARIANTS:
+            assert f"smoke/{variant}/seed0" in by_bleu, variant
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
 
 
 def test_second_repro_is_a_no_op(repro: tuple[Path, str, str]) -> None:
