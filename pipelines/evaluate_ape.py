@@ -11,8 +11,9 @@ against pe) is scored for every split. A cell whose model, data, settings and co
 unchanged is not decoded again.
 
 Outputs: ``results/evaluate_ape/cells/<cell>/<split>.txt`` and ``metrics.json``;
-``results/evaluate_ape/scores.json`` (DVC metrics: every cell's TER/BLEU per split and the
-do-nothing baseline).
+``results/evaluate_ape/scores.json`` (every cell's TER/BLEU per split, the do-nothing baseline
+and the signatures; the claims and tables stages read it) and ``metrics.json`` (DVC metrics: TER
+and BLEU per regime, system and split, means over seeds, and the do-nothing baseline).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pipelines.ape_cells import (
     trained_model,
 )
 from pipelines.scaffold import layout
+from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
 
 STAGE = "evaluate_ape"
@@ -86,6 +88,16 @@ def main(stage: Stage) -> None:
         "signatures": {name: m["signature"] for name, m in next(iter(do_nothing.values())).items()},
     }
     stage.write_json(RESULTS / "scores.json", scores, artifact="")
+    stage.write_metrics(ape_metrics_summary(scores))
+
+
+def ape_metrics_summary(scores: dict) -> dict:
+    """TER and BLEU per regime, system and split (means over seeds), and the do-nothing ones."""
+    by_cell = {
+        key: {f"{split}/{name}": value for split, m in splits.items() for name, value in m.items()}
+        for key, splits in scores["cells"].items()
+    }
+    return {**cell_metrics(by_cell), "do_nothing": scores["do_nothing"]}
 
 
 def scalars(metrics: dict) -> dict[str, float]:

@@ -8,8 +8,9 @@ hypotheses (the decoder emitted eos at once). A copy-the-source baseline is scor
 scale. A cell whose model, data, settings and code are unchanged is not translated again.
 
 Outputs: ``results/evaluate_nmt/cells/<cell>/translations.txt`` and ``metrics.json``;
-``results/evaluate_nmt/bleu.json`` (DVC metrics: every cell's scores and ``empty_hypotheses``,
-and the copy baselines).
+``results/evaluate_nmt/bleu.json`` (every cell's scores and ``empty_hypotheses``, the copy
+baselines and the sacreBLEU signatures; the claims and tables stages read it) and ``metrics.json``
+(DVC metrics: BLEU and chrF per variant, the mean and every seed).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from components.nmt.search import DecodeSettings, translate
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
+from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
 
 STAGE = "evaluate_nmt"
@@ -80,6 +82,8 @@ def main(stage: Stage) -> None:
         "signatures": {name: value["signature"] for name, value in results[0]["metrics"].items()},
     }
     stage.write_json(RESULTS / "bleu.json", summary, artifact="")
+    scores = {key: {"bleu": c["bleu"], "chrf": c["chrf"]} for key, c in summary["cells"].items()}
+    stage.write_metrics(cell_metrics(scores, per_seed=("bleu", "chrf")))
 
 
 if __name__ == "__main__":
