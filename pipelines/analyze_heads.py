@@ -10,21 +10,23 @@ validation question; from the model's training history the α trajectories (head
 move towards softmax and then get sparser are flagged) and the final α per attention type with a
 bimodality coefficient (``components.analysis``).
 
-Outputs: ``results/analyze_heads/cells/<cell>/analysis.json``; ``heads.json`` (DVC metrics per
-cell: ``components.analysis.heads.summary``); DVC plots ``plots/js/<cell>.csv`` and
-``plots/alpha/<cell>_<block>_head<h>.csv`` (one series per file: DVC draws one line per file);
-PNG figures under ``reports/figures/heads/<corpus>/seed<seed>/``. A cell's metrics and figures
-also go to the MLflow run of the model's training (when that run is in the tracking store).
+Outputs: ``results/analyze_heads/cells/<cell>/analysis.json``; ``heads.json`` (per cell:
+``components.analysis.heads.summary``; the claims and tables stages read it); ``metrics.json``
+(DVC metrics: per variant the mean JS overall and per attention type, density, heads with a
+role and α per attention type, means over seeds); ``js.csv`` (the long CSV of the DVC plot of
+JS per layer); PNG figures under ``reports/figures/heads/<corpus>/seed<seed>/``. A cell's
+metrics and figures also go to the MLflow run of the model's training (when that run is in the
+tracking store). The α trajectories are plotted by ``train_nmt``, which records them.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import shutil
+from statistics import fmean
 
 from components.analysis import figures
 from components.analysis.alpha import flagged_heads
+from components.analysis.blocks import split_block
 from components.analysis.heads import AnalysisSettings, analyze_heads, summary
 from components.data.atomic import atomic_write_bytes
 from components.data.corpora import corpus_settings, source_language
@@ -34,6 +36,8 @@ from components.nmt.grid import NmtSettings
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout, tracking
+from pipelines.scaffold.metrics import cell_metrics, split_seed
+from pipelines.scaffold.plots import RUN, SERIES, long_csv
 from pipelines.scaffold.stage import (
     CellRun,
     Stage,
@@ -101,10 +105,39 @@ def corpus_source_language(corpus: str) -> str | None:
     return source_language(corpus_settings(meta["source"], f"corpora.{corpus}"))
 
 
-def series_csv(rows: list[tuple[object, object]], header: tuple[str, str]) -> str:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows([header, *rows])
-    return out.getvalue()
+def head_metrics(summary: dict) -> dict[str, float | None]:
+    """The numbers of a cell's summary that runs are compared on (None: not measured): mean JS
+    over all layers and per attention type, mean density, heads with a role (measurable roles
+    only), mean α per attention type."""
+    js = {block: value for block, value in summary["js"].items() if value is not None}
+    by_type: dict[str, list[float]] = {}
+    for block, value in js.items():
+        by_type.setdefault(split_block(block)[0], []).append(value)
+    measurable = [role["count"] for role in summary["roles"].values() if role["measurable"]]
+    densities = list(summary["mean_density"].values())
+    return {
+        "js/all": fmean(js.values()) if js else None,
+        **{f"js/{_name(kind)}": fmean(values) for kind, values in by_type.items()},
+        "density": fmean(densities) if densities else None,
+        "heads_with_role": sum(measurable) if measurable else None,
+        **{f"alpha/{_name(kind)}": stats["mean"] for kind, stats in summary["alpha"].items()},
+    }
+
+
+def _name(kind: str) -> str:
+    """A metric name of an attention type ("encoder_self": a dot would read as nesting)."""
+    return kind.replace(".", "_")
+
+
+def js_csv(summaries: dict[str, dict]) -> str:
+    """A long CSV (layer, series: the variant, run: the cell, js) of JS per layer of every cell."""
+    rows = [
+        {"layer": block, SERIES: split_seed(key)[0], RUN: key, "js": value}
+        for key, summary in summaries.items()
+        for block, value in summary["js"].items()
+        if value is not None
+    ]
+    return long_csv(rows, ("layer", SERIES, RUN, "js"))
 
 
 def main(stage: Stage) -> None:
@@ -118,25 +151,14 @@ def main(stage: Stage) -> None:
     }
     cells = nmt_cells(nmt, ("valid",), shared, reads_model=True)
     results = stage.grid(analyze_cell, cells, store=layout.cells(STAGE))
-    for directory in (FIGURES, RESULTS / "plots"):
-        clear(directory)
-    metrics = {}
+    clear(FIGURES)
+    summaries = {}
     for cell, result in zip(nmt.cells(), results, strict=True):
-        flat, figure_dir = cell.key.replace("/", "_"), FIGURES / cell.corpus / f"seed{cell.seed}"
+        figure_dir = FIGURES / cell.corpus / f"seed{cell.seed}"
         for name in result["figures"]:
             figure_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(layout.cells(STAGE) / cell.key / "figures" / name, figure_dir / name)
-        metrics[cell.key] = result["summary"]
-        js = [(k, v) for k, v in result["summary"]["js"].items() if v is not None]
-        stage.write_text(RESULTS / "plots" / "js" / f"{flat}.csv", series_csv(js, ("block", "js")))
-        history = done_record(layout.NMT_MODELS, cell.key)["result"]["history"]["alphas"]
-        for block, heads in (history[0]["alphas"] if history else {}).items():
-            for head in range(len(heads)):
-                rows = [(entry["step"], entry["alphas"][block][head]) for entry in history]
-                name = f"{flat}_{block.replace('.', '_')}_head{head}.csv"
-                stage.write_text(
-                    RESULTS / "plots" / "alpha" / name, series_csv(rows, ("step", "alpha"))
-                )
+        summaries[cell.key] = result["summary"]
     for corpus in nmt.corpora:
         for seed in nmt.seeds:
             group = {
@@ -148,7 +170,9 @@ def main(stage: Stage) -> None:
             stage.write_png(figure_dir / "js_per_layer.png", figures.js_per_layer(group))
             stage.write_png(figure_dir / "density.png", figures.density_distributions(group))
             stage.run.log_artifact(figure_dir, f"figures/{corpus}/seed{seed}")
-    stage.write_json(RESULTS / "heads.json", metrics, artifact="")
+    stage.write_json(RESULTS / "heads.json", summaries, artifact="")
+    stage.write_metrics(cell_metrics({key: head_metrics(s) for key, s in summaries.items()}))
+    stage.write_text(RESULTS / "js.csv", js_csv(summaries))
 
 
 if __name__ == "__main__":

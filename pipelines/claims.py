@@ -4,7 +4,7 @@ Reads what the NMT, speed, head-analysis, latent-variable and APE stages wrote, 
 (``components.claims.Results``) and gives each claim of ``components/claims/claims.yaml`` a
 verdict — reproduced, not reproduced, not measurable in this profile — with its evidence.
 
-Outputs: ``results/claims/claims.json`` (every verdict with its numbers), ``summary.json`` (DVC
+Outputs: ``results/claims/claims.json`` (every verdict with its numbers), ``metrics.json`` (DVC
 metrics: how many claims have each verdict), ``reports/claims.md`` (the table the report opens
 with) and ``reports/figures/claims/alpha_histograms.png`` (the learned α the bimodality claim
 reads, pooled over layers and seeds).
@@ -12,8 +12,6 @@ reads, pooled over layers and seeds).
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
 from typing import Any
 
 from components.analysis.blocks import split_block
@@ -22,6 +20,8 @@ from components.claims import Results, evaluate
 from components.claims.report import claims_markdown, claims_record, counts
 from components.nmt.cells import NmtCell
 from pipelines.scaffold import layout
+from pipelines.scaffold.metrics import split_seed
+from pipelines.scaffold.plots import read_curves
 from pipelines.scaffold.stage import Stage, read_json, run_stage
 
 STAGE = "claims"
@@ -96,26 +96,22 @@ def head_results(results: Results) -> dict[str, list[float]]:
     return per_block
 
 
-def _lvm_method(curve_file: Path) -> str:
-    """The method of a training-curve file ``[D<bits>_]<method>_seed<k>.csv``."""
-    stem = curve_file.stem.rsplit("_seed", 1)[0]
-    first, _, rest = stem.partition("_")
-    return rest if first[:1] == "D" and first[1:].isdigit() else stem
-
-
 def lvm_results(results: Results) -> None:
     for experiment in LVM_EXPERIMENTS:
         results_file = layout.results("train_lvm") / f"{experiment}.json"
-        if not results_file.exists():
-            results.missing[experiment] = f"{results_file} not found"
+        curves_file = layout.results("train_lvm") / experiment / "loss.csv"
+        missing = [path for path in (results_file, curves_file) if not path.exists()]
+        if missing:
+            results.missing[experiment] = f"{missing[0]} not found"
             continue
         results.lvm[experiment] = read_json(results_file)["methods"]
-        curves = layout.results("train_lvm") / "plots" / experiment
-        for curve_file in sorted(curves.glob("*.csv")):
-            with curve_file.open() as handle:
-                rows = [row for row in csv.DictReader(handle) if row["loss"]]
-            curve = [(float(row["step"]), float(row["loss"])) for row in rows]
-            _add(results.lvm_curves, experiment, _lvm_method(curve_file), value=curve)
+        runs = {
+            run: (series.rpartition("/")[2], curve)  # the method, without the bit-vector's D
+            for series, by_run in read_curves(curves_file, "loss").items()
+            for run, curve in by_run.items()
+        }
+        for _, (method, curve) in sorted(runs.items()):
+            _add(results.lvm_curves, experiment, method, value=curve)
 
 
 def ape_results(results: Results) -> None:
@@ -127,23 +123,14 @@ def ape_results(results: Results) -> None:
         results.missing["ape"] = f"{scores_file} not found"
         return
     scores = read_json(scores_file)
-    for key, splits in sorted(scores["cells"].items(), key=lambda item: _ape_order(item[0])):
+    for key, splits in sorted(scores["cells"].items(), key=lambda item: split_seed(item[0])):
         for split, metrics in splits.items():
             _add(results.ape, key.rsplit("/", 1)[0], split, value=metrics["ter"])
     results.ape_do_nothing.update({s: m["ter"] for s, m in scores["do_nothing"].items()})
     if curves_file.exists():
-        with curves_file.open() as handle:
-            rows = list(csv.DictReader(handle))
-        for key in sorted(rows[0] if rows else {}, key=_ape_order):
-            if key != "step":
-                curve = [(float(r["step"]), float(r[key])) for r in rows if r[key]]
-                _add(results.ape_valid_nll, key.rsplit("/", 1)[0], value=curve)
-
-
-def _ape_order(key: str) -> tuple[str, int]:
-    """APE cell keys "<regime>/<system>/seed<k>" in seed order ("step" first)."""
-    cell, _, seed = key.rpartition("/seed")
-    return (cell, int(seed)) if seed.isdigit() else ("", -1)
+        for system, by_run in read_curves(curves_file, "valid_nll").items():
+            for _, curve in sorted(by_run.items(), key=lambda item: split_seed(item[0])):
+                _add(results.ape_valid_nll, system, value=curve)
 
 
 def main(stage: Stage) -> None:
@@ -156,7 +143,7 @@ def main(stage: Stage) -> None:
     verdicts = evaluate(results)
     record = claims_record(verdicts, stage.profile, results)
     stage.write_json(RESULTS / "claims.json", record, artifact="")
-    stage.write_json(RESULTS / "summary.json", counts(verdicts))
+    stage.write_metrics(counts(verdicts))
     report = claims_markdown(verdicts, stage.profile, results)
     stage.write_text(layout.CLAIMS_REPORT, report, artifact="")
     if alphas_per_block:

@@ -12,8 +12,9 @@ unchanged is not decoded again. The scores are also logged on the MLflow run tha
 cell's model (``<split>/ter``, ...), next to its params and curves.
 
 Outputs: ``results/evaluate_ape/cells/<cell>/<split>.txt`` and ``metrics.json``;
-``results/evaluate_ape/scores.json`` (DVC metrics: every cell's TER/BLEU per split and the
-do-nothing baseline).
+``results/evaluate_ape/scores.json`` (every cell's TER/BLEU per split, the do-nothing baseline
+and the signatures; the claims and tables stages read it) and ``metrics.json`` (DVC metrics: TER
+and BLEU per regime, system and split, means over seeds, and the do-nothing baseline).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pipelines.ape_cells import (
     trained_model,
 )
 from pipelines.scaffold import layout
+from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
 
 STAGE = "evaluate_ape"
@@ -87,14 +89,21 @@ def main(stage: Stage) -> None:
         "signatures": {name: m["signature"] for name, m in next(iter(do_nothing.values())).items()},
     }
     stage.write_json(RESULTS / "scores.json", scores, artifact="")
-    stage.annotate_training_runs(
-        "train_ape",
-        layout.APE_MODELS,
-        {
-            key: {f"{split}/{name}": v for split, m in by_split.items() for name, v in m.items()}
-            for key, by_split in scores["cells"].items()
-        },
-    )
+    stage.write_metrics(ape_metrics_summary(scores))
+    stage.annotate_training_runs("train_ape", layout.APE_MODELS, by_cell(scores))
+
+
+def by_cell(scores: dict) -> dict[str, dict[str, float]]:
+    """Each cell's scores as ``<split>/<metric>``."""
+    return {
+        key: {f"{split}/{name}": value for split, m in splits.items() for name, value in m.items()}
+        for key, splits in scores["cells"].items()
+    }
+
+
+def ape_metrics_summary(scores: dict) -> dict:
+    """TER and BLEU per regime, system and split (means over seeds), and the do-nothing ones."""
+    return {**cell_metrics(by_cell(scores)), "do_nothing": scores["do_nothing"]}
 
 
 def scalars(metrics: dict) -> dict[str, float]:

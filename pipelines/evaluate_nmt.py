@@ -10,8 +10,9 @@ The scores, and the speed stage's tokens/s of the cell's variant, are also logge
 run that trained the cell's model: one row of the runs table has its params, curves and scores.
 
 Outputs: ``results/evaluate_nmt/cells/<cell>/translations.txt`` and ``metrics.json``;
-``results/evaluate_nmt/bleu.json`` (DVC metrics: every cell's scores and ``empty_hypotheses``,
-and the copy baselines).
+``results/evaluate_nmt/bleu.json`` (every cell's scores and ``empty_hypotheses``, the copy
+baselines and the sacreBLEU signatures; the claims and tables stages read it) and ``metrics.json``
+(DVC metrics: BLEU and chrF per variant, the mean and every seed).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from components.nmt.search import DecodeSettings, translate
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
+from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import CellRun, Stage, read_json, run_stage, write_json
 
 STAGE = "evaluate_nmt"
@@ -82,13 +84,15 @@ def main(stage: Stage) -> None:
         "signatures": {name: value["signature"] for name, value in results[0]["metrics"].items()},
     }
     stage.write_json(RESULTS / "bleu.json", summary, artifact="")
-    speed = read_json(layout.results("speed") / "speed.json")
-    scores = {}
+    scores = {key: {"bleu": c["bleu"], "chrf": c["chrf"]} for key, c in summary["cells"].items()}
+    stage.write_metrics(cell_metrics(scores, per_seed=("bleu", "chrf")))
+    speed = read_json(layout.metrics("speed"))
+    on_training_runs = {}
     for cell in cells:
         variant = cell.payload["cell"]["variant"]
-        scores[cell.key] = {f"test/{k}": v for k, v in summary["cells"][cell.key].items()}
-        scores[cell.key] |= {f"speed/{k}": v for k, v in speed[variant].items()}
-    stage.annotate_training_runs("train_nmt", layout.NMT_MODELS, scores)
+        on_training_runs[cell.key] = {f"test/{k}": v for k, v in summary["cells"][cell.key].items()}
+        on_training_runs[cell.key] |= {f"speed/{k}": v for k, v in speed[variant].items()}
+    stage.annotate_training_runs("train_nmt", layout.NMT_MODELS, on_training_runs)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ offline; a clear error names the model, the cache and ``HF_HUB_OFFLINE`` when it
 Either way the model and its tokenizer are saved with ``save_pretrained``: every APE cell loads
 that directory with the same ``from_pretrained`` call. One Ray task (an MLflow child run with
 the masked-LM loss curve); it resumes from its checkpoint and is reused while its settings,
-corpus and code are unchanged.
+corpus and code are unchanged. Outputs: the model, ``results/pretrain_bert/bert.json`` (where it
+came from, its size) and ``metrics.json`` (DVC metrics: parameters and vocabulary size).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def main(stage: Stage) -> None:
     cell = Cell(CELL, {"bert": params_of(bert)}, inputs, inputs)
     (result,) = stage.grid(bert_cell, [cell], store=layout.BERT)
     stage.write_json(layout.results(STAGE) / "bert.json", result, artifact="")
+    stage.write_metrics({name: result[name] for name in ("parameters", "vocab_size")})
 
 
 if __name__ == "__main__":

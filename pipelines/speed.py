@@ -5,8 +5,8 @@ decoding (``nmt.decode``); they run in this process one after the other, ``speed
 turn, with ``speed.threads`` torch threads (``components.nmt.speed``). Each round gives every
 variant's ratio to the softmax of the same round; the median round is reported.
 
-Outputs: ``results/speed/speed.json`` (DVC metrics, scalars: per variant the median ratio to
-softmax and the median round's tokens/s, train and inference) and ``results/speed/rounds.json``
+Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax
+and the median round's tokens/s, train and inference) and ``results/speed/rounds.json``
 (every round's measurement, the device and threads), both also logged to MLflow; the table itself
 is rendered by the ``tables`` stage from ``rounds.json``. ``rounds.json`` is a plain output that
 DVC does not cache, so DVC never claims a measurement can be restored from its run cache.
@@ -68,7 +68,7 @@ def main(stage: Stage) -> None:
         }
         for row in rows
     }
-    stage.write_json(layout.results(STAGE) / "speed.json", metrics, artifact="")
+    stage.write_metrics(metrics)
     for row in rows:
         log.info(
             "%s: %s", row["variant"], {p: round(row[f"{p}_ratio_to_softmax"], 3) for p in PHASES}

@@ -10,8 +10,9 @@ The triplets, in corpus order, become the low-resource ``real`` set (the WMT APE
 train / valid / test kept as translated) and, from the rest, the ``synthetic`` training set (the
 eSCAPE analogue; filtered). Outputs: ``data/ape/<set>/<split>.{src,mt,pe}``,
 ``results/synthetic_ape/summary.json`` (sizes, filter counts and the TER of mt against pe per
-set and split: the "do nothing" error the APE models must reduce) and a TER histogram per set
-in ``reports/figures/ape/``.
+set and split: the "do nothing" error the APE models must reduce), ``metrics.json`` (DVC
+metrics: triplets and corpus TER per set and split, the filters' counts) and a TER histogram per
+set in ``reports/figures/ape/``.
 """
 
 from __future__ import annotations
@@ -176,6 +177,16 @@ def main(stage: Stage) -> None:
         figure = ter_histogram(summary["sets"][name]["train"], f"{name}: TER(mt, pe), train")
         stage.write_png(layout.figures("ape") / f"ter_{name}.png", figure, artifact="")
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
+    stage.write_metrics(triplet_metrics(summary))
+
+
+def triplet_metrics(summary: dict) -> dict:
+    """The triplets and corpus TER of every set and split, and the filters' counts."""
+    sets = {
+        name: {split: {k: ter[k] for k in ("triplets", "corpus_ter")} for split, ter in s.items()}
+        for name, s in summary["sets"].items()
+    }
+    return {**sets, **({"filters": summary["filters"]} if "filters" in summary else {})}
 
 
 def translations(tasks: list[Cell], n_pairs: int) -> list[str]:

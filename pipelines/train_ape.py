@@ -8,7 +8,8 @@ as Ray tasks with the project's NMT training loop (label-smoothed cross-entropy,
 resume) and are reused while their settings, data and code are unchanged.
 
 Outputs: ``models/ape/<regime>/<system>/seed<k>/`` (checkpoints), ``results/train_ape/summary.json``
-(DVC metrics) and ``results/train_ape/valid_nll.csv`` (DVC plot: one column per cell).
+(every cell's data sizes and final losses), ``metrics.json`` (DVC metrics: the final validation
+NLL per system, mean over seeds) and ``valid_nll.csv`` (the long CSV of its DVC plot).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from components.settings import build, params_of
 from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
 from pipelines.nmt_cells import train_in_cell
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import CellRun, Stage, curves_csv, run_stage
+from pipelines.scaffold.metrics import cell_metrics
+from pipelines.scaffold.plots import curves_csv
+from pipelines.scaffold.stage import CellRun, Stage, run_stage
 
 STAGE = "train_ape"
 RESULTS = layout.results(STAGE)
@@ -45,6 +48,9 @@ def main(stage: Stage) -> None:
     results = stage.grid(train_cell, cells, store=layout.APE_MODELS)
     summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
+    stage.write_metrics(
+        cell_metrics({key: {"valid_nll": cell["final_valid_nll"]} for key, cell in summary.items()})
+    )
     histories = {cell.key: result for cell, result in zip(cells, results, strict=True)}
     stage.write_text(RESULTS / "valid_nll.csv", curves_csv(histories, "valid", "valid_nll"))
 

@@ -7,16 +7,17 @@ runs as Ray tasks; each cell is one MLflow child run and keeps its checkpoints i
 ``models/lvm/<experiment>/<cell>/`` (resumed after an interruption). A cell is fingerprinted with
 the settings of its own run only, so changing one method's learning rate retrains its cells only.
 
-Outputs: ``results/train_lvm/<experiment>.json`` (DVC metrics: per method, one metric dict per
-seed), ``results/train_lvm/plots/<experiment>/<cell>.csv`` (training curves; DVC plots) and
+Outputs: ``results/train_lvm/<experiment>.json`` (per method, one metric dict per seed; the
+claims and tables stages read it), ``results/train_lvm/<experiment>/metrics.json`` (DVC metrics:
+per method the test metric, mean and every seed, and the mean decoder calls and NELBO), the long
+CSVs of its DVC plots in ``results/train_lvm/<experiment>/``: ``loss.csv`` (training loss of
+every cell) and ``runs.csv`` (test metric and decoder calls of every cell), and
 ``reports/figures/lvm/<experiment>/*.png`` (metric against decoder calls; support over training).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from dataclasses import asdict
 
 from components.checkpoints import LAST
@@ -29,6 +30,8 @@ from components.lvm.training import train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.scaffold import layout
+from pipelines.scaffold.metrics import cell_metrics, split_seed
+from pipelines.scaffold.plots import RUN, SERIES, curve_rows, long_csv
 from pipelines.scaffold.stage import Cell, CellRun, Stage, clear, read_json, run_stage
 
 # experiment → (its module with its setup, its settings class, the kind of data it reads)
@@ -39,6 +42,8 @@ EXPERIMENTS = {
 }
 LOADERS = {"images": load_images, "game": load_game}
 RESULTS = layout.results("train_lvm")
+# Averaged over seeds in the DVC metrics beside each experiment's headline test metric.
+SUPPORTING_METRICS = ("decoder_calls", "test_nelbo")
 
 
 def train_cell(run: CellRun) -> dict:
@@ -62,17 +67,36 @@ def train_cell(run: CellRun) -> dict:
     return {"metrics": result.metrics, "curves": result.curves}
 
 
-def curves_csv(curves: dict[str, list[list]]) -> str:
-    """step, then one column per recorded curve (loss, decoder calls, support)."""
-    columns = {
-        name: dict(zip(*series, strict=True)) for name, series in curves.items() if series[0]
+def lvm_metrics(results: dict[str, dict], headline: str) -> dict:
+    """Per method (``D<bits>/<method>`` for the bit-vector VAE) the ``headline`` test metric,
+    the mean and every seed, and the mean of each supporting metric the experiment reports."""
+    names = (headline, *SUPPORTING_METRICS)
+    values = {
+        key: {name: result["metrics"][name] for name in names if name in result["metrics"]}
+        for key, result in results.items()
     }
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["step", *columns])
-    for step in curves["loss"][0]:
-        writer.writerow([step, *(values.get(step, "") for values in columns.values())])
-    return out.getvalue()
+    return cell_metrics(values, per_seed=(headline,))
+
+
+def loss_csv(results: dict[str, dict]) -> str:
+    """A long CSV (step, series: the method, run: the cell, loss) of every cell's training loss."""
+    rows = [
+        row
+        for key, result in results.items()
+        for row in curve_rows(zip(*result["curves"]["loss"], strict=True), "loss", key)
+    ]
+    return long_csv(rows, ("step", SERIES, RUN, "loss"))
+
+
+def runs_csv(results: dict[str, dict], headline: str) -> str:
+    """A long CSV (series: the method, run: the cell, decoder_calls, ``headline``) of the test
+    results of every cell."""
+    columns = ("decoder_calls", headline)
+    rows = [
+        {SERIES: split_seed(key)[0], RUN: key, **{n: result["metrics"][n] for n in columns}}
+        for key, result in results.items()
+    ]
+    return long_csv(rows, (SERIES, RUN, *columns))
 
 
 def main(stage: Stage, experiment: str) -> None:
@@ -99,17 +123,18 @@ def main(stage: Stage, experiment: str) -> None:
         for cell in grid
     ]
     results = stage.grid(train_cell, cells, store=layout.LVM_MODELS / experiment)
-    clear(RESULTS / "plots" / experiment)
     clear(layout.figures("lvm") / experiment)
     methods: dict[str, list[dict]] = {}
     for cell, result in zip(grid, results, strict=True):
         methods.setdefault(cell.method, []).append(result["metrics"])
-        name = f"{cell.key.replace('/', '_')}.csv"
-        stage.write_text(RESULTS / "plots" / experiment / name, curves_csv(result["curves"]))
     summary = {"experiment": experiment, "data": settings.data, "profile": stage.profile}
     stage.write_json(RESULTS / f"{experiment}.json", {**summary, "methods": methods}, artifact="")
-    runs = [{**asdict(c), **r} for c, r in zip(grid, results, strict=True)]
     metric, label = settings_class.HEADLINE
+    by_key = {cell.key: result for cell, result in zip(grid, results, strict=True)}
+    stage.write_metrics(lvm_metrics(by_key, metric))
+    stage.write_text(RESULTS / experiment / "loss.csv", loss_csv(by_key))
+    stage.write_text(RESULTS / experiment / "runs.csv", runs_csv(by_key, metric))
+    runs = [{**asdict(c), **r} for c, r in zip(grid, results, strict=True)]
     for name, figure in experiment_figures(runs, metric, label, SPARSE_METHODS).items():
         path = layout.figures("lvm") / experiment / f"{name}.png"
         stage.write_png(path, figure, artifact="figures")

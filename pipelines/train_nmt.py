@@ -6,9 +6,11 @@ run. A cell whose settings, data and code are unchanged since it finished is reu
 one cell of the grid retrains only that cell.
 
 Outputs: ``results/train_nmt/cells/<cell>/history.json`` (train/valid curves, α trajectory),
-``alpha_trajectories.json``, ``summary.json`` (DVC metrics) and the DVC plots ``train_loss.csv``
-/ ``valid_nll.csv`` (one column per cell). Wall-clock numbers (tokens/s, the cell's
-``task_seconds``) go to MLflow only, so identical settings give identical files.
+``alpha_trajectories.json``, ``summary.json`` (every cell's final numbers), ``metrics.json`` (DVC
+metrics: the final validation NLL per variant) and the long CSVs of the DVC plots
+``train_loss.csv``, ``valid_nll.csv`` and ``alpha.csv`` (every head's α, a panel per block).
+Wall-clock numbers (tokens/s, the cell's ``task_seconds``) go to MLflow only, so identical
+settings give identical files.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from components.nmt.training import TrainingSettings
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import CellRun, Stage, clear, curves_csv, run_stage
+from pipelines.scaffold.metrics import cell_metrics
+from pipelines.scaffold.plots import FACET, RUN, SERIES, curves_csv, long_csv
+from pipelines.scaffold.stage import CellRun, Stage, clear, run_stage
 
 STAGE = "train_nmt"
 RESULTS = layout.results(STAGE)
@@ -60,8 +64,25 @@ def main(stage: Stage) -> None:
     stage.write_json(RESULTS / "alpha_trajectories.json", alphas)
     summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
+    stage.write_metrics(
+        cell_metrics({key: {"valid_nll": cell["final_valid_nll"]} for key, cell in summary.items()})
+    )
     stage.write_text(RESULTS / "train_loss.csv", curves_csv(histories, "train", "loss"))
     stage.write_text(RESULTS / "valid_nll.csv", curves_csv(histories, "valid", "valid_nll"))
+    stage.write_text(RESULTS / "alpha.csv", alpha_csv(alphas))
+
+
+def alpha_csv(trajectories: dict[str, list[dict]]) -> str:
+    """A long CSV (step, facet: the block, series: the head, run: the cell, alpha) of the α
+    trajectory of every head of every α-entmax cell."""
+    rows = [
+        {"step": entry["step"], FACET: block, SERIES: f"head{head}", RUN: key, "alpha": alpha}
+        for key, trajectory in trajectories.items()
+        for entry in trajectory
+        for block, alphas in entry["alphas"].items()
+        for head, alpha in enumerate(alphas)
+    ]
+    return long_csv(rows, ("step", FACET, SERIES, RUN, "alpha"))
 
 
 if __name__ == "__main__":

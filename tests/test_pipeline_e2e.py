@@ -156,8 +156,11 @@ def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
     trajectories = json.loads((repo / "results/train_nmt/alpha_trajectories.json").read_text())
     assert list(trajectories) == ["smoke/entmax_alpha/seed0"]
     header = (repo / "results/train_nmt/train_loss.csv").read_text().splitlines()[0]
-    assert header.split(",") == ["step", *keys]
-    speed = json.loads((repo / "results/speed/speed.json").read_text())
+    assert header.split(",") == ["step", "series", "run", "loss"]
+    metrics = json.loads((repo / "results/evaluate_nmt/metrics.json").read_text())
+    assert set(metrics["smoke"]) == set(VARIANTS)
+    assert set(metrics["smoke"]["softmax"]["bleu"]) == {"mean", "seed0"}
+    speed = json.loads((repo / "results/speed/metrics.json").read_text())
     assert set(speed) == set(VARIANTS) and speed["softmax"]["train_ratio_to_softmax"] == 1.0
     rounds = json.loads((repo / "results/speed/rounds.json").read_text())
     assert {row["variant"] for row in rounds["rows"]} == set(VARIANTS)
@@ -186,7 +189,13 @@ def test_head_analysis_outputs(repro: tuple[Path, str, str]) -> None:
     figures = repo / "reports/figures/heads/smoke/seed0"
     assert (figures / "js_per_layer.png").stat().st_size > 0
     assert (figures / "alpha_trajectories_encoder_self.png").stat().st_size > 0
-    assert len(list((repo / "results/analyze_heads/plots/alpha").glob("*.csv"))) == 3 * 2
+    alpha = (repo / "results/train_nmt/alpha.csv").read_text().splitlines()
+    assert alpha[0] == "step,facet,series,run,alpha"
+    assert {row.split(",")[1] for row in alpha[1:]} == {
+        "encoder.self.layer0",
+        "decoder.self.layer0",
+        "decoder.context.layer0",
+    }
 
 
 def test_latent_variable_experiments_and_tables(repro: tuple[Path, str, str]) -> None:

@@ -60,8 +60,14 @@ def done(cell_directory: Path) -> Path:
 
 
 def results(stage: str) -> Path:
-    """``results/<stage>``: the small JSON / CSV results of a stage (DVC metrics and plots)."""
+    """``results/<stage>``: the small JSON / CSV results of a stage (DVC metrics and plot data)."""
     return RESULTS / stage
+
+
+def metrics(stage: str) -> Path:
+    """``results/<stage>/metrics.json``: the stage's DVC metrics, a few numbers per method
+    (``results/train_lvm/<experiment>/metrics.json`` for the stage ``train_lvm/<experiment>``)."""
+    return RESULTS / stage / "metrics.json"
 
 
 def cells(stage: str) -> Path:

@@ -6,7 +6,8 @@ A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top
    before anything is touched (a bad value fails here, naming its key);
 2. ``stage.grid(task, cells, store=...)`` — the grid as Ray tasks with **cell reuse**;
 3. ``stage.write_json(...)`` / ``write_text`` / ``write_png`` — atomic outputs, optionally
-   logged to the stage's MLflow run.
+   logged to the stage's MLflow run; ``stage.write_metrics(...)`` — its DVC metrics, checked to
+   hold numbers only.
 
 Cell reuse. A :class:`Cell` is a key (its directory under the stage's ``store``), the payload
 its task reads (plain JSON) and the input files it reads. Its *fingerprint* hashes the payload,
@@ -28,7 +29,6 @@ the traceback.
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import hashlib
 import io
@@ -56,6 +56,7 @@ from components.errors import LearnableSparsityError
 from components.settings import Settings, params_of
 from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.imports import code_digest
+from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.params import Params, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid
 
@@ -89,20 +90,6 @@ def png(figure: Figure) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=_FIGURE_DPI)
     return buffer.getvalue()
-
-
-def curves_csv(histories: dict[str, dict], part: str, column: str) -> str:
-    """A wide CSV: step, then one column per cell (empty where a cell has no value)."""
-    by_step: dict[int, dict[str, float]] = {}
-    for key, history in histories.items():
-        for row in history[part]:
-            by_step.setdefault(row["step"], {})[key] = row[column]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["step", *histories])
-    for step in sorted(by_step):
-        writer.writerow([step, *(by_step[step].get(key, "") for key in histories)])
-    return out.getvalue()
 
 
 def fingerprint(*parts: Any) -> str:
@@ -426,6 +413,12 @@ class Stage:
         """Atomic JSON at ``path``; also an artifact of the stage run under ``artifact``."""
         write_json(path, data)
         self._logged(path, artifact)
+
+    def write_metrics(self, data: Mapping[str, Any]) -> None:
+        """The stage's DVC metrics, ``results/<stage>/metrics.json`` (numbers only: see
+        ``pipelines.scaffold.metrics``); also an artifact of the stage run."""
+        check_scalar_metrics(data, self.name)
+        self.write_json(layout.metrics(self.name), data, artifact="")
 
     def write_text(self, path: Path, text: str, *, artifact: str | None = None) -> None:
         atomic_write_text(path, text)
