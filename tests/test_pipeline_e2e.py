@@ -467,12 +467,22 @@ def test_changing_an_imported_file_makes_its_stages_stale(repro: tuple[Path, str
 # tables stages, which report the speed ratios). Every other output is a function of code, data
 # and settings.
 TIMED = {"speed", "benchmark_normalizers", "claims", "tables"}
+# evaluate_nmt reads the speed numbers only to log them on the MLflow training runs.
+TIMED_DEPS = ("results/speed/",)
 
 
 def locked(repo: Path) -> dict:
-    """dvc.lock's entries of the stages whose outputs must not depend on the run."""
+    """dvc.lock's entries of the stages whose outputs must not depend on the run (less their
+    dependencies on measured times)."""
     stages = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    return {name: stage for name, stage in stages.items() if name not in TIMED}
+    return {
+        name: {
+            **stage,
+            "deps": [d for d in stage.get("deps", []) if not d["path"].startswith(TIMED_DEPS)],
+        }
+        for name, stage in stages.items()
+        if name not in TIMED
+    }
 
 
 def test_a_killed_repro_resumes_and_matches_an_uninterrupted_one(
