@@ -595,7 +595,8 @@ def source_tags(stage: str) -> dict[str, str]:
     commit = _git("rev-parse", "HEAD")
     if commit:
         tags[GIT_COMMIT_TAG] = commit
-        tags[GIT_DIRTY_TAG] = str(bool(_git("status", "--porcelain", "--untracked-files=no")))
+        changed = _git("status", "--porcelain", "--untracked-files=no")
+        tags[GIT_DIRTY_TAG] = "true" if changed else "false"
         branch = _git("rev-parse", "--abbrev-ref", "HEAD")
         if branch and branch != "HEAD":
             tags["mlflow.source.git.branch"] = branch
