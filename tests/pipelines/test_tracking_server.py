@@ -1,0 +1,102 @@
+"""The stages against a real MLflow tracking server (`mlflow server` on 127.0.0.1, as on a
+cluster): runs, metrics and artifacts logged by Ray workers go through the server, artifacts into
+its `--artifacts-destination` (proxied `mlflow-artifacts:` URIs, readable wherever the UI runs),
+never into a worker's local folder."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from pipelines.scaffold.params import Params
+from pipelines.scaffold.stage import Cell, CellRun, Stage
+
+STARTUP_TIMEOUT_S = 120
+
+
+def train_and_log(run: CellRun) -> dict:
+    """A Ray task that logs like a training cell: a curve and the model."""
+    for step in range(3):
+        run.log_metrics({"loss": 1.0 / (step + 1)}, step)
+    run.log_model(torch.nn.Linear(2, 1))
+    return {"cell": run.key}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`mlflow server` with a SQLite backend and proxied artifacts; (its URI, its artifacts)."""
+    folder = tmp_path_factory.mktemp("server")
+    artifacts = folder / "artifacts"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        *(sys.executable, "-m", "mlflow", "server"),
+        *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
+        *("--artifacts-destination", str(artifacts)),
+        *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        assert process.poll() is None, "mlflow server exited"
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=2).close()
+            break
+        except (urllib.error.URLError, OSError):
+            assert time.monotonic() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+    yield uri, artifacts
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_cells_log_through_the_server_and_artifacts_land_in_its_destination(
+    ray_local: None, server: tuple[str, Path], tmp_path: Path
+) -> None:
+    uri, artifacts = server
+    params = Params(
+        {
+            "profile": "ci",
+            "mlflow": {"experiment": "on-a-server"},
+            "ray": {"address": None, "num_cpus": 2, "task_cpus": 1, "task_gpus": 0},
+        },
+        "params.yaml",
+    )
+    stage = Stage("server-test", params, uri)
+    cells = [Cell(f"toy/seed{seed}", {"seed": seed}) for seed in (0, 1)]
+    assert stage.grid(train_and_log, cells, store=tmp_path / "store") == [
+        {"cell": "toy/seed0"},
+        {"cell": "toy/seed1"},
+    ]
+    stage.finish("FINISHED")
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("on-a-server")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([experiment.experiment_id], "tags.stage = 'server-test'")
+    children = [r for r in runs if "cell" in r.data.tags]
+    assert sorted(r.info.run_name for r in children) == ["toy/seed0", "toy/seed1"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.info.artifact_uri.startswith("mlflow-artifacts:")
+        history = client.get_metric_history(child.info.run_id, "loss")
+        assert [m.step for m in history] == [0, 1, 2]
+        listed = {a.path for a in client.list_artifacts(child.info.run_id, "model")}
+        assert listed == {"model/weights.pt"}
+        local = Path(client.download_artifacts(child.info.run_id, "model/weights.pt", tmp_path))
+        assert set(torch.load(local)) == {"weight", "bias"}
+    assert len(list(artifacts.rglob("weights.pt"))) == 2  # in the server's destination
