@@ -47,7 +47,10 @@ def start_ui(uri: str, host: str, port: int) -> subprocess.Popen:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise LearnableSparsityError(f"mlflow ui exited with status {server.returncode}")
+            raise LearnableSparsityError(
+                f"mlflow ui exited with status {server.returncode} (is port {port} of {host} "
+                "in use? choose another with --port)"
+            )
         try:
             urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2).close()
             return server

@@ -30,6 +30,7 @@ the traceback.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -121,9 +122,10 @@ class Cell:
     data: tuple[Path, ...] = ()
 
 
-def datasets(files: Sequence[Path]) -> list[Dataset]:
+def datasets(files: Sequence[Path], digest: Callable[[Path], str] = file_digest) -> list[Dataset]:
     """``files`` as MLflow datasets, one per directory (e.g. ``data/corpora/smoke``): named by the
-    directory, with a digest of the files' contents and each file's rows (lines) in its profile."""
+    directory, with a digest of the files' contents (by ``digest``) and each file's rows (lines)
+    in its profile."""
     by_directory: dict[Path, list[Path]] = {}
     for path in files:
         by_directory.setdefault(Path(path).parent, []).append(Path(path))
@@ -133,7 +135,7 @@ def datasets(files: Sequence[Path]) -> list[Dataset]:
         found.append(
             Dataset(
                 name=directory.as_posix(),
-                digest=fingerprint([file_digest(path) for path in paths]),
+                digest=fingerprint([digest(path) for path in paths]),
                 source_type="local",
                 source=json.dumps({"uri": directory.as_posix()}),
                 profile=json.dumps(profile),
@@ -341,9 +343,12 @@ class Stage:
             raise LearnableSparsityError(f"{self.name}: the grid has the cells {repeated} twice")
         ray = self.settings("ray", RaySettings)
         code = code_digest(_module_name(task))
+        # Cells share their inputs (a corpus for every variant and seed): read each file once.
+        digest = functools.cache(file_digest)
+        described = functools.cache(lambda files: datasets(files, digest))
         prints = {
             cell.key: fingerprint(
-                cell.payload, [file_digest(p) for p in cell.inputs], code, ray.task_cpus
+                cell.payload, [digest(p) for p in cell.inputs], code, ray.task_cpus
             )
             for cell in cells
         }
@@ -367,7 +372,7 @@ class Stage:
                 {"cell": cell.key, **cell.payload},
                 {"cell": cell.key, "fingerprint": prints[cell.key]},
             )
-            tracking.RunLogger(self.uri, child).log_datasets(datasets(cell.data), self.name)
+            tracking.RunLogger(self.uri, child).log_datasets(described(cell.data), self.name)
             runs.append(
                 CellRun(
                     task,
