@@ -21,7 +21,7 @@ from components.ape.model import ApeConfig, ApeModel, build_ape_model, joint_inp
 from components.data.local import read_triplets
 from components.errors import LearnableSparsityError
 from components.nmt.batching import Example
-from components.nmt.training import load_weights, weight_files
+from components.nmt.training import load_weights
 from components.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Cell, CellRun
@@ -51,8 +51,8 @@ def ape_cells(
 ) -> list[Cell]:
     """One cell per grid cell: payload = the cell, its model config, regime, data and
     ``shared``; inputs = the BERT, the real ``splits`` (and the synthetic training set when the
-    regime uses it: the triplets are its data) and, when the task ``reads_model``, the trained
-    weights."""
+    regime uses it: the triplets are its data) and, when the task ``reads_model``, the training
+    cell's record (see nmt_cells)."""
     cells = []
     for cell in ape.cells():
         regime = ape.regimes[cell.regime]
@@ -61,8 +61,7 @@ def ape_cells(
             data += triplet_files(ape.data["synthetic"], ("train",))
         inputs = [layout.done(BERT_DIR), *data]
         if reads_model:
-            directory = layout.APE_MODELS / cell.key
-            inputs += [*weight_files(directory, ape.decode.average_last), layout.done(directory)]
+            inputs.append(layout.done(layout.APE_MODELS / cell.key))  # see nmt_cells
         payload = {
             "cell": asdict(cell),
             "model": params_of(ape.system(cell.system)),

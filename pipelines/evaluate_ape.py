@@ -38,7 +38,7 @@ from pipelines.ape_cells import (
 )
 from pipelines.scaffold import layout
 from pipelines.scaffold.metrics import cell_metrics
-from pipelines.scaffold.stage import CellRun, Stage, run_stage, write_json
+from pipelines.scaffold.stage import CellRun, Grid, Stage, run_stage, write_json
 
 STAGE = "evaluate_ape"
 RESULTS = layout.results(STAGE)
@@ -68,12 +68,19 @@ def evaluate_cell(run: CellRun) -> dict:
     return metrics
 
 
-def main(stage: Stage) -> None:
+def grid(stage: Stage) -> Grid:
+    """The grid: the evaluated splits of each trained cell, post-edited and scored."""
     ape = stage.settings("ape", ApeSettings)
     require_data(ape)
     shared = {"decode": params_of(ape.decode), "splits": list(ape.evaluate)}
     cells = ape_cells(ape, ape.evaluate, shared, reads_model=True)
-    results = stage.grid(evaluate_cell, cells, store=layout.cells(STAGE))
+    return Grid(evaluate_cell, cells, layout.cells(STAGE))
+
+
+def main(stage: Stage) -> None:
+    ape = stage.settings("ape", ApeSettings)
+    built = grid(stage)
+    cells, results = built.cells, stage.run_grid(built)
     real = read_triplets(Path(ape.data["real"]), ape.evaluate)
     do_nothing = {
         split: ape_metrics([mt for _, mt, _ in rows], [pe for _, _, pe in rows])

@@ -29,7 +29,7 @@ from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
 from pipelines.scaffold.metrics import cell_metrics
-from pipelines.scaffold.stage import CellRun, Stage, read_json, run_stage, write_json
+from pipelines.scaffold.stage import CellRun, Grid, Stage, read_json, run_stage, write_json
 
 STAGE = "evaluate_nmt"
 RESULTS = layout.results(STAGE)
@@ -65,11 +65,18 @@ def scalars(metrics: dict) -> dict[str, float]:
     return {name: float(value["score"]) for name, value in metrics.items()}
 
 
-def main(stage: Stage) -> None:
+def grid(stage: Stage) -> Grid:
+    """The grid: the test set of each trained cell, translated and scored."""
     nmt = stage.settings("nmt", NmtSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
     cells = nmt_cells(nmt, ("test",), {"decode": params_of(nmt.decode)}, reads_model=True)
-    results = stage.grid(evaluate_cell, cells, store=layout.cells(STAGE))
+    return Grid(evaluate_cell, cells, layout.cells(STAGE))
+
+
+def main(stage: Stage) -> None:
+    nmt = stage.settings("nmt", NmtSettings)
+    built = grid(stage)
+    cells, results = built.cells, stage.run_grid(built)
     copy_baseline = {}
     for corpus in nmt.corpora:
         test = read_corpus(layout.corpus_dir(corpus), ("test",))["test"]

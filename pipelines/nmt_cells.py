@@ -22,7 +22,6 @@ from components.nmt.training import (
     TrainingSettings,
     load_weights,
     train,
-    weight_files,
 )
 from components.settings import build, params_of
 from pipelines.scaffold import layout
@@ -38,14 +37,15 @@ def nmt_cells(
 ) -> list[Cell]:
     """One cell per grid cell: payload = the cell, ``nmt.model`` and ``shared``; inputs = the
     ``splits`` of its corpus (its data), its BPE model and, when the task ``reads_model``, the
-    trained weights it loads (``nmt.decode.average_last``) and the training record."""
+    training cell's record (its ``done.json`` holds the digest of every checkpoint the cell
+    wrote, so it changes with the weights; and it can be named before the model is trained,
+    which a sweep trial that trains and then evaluates needs)."""
     cells = []
     for cell in nmt.cells():
         data = layout.corpus_files(cell.corpus, splits)
         inputs = [*data, layout.bpe_model(cell.corpus)]
         if reads_model:
-            directory = layout.NMT_MODELS / cell.key
-            inputs += [*weight_files(directory, nmt.decode.average_last), layout.done(directory)]
+            inputs.append(layout.done(layout.NMT_MODELS / cell.key))
         payload = {"cell": asdict(cell), "model": params_of(nmt.model), **shared}
         cells.append(Cell(cell.key, payload, tuple(inputs), data))
     return cells

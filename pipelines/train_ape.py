@@ -24,7 +24,7 @@ from pipelines.nmt_cells import train_in_cell
 from pipelines.scaffold import layout
 from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.plots import curves_csv
-from pipelines.scaffold.stage import CellRun, Stage, run_stage
+from pipelines.scaffold.stage import CellRun, Grid, Stage, run_stage
 
 STAGE = "train_ape"
 RESULTS = layout.results(STAGE)
@@ -41,11 +41,17 @@ def train_cell(run: CellRun) -> dict:
     return {"summary": {**counts, **summary}, "valid": history.valid}
 
 
-def main(stage: Stage) -> None:
+def grid(stage: Stage) -> Grid:
+    """The grid: an APE model per cell, its checkpoints in ``models/ape/<cell>``."""
     ape = stage.settings("ape", ApeSettings)
     require_data(ape)
     cells = ape_cells(ape, ("train", "valid"), {"train": params_of(ape.train)})
-    results = stage.grid(train_cell, cells, store=layout.APE_MODELS)
+    return Grid(train_cell, cells, layout.APE_MODELS)
+
+
+def main(stage: Stage) -> None:
+    built = grid(stage)
+    cells, results = built.cells, stage.run_grid(built)
     summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
     stage.write_metrics(

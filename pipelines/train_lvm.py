@@ -32,7 +32,7 @@ from components.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, curve_rows, long_csv
-from pipelines.scaffold.stage import Cell, CellRun, Stage, clear, read_json, run_stage
+from pipelines.scaffold.stage import Cell, CellRun, Grid, Stage, clear, read_json, run_stage
 
 # experiment → (its module with its setup, its settings class, the kind of data it reads)
 EXPERIMENTS = {
@@ -99,7 +99,9 @@ def runs_csv(results: dict[str, dict], headline: str) -> str:
     return long_csv(rows, (SERIES, RUN, *columns))
 
 
-def main(stage: Stage, experiment: str) -> None:
+def grid(stage: Stage, experiment: str) -> Grid:
+    """The grid of ``experiment``: a model per cell, its checkpoints in
+    ``models/lvm/<experiment>/<cell>``."""
     _, settings_class, kind = EXPERIMENTS[experiment]
     settings = stage.settings(f"lvm.{experiment}", settings_class)
     datasets = read_json(layout.IMAGES / "meta.json")
@@ -108,7 +110,6 @@ def main(stage: Stage, experiment: str) -> None:
             f"{stage.params.source}: lvm.{experiment}.data is {settings.data!r}, which is not one "
             f"of the {kind} datasets of the images stage ({sorted(datasets)})"
         )
-    grid = settings.cells()
     cells = [
         Cell(
             cell.key,
@@ -120,21 +121,28 @@ def main(stage: Stage, experiment: str) -> None:
             inputs=(layout.image_data(settings.data),),
             data=(layout.image_data(settings.data),),
         )
-        for cell in grid
+        for cell in settings.cells()
     ]
-    results = stage.grid(train_cell, cells, store=layout.LVM_MODELS / experiment)
+    return Grid(train_cell, cells, layout.LVM_MODELS / experiment)
+
+
+def main(stage: Stage, experiment: str) -> None:
+    settings_class = EXPERIMENTS[experiment][1]
+    settings = stage.settings(f"lvm.{experiment}", settings_class)
+    grid_cells = settings.cells()
+    results = stage.run_grid(grid(stage, experiment))
     clear(layout.figures("lvm") / experiment)
     methods: dict[str, list[dict]] = {}
-    for cell, result in zip(grid, results, strict=True):
+    for cell, result in zip(grid_cells, results, strict=True):
         methods.setdefault(cell.method, []).append(result["metrics"])
     summary = {"experiment": experiment, "data": settings.data, "profile": stage.profile}
     stage.write_json(RESULTS / f"{experiment}.json", {**summary, "methods": methods}, artifact="")
     metric, label = settings_class.HEADLINE
-    by_key = {cell.key: result for cell, result in zip(grid, results, strict=True)}
+    by_key = {cell.key: result for cell, result in zip(grid_cells, results, strict=True)}
     stage.write_metrics(lvm_metrics(by_key, metric))
     stage.write_text(RESULTS / experiment / "loss.csv", loss_csv(by_key))
     stage.write_text(RESULTS / experiment / "runs.csv", runs_csv(by_key, metric))
-    runs = [{**asdict(c), **r} for c, r in zip(grid, results, strict=True)]
+    runs = [{**asdict(c), **r} for c, r in zip(grid_cells, results, strict=True)]
     for name, figure in experiment_figures(runs, metric, label, SPARSE_METHODS).items():
         path = layout.figures("lvm") / experiment / f"{name}.png"
         stage.write_png(path, figure, artifact="figures")

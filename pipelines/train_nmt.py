@@ -29,7 +29,7 @@ from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
 from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.plots import FACET, RUN, SERIES, curves_csv, long_csv
-from pipelines.scaffold.stage import CellRun, Stage, clear, run_stage
+from pipelines.scaffold.stage import CellRun, Grid, Stage, clear, run_stage
 
 STAGE = "train_nmt"
 RESULTS = layout.results(STAGE)
@@ -51,11 +51,17 @@ def train_cell(run: CellRun) -> dict:
     return {"summary": summary, "history": asdict(history)}
 
 
-def main(stage: Stage) -> None:
+def grid(stage: Stage) -> Grid:
+    """The grid: a Transformer per cell, its checkpoints in ``models/nmt/<cell>``."""
     nmt = stage.settings("nmt", NmtSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
     cells = nmt_cells(nmt, ("train", "valid"), {"train": params_of(nmt.train)})
-    results = stage.grid(train_cell, cells, store=layout.NMT_MODELS)
+    return Grid(train_cell, cells, layout.NMT_MODELS)
+
+
+def main(stage: Stage) -> None:
+    built = grid(stage)
+    cells, results = built.cells, stage.run_grid(built)
     histories = {cell.key: result["history"] for cell, result in zip(cells, results, strict=True)}
     clear(RESULTS / "cells")
     for key, history in histories.items():

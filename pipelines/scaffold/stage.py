@@ -4,7 +4,9 @@ A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top
 
 1. ``stage.settings("nmt", NmtSettings)`` — every params section it needs, built and validated
    before anything is touched (a bad value fails here, naming its key);
-2. ``stage.grid(task, cells, store=...)`` — the grid as Ray tasks with **cell reuse**;
+2. ``stage.grid(task, cells, store=...)`` — the grid as Ray tasks with **cell reuse**; a stage
+   that a sweep can run (``pipelines.sweep``) builds its :class:`Grid` in a function of its own,
+   ``grid(stage)``, which its ``main`` hands to ``stage.run_grid`` and a sweep trial runs too;
 3. ``stage.write_json(...)`` / ``write_text`` / ``write_png`` — atomic outputs, optionally
    logged to the stage's MLflow run; ``stage.write_metrics(...)`` — its DVC metrics, checked to
    hold numbers only.
@@ -149,6 +151,30 @@ def _rows(path: Path) -> int:
         return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
 
 
+@dataclass(frozen=True)
+class Grid:
+    """What a stage runs: ``task`` on every cell of ``cells``, their directories under ``store``."""
+
+    task: Callable[[CellRun], dict]
+    cells: list[Cell]
+    store: Path
+
+
+def cell_fingerprints(
+    task: Callable[[CellRun], dict],
+    cells: Sequence[Cell],
+    task_cpus: float,
+    digest: Callable[[Path], str] = file_digest,
+) -> dict[str, str]:
+    """Each cell's fingerprint (by key): its payload, the contents of its inputs (by
+    ``digest``), the project code ``task`` runs and its torch threads (``task_cpus``)."""
+    code = code_digest(_module_name(task))
+    return {
+        cell.key: fingerprint(cell.payload, [digest(p) for p in cell.inputs], code, task_cpus)
+        for cell in cells
+    }
+
+
 @dataclass
 class CellRun:
     """What a task receives in its Ray worker (picklable)."""
@@ -164,6 +190,8 @@ class CellRun:
     # this one (set by execute_cell).
     seconds_before: float = 0.0
     started: float = 0.0
+    # Also called with every logged record (a sweep trial reports them to Ray Tune's scheduler).
+    on_metrics: Callable[[Mapping[str, float], int], None] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -179,6 +207,8 @@ class CellRun:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log ``metrics`` (names made MLflow-safe) at ``step`` to the cell's run."""
         self.run.log_metrics({tracking.metric_name(k): v for k, v in metrics.items()}, step)
+        if self.on_metrics is not None:
+            self.on_metrics(metrics, step)
 
     def log_model(self, model: nn.Module) -> None:
         """Log the trained weights (``model/weights.pt``, a state dict) and the model's config
@@ -205,10 +235,18 @@ class CellRun:
 
 
 def execute_cell(cell: CellRun) -> dict:
-    """The Ray task of every grid: run the stage's task inside the cell's MLflow run (FINISHED,
-    or FAILED if it raises; tagged with this machine's library versions and CPU kernels) and
-    its wall time, then record the result and the digest of every file the cell wrote in its
-    ``done.json``.
+    """The Ray task of every grid: :func:`run_cell` inside the cell's MLflow run, which ends
+    FINISHED, or FAILED if the task raises."""
+    with cell.run:
+        return run_cell(cell)
+
+
+def run_cell(cell: CellRun) -> dict:
+    """Run the stage's task on the cell (tagging its MLflow run with this machine's library
+    versions and CPU kernels, sampling system metrics, adding up its wall time over attempts),
+    then record the result and the digest of every file the cell wrote in its ``done.json``; a
+    cell already done under the same fingerprint returns its recorded result. The MLflow run is
+    left open (a sweep trial logs several stages' cells to one run).
 
     The cell's directory is locked while its task runs: a worker of a killed driver can outlive
     it by a few seconds, and a new run of the cell waits for it instead of writing the same
@@ -219,21 +257,16 @@ def execute_cell(cell: CellRun) -> dict:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = layout.done(cell.directory)
         if done.exists() and read_json(done)["fingerprint"] == cell.fingerprint:
-            cell.run.finish("FINISHED")
             return read_json(done)["result"]
-        return _execute_locked(cell)
-
-
-def _execute_locked(cell: CellRun) -> dict:
-    with cell.run, tracking.system_metrics(cell.run):
-        cell.run.set_tags(tracking.system_tags())
-        cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
-        cell.started = time.perf_counter()
-        result = cell.task(cell)
-        cell.flush()
-    record = {"fingerprint": cell.fingerprint, "result": result, "files": _files(cell.directory)}
-    write_json(layout.done(cell.directory), record)
-    return result
+        with tracking.system_metrics(cell.run):
+            cell.run.set_tags(tracking.system_tags())
+            cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
+            cell.started = time.perf_counter()
+            result = cell.task(cell)
+            cell.flush()
+        files = _files(cell.directory)
+        write_json(done, {"fingerprint": cell.fingerprint, "result": result, "files": files})
+        return result
 
 
 def _files(directory: Path) -> dict[str, str]:
@@ -342,16 +375,10 @@ class Stage:
         if repeated:
             raise LearnableSparsityError(f"{self.name}: the grid has the cells {repeated} twice")
         ray = self.settings("ray", RaySettings)
-        code = code_digest(_module_name(task))
         # Cells share their inputs (a corpus for every variant and seed): read each file once.
         digest = functools.cache(file_digest)
         described = functools.cache(lambda files: datasets(files, digest))
-        prints = {
-            cell.key: fingerprint(
-                cell.payload, [digest(p) for p in cell.inputs], code, ray.task_cpus
-            )
-            for cell in cells
-        }
+        prints = cell_fingerprints(task, cells, ray.task_cpus, digest)
         results: dict[str, dict] = {}
         for cell in cells:
             directory = store / cell.key
@@ -397,6 +424,10 @@ class Stage:
             {"cells_run": str(len(todo)), "cells_reused": str(len(cells) - len(todo))}
         )
         return [results[key] for key in keys]
+
+    def run_grid(self, grid: Grid) -> list[dict]:
+        """:meth:`grid` on a stage's :class:`Grid`."""
+        return self.grid(grid.task, grid.cells, store=grid.store)
 
     def annotate_training_runs(
         self, stage: str, store: Path, metrics: Mapping[str, Mapping[str, float]]
