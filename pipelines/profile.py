@@ -15,7 +15,7 @@ import yaml
 
 from components.data.atomic import atomic_write_text
 from components.errors import LearnableSparsityError
-from pipelines.scaffold.params import PARAMS_FILE, deep_merge, load_params
+from pipelines.scaffold.params import PARAMS_FILE, load_params, with_profile
 
 PROFILES = Path("profiles")
 HEADER = (
@@ -26,19 +26,13 @@ HEADER = (
 
 def apply_profile(name: str, params_file: Path = PARAMS_FILE, profiles: Path = PROFILES) -> None:
     """Rewrite ``params_file`` (the smoke profile) with ``profiles/<name>.yaml`` applied."""
-    overlay_file = profiles / f"{name}.yaml"
-    if not overlay_file.exists():
-        known = sorted(p.stem for p in profiles.glob("*.yaml"))
-        raise LearnableSparsityError(f"no profile {name!r} ({overlay_file}); known: {known}")
     base = load_params(params_file)
-    current = base.get("profile", str)
-    if current != "smoke":
+    if base.get("profile", str) == name:  # stacking an overlay on itself (with_profile: others)
         raise LearnableSparsityError(
-            f"{params_file} holds the {current!r} profile; `git checkout {params_file}` first"
+            f"{params_file} holds the {name!r} profile already; `git checkout {params_file}` first"
         )
-    overlay = load_params(overlay_file).data
-    merged = deep_merge(base.data, {**overlay, "profile": name})
-    text = HEADER.format(name=name) + yaml.safe_dump(merged, sort_keys=False, width=100)
+    merged = with_profile(base, name, profiles).data
+    text = HEADER.format(name=name) + yaml.safe_dump(dict(merged), sort_keys=False, width=100)
     atomic_write_text(params_file, text)
 
 

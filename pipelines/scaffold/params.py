@@ -99,6 +99,24 @@ def load_params(path: Path = PARAMS_FILE) -> Params:
     return Params(data, str(path))
 
 
+def with_profile(smoke: Params, name: str, profiles: Path) -> Params:
+    """The smoke params ``smoke`` with ``profiles/<name>.yaml`` applied (``smoke`` itself for
+    ``name`` smoke); refuses params that already hold another profile."""
+    current = smoke.get("profile", str)
+    if name == current:
+        return smoke
+    overlay_file = profiles / f"{name}.yaml"
+    if not overlay_file.exists():
+        known = sorted(p.stem for p in profiles.glob("*.yaml"))
+        raise LearnableSparsityError(f"no profile {name!r} ({overlay_file}); known: {known}")
+    if current != "smoke":
+        raise LearnableSparsityError(
+            f"{smoke.source} holds the {current!r} profile; `git checkout {smoke.source}` first"
+        )
+    overlay = load_params(overlay_file).data
+    return Params(deep_merge(smoke.data, {**overlay, "profile": name}), f"{smoke.source}+{name}")
+
+
 def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     """``base`` with ``overlay``'s values; nested mappings are merged key by key."""
     merged = dict(base)

@@ -139,7 +139,7 @@ def run_grid(
     if not cells:
         return []
     connect(address, num_cpus)
-    _check_feasible(resources)
+    check_feasible(resources)
     remote = ray.remote(_run_cell)
     refs = [
         remote.options(
@@ -188,7 +188,7 @@ def _run_cell(task: Callable[[Any], dict], cell: Any, num_cpus: float) -> dict:
     return task(cell)
 
 
-def _check_feasible(resources: Resources) -> None:
+def check_feasible(resources: Resources) -> None:
     """Refuse a request no node can satisfy: Ray would queue such a task forever."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     if not any(node.get("GPU", 0) >= resources.num_gpus for node in nodes):

@@ -509,16 +509,23 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_stage(name: str, main: Callable[[Stage], None], argv: Sequence[str] | None = None) -> None:
-    """Run the stage entrypoint ``main`` on ``params.yaml``: logging, one MLflow parent run
-    (FINISHED / FAILED / KILLED with the stage), and a user's error as one clear message."""
+def run_stage(
+    name: str,
+    main: Callable[[Stage], None],
+    argv: Sequence[str] | None = None,
+    *,
+    params: Callable[[], Params] = load_params,
+) -> None:
+    """Run the stage entrypoint ``main`` on ``params()`` (``params.yaml``; a sweep: its spec's
+    params): logging, one MLflow parent run (FINISHED / FAILED / KILLED with the stage), and a
+    user's error as one clear message."""
     args = sys.argv[1:] if argv is None else list(argv)
     verbose = "--verbose" in args or os.environ.get(VERBOSE_ENV) == "1"
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     signal.signal(signal.SIGTERM, _interrupt)
     stage = None
     try:
-        stage = Stage(name, load_params(), tracking.tracking_uri(Path.cwd()))
+        stage = Stage(name, params(), tracking.tracking_uri(Path.cwd()))
         main(stage)
     except LearnableSparsityError as error:
         if stage is not None:

@@ -1,0 +1,150 @@
+"""Sweeps over the stages' settings on Ray Tune: ``python -m pipelines.sweep sweeps/<name>.yaml``.
+
+Where the project is, this starts a local Ray (or joins ``ray.address`` / ``$RAY_ADDRESS``). On a
+cluster, submit it as a Ray job from the checkout (README, "Scale out")::
+
+    RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 ray job submit --working-dir . \\
+        --runtime-env-json '{"env_vars": {"MLFLOW_TRACKING_URI": "http://<head>:5000"}}' \\
+        -- python -m pipelines.sweep sweeps/lvm_lr.yaml
+
+(the variable lets the DVC-made data in ``data/`` travel with the job; ``.rayignore`` keeps the
+environment, git and the local stores out). The spec (``pipelines.scaffold.sweeps``) is checked
+before anything runs: every key, every value, every trial's grid, the input files and the
+resources. Each trial (``pipelines.scaffold.trials``) runs one cell of each of the spec's stages
+with the stages' own code and is one MLflow child run of the parent run ``sweep/<name>``; a line
+is logged per finished trial with the best metric so far. At the end, in
+``reports/sweeps/<name>/`` and as artifacts of the parent run: ``summary.csv`` (every trial: its
+outcome, values and results), ``summary.md`` (best first) and ``<metric>.png``. The sweep
+finishes when some trial did, and says how many failed; it fails when none finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+from pathlib import Path
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+
+from components.errors import LearnableSparsityError
+from components.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
+from pipelines.scaffold import tracking
+from pipelines.scaffold.params import PARAMS_FILE
+from pipelines.scaffold.runner import RaySettings, Resources, check_feasible, connect
+from pipelines.scaffold.stage import Stage, run_stage
+from pipelines.scaffold.sweeps import SweepSpec, load_spec
+from pipelines.scaffold.trials import STEP, SWEEP_TAG, SweepProgress, SweepRun, run_trial
+
+PROFILES = Path("profiles")
+REPORTS = Path("reports/sweeps")
+STORAGE = Path("models/sweeps")
+log = logging.getLogger(__name__)
+
+
+def main(stage: Stage, spec: SweepSpec) -> None:
+    settings = spec.settings
+    missing = [str(path) for path in spec.check_trials(stage.uri) if not path.exists()]
+    if missing:
+        raise LearnableSparsityError(
+            f"the trials read {missing}, which are not in {Path.cwd()}: run `dvc repro` for them; "
+            "a Ray job carries data/ when submitted with RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1, or "
+            "run the job in a checkout on a shared filesystem (README, Scale out)"
+        )
+    ray = stage.settings("ray", RaySettings)
+    connect(ray.address, ray.num_cpus)
+    check_feasible(Resources(num_cpus=settings.resources.cpus, num_gpus=settings.resources.gpus))
+    storage = Path(settings.storage or STORAGE).resolve() / spec.name
+    search = {axis.key: {axis.kind: list(axis.values)} for axis in spec.axes}
+    stage.run.log_params(
+        {"sweep": {"stages": settings.stages, "params": spec.overrides, "search": search}}
+    )
+    progress = SweepProgress(spec, stage.run)
+    try:
+        tuner(spec, SweepRun(spec, stage.run, storage), storage, progress).fit()
+    except BaseException:
+        end_trial_runs(stage.run, "KILLED")
+        raise
+    rows = progress.rows
+    folder = REPORTS / spec.name
+    axes = [axis.key for axis in spec.axes]
+    shown = ["name", "status", *axes, settings.metric]
+    stage.write_text(folder / "summary.csv", summary_csv(rows), artifact="")
+    text = summary_markdown(spec.name, rows, shown, settings.metric, settings.mode)
+    stage.write_text(folder / "summary.md", text, artifact="")
+    numeric = [a.key for a in spec.axes if all(isinstance(v, int | float) for v in a.values)]
+    x = settings.plot.x or (numeric or axes)[0]
+    group = settings.plot.group or next((key for key in axes if key != x), None)
+    log_x = any(axis.key == x and axis.kind == "loguniform" for axis in spec.axes)
+    figure = sweep_figure(rows, x, settings.metric, group, log_x=log_x)
+    stage.write_png(folder / f"{settings.metric.replace('/', '_')}.png", figure, artifact="")
+    counts = {"trials": len(rows), "finished": progress.finished, "failed": progress.failed}
+    stage.run.set_tags({f"sweep.{key}": str(value) for key, value in counts.items()})
+    log.info("%s: %s; summary in %s", stage.name, counts, folder)
+    if not progress.finished:
+        raise LearnableSparsityError(f"no trial of {len(rows)} finished: see {folder}/summary.md")
+
+
+def tuner(spec: SweepSpec, sweep: SweepRun, storage: Path, progress: SweepProgress) -> tune.Tuner:
+    """The Ray Tune run of ``spec``: trials of ``run_trial`` with the spec's resources."""
+    settings = spec.settings
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, sweep=sweep),
+        {"cpu": settings.resources.cpus, "gpu": settings.resources.gpus},
+    )
+    asha = settings.scheduler
+    scheduler = None
+    if asha is not None:
+        scheduler = ASHAScheduler(
+            time_attr=STEP,
+            metric=asha.metric,
+            mode=asha.mode,
+            max_t=asha.max_t,
+            grace_period=asha.grace_period,
+            reduction_factor=asha.reduction_factor,
+        )
+    return tune.Tuner(
+        trainable,
+        param_space=spec.search_space(),
+        tune_config=tune.TuneConfig(
+            num_samples=settings.num_samples,
+            scheduler=scheduler,
+            max_concurrent_trials=settings.max_concurrent,
+        ),
+        run_config=tune.RunConfig(
+            name=spec.name,
+            storage_path=str(storage.parent),
+            failure_config=tune.FailureConfig(max_failures=settings.max_failures),
+            callbacks=[progress],
+            verbose=0,
+        ),
+    )
+
+
+def end_trial_runs(parent: tracking.StageRun, status: str) -> None:
+    """End the sweep's trial runs still RUNNING (the driver is going down) with ``status``."""
+    while True:
+        found = tracking.find_run(
+            parent.uri, parent.experiment_id, {SWEEP_TAG: parent.run_id}, ("RUNNING",)
+        )
+        if found is None:
+            return
+        tracking.RunLogger(parent.uri, found).finish(status)
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", type=Path, help="the sweep spec, e.g. sweeps/lvm_lr.yaml")
+    parser.add_argument("--verbose", action="store_true", help="tracebacks of errors")
+    path = parser.parse_args().spec
+    spec = functools.cache(lambda: load_spec(path, PARAMS_FILE, PROFILES))
+    run_stage(
+        f"sweep/{path.stem}",
+        lambda stage: main(stage, spec()),
+        params=lambda: spec().params,
+    )
+
+
+if __name__ == "__main__":
+    cli()
