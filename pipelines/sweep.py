@@ -21,25 +21,39 @@ finishes when some trial did, and says how many failed; it fails when none finis
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import logging
+import os
+import urllib.parse
 from pathlib import Path
 
 from ray import tune
+from ray.job_submission import JobSubmissionClient
 from ray.tune.schedulers import ASHAScheduler
 
 from components.errors import LearnableSparsityError
 from components.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
 from pipelines.scaffold import tracking
 from pipelines.scaffold.params import PARAMS_FILE
-from pipelines.scaffold.runner import RaySettings, Resources, check_feasible, connect
+from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, Resources, check_feasible, connect
 from pipelines.scaffold.stage import Stage, run_stage
 from pipelines.scaffold.sweeps import SweepSpec, load_spec
-from pipelines.scaffold.trials import STEP, SWEEP_TAG, SweepProgress, SweepRun, run_trial
+from pipelines.scaffold.trials import (
+    RESULTS,
+    STEP,
+    SWEEP_TAG,
+    SweepProgress,
+    SweepRun,
+    run_trial,
+)
+from pipelines.ui import experiment_address
 
 PROFILES = Path("profiles")
 REPORTS = Path("reports/sweeps")
 STORAGE = Path("models/sweeps")
+UI_BASE = "http://127.0.0.1:5000"  # `make ui` on the project's store
+IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray then uploads git-ignored files too
 log = logging.getLogger(__name__)
 
 
@@ -82,6 +96,7 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     counts = {"trials": len(rows), "finished": progress.finished, "failed": progress.failed}
     stage.run.set_tags({f"sweep.{key}": str(value) for key, value in counts.items()})
     log.info("%s: %s; summary in %s", stage.name, counts, folder)
+    log.info("the trials in the MLflow UI, best first: %s", trials_address(stage, spec))
     if not progress.finished:
         raise LearnableSparsityError(f"no trial of {len(rows)} finished: see {folder}/summary.md")
 
@@ -93,7 +108,7 @@ def tuner(spec: SweepSpec, sweep: SweepRun, storage: Path, progress: SweepProgre
         tune.with_parameters(run_trial, sweep=sweep),
         {"cpu": settings.resources.cpus, "gpu": settings.resources.gpus},
     )
-    asha = settings.scheduler
+    asha = settings.asha
     scheduler = None
     if asha is not None:
         scheduler = ASHAScheduler(
@@ -122,6 +137,19 @@ def tuner(spec: SweepSpec, sweep: SweepRun, storage: Path, progress: SweepProgre
     )
 
 
+def trials_address(stage: Stage, spec: SweepSpec) -> str:
+    """The MLflow UI's runs table of the sweep's trials, sorted by the metric (sorting also
+    lists them flat rather than folded under their parent run)."""
+    query = {
+        "searchFilter": f"tags.`{SWEEP_TAG}` = '{stage.run.run_id}'",
+        "orderByKey": f"metrics.`{RESULTS}/{spec.settings.metric}`",
+        "orderByAsc": str(spec.settings.mode == "min").lower(),
+    }
+    base = stage.uri if stage.uri.startswith("http") else UI_BASE
+    address = experiment_address(base, stage.run.experiment_id)
+    return f"{address}&{urllib.parse.urlencode(query)}"
+
+
 def end_trial_runs(parent: tracking.StageRun, status: str) -> None:
     """End the sweep's trial runs still RUNNING (the driver is going down) with ``status``."""
     while True:
@@ -133,11 +161,57 @@ def end_trial_runs(parent: tracking.StageRun, status: str) -> None:
         tracking.RunLogger(parent.uri, found).finish(status)
 
 
+def submit(path: Path, address: str) -> str:
+    """Submit the sweep ``path`` as a Ray job to the cluster whose dashboard is at ``address``
+    (``http://<head>:8265``), with this checkout as its working directory (``data/`` included),
+    ``$MLFLOW_TRACKING_URI`` and the checkout's commit; follow its log; its final status."""
+    load_spec(path, PARAMS_FILE, PROFILES)  # a broken spec fails here, not on the cluster
+    here = Path.cwd().resolve()
+    if not path.resolve().is_relative_to(here):
+        raise LearnableSparsityError(f"{path} is not inside {here}, the job's working directory")
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri.startswith(("http://", "https://")):
+        raise LearnableSparsityError(
+            "set MLFLOW_TRACKING_URI to the tracking server the cluster logs to (http://host:5000)"
+            ": the job's runs cannot reach this checkout's mlflow.db"
+        )
+    source = tracking.source_tags("sweep")
+    env = {"MLFLOW_TRACKING_URI": uri}
+    if tracking.GIT_COMMIT_TAG in source:
+        env[tracking.GIT_COMMIT_ENV] = source[tracking.GIT_COMMIT_TAG]
+        env[tracking.GIT_DIRTY_ENV] = source[tracking.GIT_DIRTY_TAG]
+    os.environ[IGNORE_GITIGNORE] = "1"  # data/ (DVC's, git-ignored) travels; .rayignore rules
+    jobs = JobSubmissionClient(address)
+    job = jobs.submit_job(
+        entrypoint=f"python -m pipelines.sweep {path.resolve().relative_to(here).as_posix()}",
+        runtime_env={"working_dir": ".", "env_vars": env},
+    )
+    log.info("submitted %s to %s; `ray job logs %s` shows its log", job, address, job)
+
+    async def follow() -> None:
+        async for lines in jobs.tail_job_logs(job):
+            print(lines, end="", flush=True)
+
+    asyncio.run(follow())
+    return str(jobs.get_job_status(job))
+
+
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("spec", type=Path, help="the sweep spec, e.g. sweeps/lvm_lr.yaml")
+    parser.add_argument("spec", type=Path, help="the sweep spec, e.g. sweeps/ssvae_lr.yaml")
+    parser.add_argument("--submit", metavar="ADDRESS", help="as a Ray job to this dashboard")
     parser.add_argument("--verbose", action="store_true", help="tracebacks of errors")
-    path = parser.parse_args().spec
+    args = parser.parse_args()
+    path = args.spec
+    if args.submit:
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+        try:
+            status = submit(path, args.submit)
+        except LearnableSparsityError as error:
+            log.error("%s", error)
+            raise SystemExit(1) from None
+        log.info("job %s", status)
+        raise SystemExit(0 if status == "SUCCEEDED" else 1)
     spec = functools.cache(lambda: load_spec(path, PARAMS_FILE, PROFILES))
     run_stage(
         f"sweep/{path.stem}",

@@ -50,6 +50,10 @@ def summary_markdown(
         lines.append(f"Best {metric} ({mode}): {_text(best[metric])}, trial {best['name']}.")
     lines += ["", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(_text(row.get(c)) for c in shown) + " |" for row in ordered]
+    failed = [row for row in ordered if row.get("error")]
+    if failed:
+        lines += ["", "Errors:", ""]
+        lines += [f"- {row['name']}: {_text(row['error'])}" for row in failed]
     return "\n".join(lines) + "\n"
 
 
@@ -61,10 +65,15 @@ def sweep_figure(
     rows: Sequence[Row], x: str, y: str, group: str | None, *, log_x: bool = False
 ) -> Figure:
     """``y`` against ``x`` for the finished ``rows``, a series per value of ``group``: every
-    trial as a faint point, the mean over trials with equal ``x`` (seeds) as a line with ±1 sd."""
+    trial as a faint point, the mean over trials with equal ``x`` (seeds) as a line with ±1 sd.
+    An ``x`` of names (systems, methods) is drawn as categories, in the order they come."""
     figure = Figure(figsize=(6.4, 4.2), layout="constrained")
     axes = figure.subplots()
-    usable = [row for row in rows if _is_number(row.get(x)) and _is_number(row.get(y))]
+    usable = [row for row in rows if row.get(x) is not None and _is_number(row.get(y))]
+    names = list(dict.fromkeys(str(r[x]) for r in usable if not _is_number(r[x])))
+    if names:  # categories at 0, 1, 2, ...
+        usable = [{**row, x: names.index(str(row[x]))} for row in usable]
+        axes.set_xticks(range(len(names)), names, rotation=20, ha="right")
     series: dict[str, list[Row]] = {}
     for row in usable:
         series.setdefault("all" if group is None else str(row.get(group)), []).append(row)
@@ -76,7 +85,7 @@ def sweep_figure(
         means = [statistics.fmean(v) for v in values]
         spread = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
         axes.errorbar(points, means, yerr=spread, color=colour, marker="o", capsize=3, label=label)
-    if log_x:
+    if log_x and not names:
         axes.set_xscale("log")
     axes.set_xlabel(x)
     axes.set_ylabel(y)

@@ -14,6 +14,7 @@ reports in ``reports/sweeps/<name>/`` and its MLflow parent run ``sweep/<name>``
     num_samples: 2                 # draws of the random keys, for every point of the grids
     metric: accuracy               # a trial's result to rank and plot (mode: max or min)
     mode: max
+    asha: {metric: loss, mode: min, max_t: 1500, grace_period: 300}   # optional early stopping
 
 A trial is one point of the search space: its params are the profile's, with ``params`` and the
 trial's values applied, and it runs one cell of each stage's grid. A value given for a key that
@@ -100,7 +101,7 @@ class SweepSettings(Settings):
     max_concurrent: int | None = setting(None, above=0)
     max_failures: int = setting(2, at_least=0)
     storage: str | None = None
-    scheduler: AshaSettings | None = None
+    asha: AshaSettings | None = None
     plot: PlotSettings = dataclasses.field(default_factory=PlotSettings)
 
     def validate(self) -> None:

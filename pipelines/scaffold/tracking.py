@@ -61,6 +61,8 @@ STATUSES = ("FINISHED", "FAILED", "KILLED")
 UNFINISHED = ("RUNNING", "FAILED", "KILLED")
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
 GIT_DIRTY_TAG = "git.dirty"
+GIT_COMMIT_ENV = "LEARNABLE_SPARSITY_GIT_COMMIT"
+GIT_DIRTY_ENV = "LEARNABLE_SPARSITY_GIT_DIRTY"
 DVC_EXPERIMENT_TAG = "dvc.experiment"
 PROFILE_TAG = "profile"
 PARENT_TAG = "mlflow.parentRunId"
@@ -316,8 +318,9 @@ class RunLogger:
     """Logs to one existing MLflow run; picklable, so it can be used in (or sent to) a Ray task.
 
     Metrics are buffered and written ``flush_every`` points at a time (and on :meth:`flush` /
-    :meth:`finish`). As a context manager it finishes the run: FINISHED, or FAILED when the
-    block raises (KILLED on KeyboardInterrupt, e.g. a cancelled task).
+    :meth:`finish`). As a context manager it finishes the run: FINISHED (also on a clean
+    ``sys.exit``), or FAILED when the block raises (KILLED on KeyboardInterrupt, e.g. a cancelled
+    task).
     """
 
     def __init__(self, uri: str, run_id: str, flush_every: int = 200) -> None:
@@ -340,8 +343,12 @@ class RunLogger:
     def __enter__(self) -> RunLogger:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        if exc_type is None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, error: BaseException | None, *_: object
+    ) -> None:
+        # A clean sys.exit is how Ray Tune ends a trial its scheduler stopped early.
+        clean_exit = isinstance(error, SystemExit) and error.code in (0, None)
+        if exc_type is None or clean_exit:
             self.finish("FINISHED")
         else:
             self.finish("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
@@ -586,13 +593,17 @@ def source_tags(stage: str) -> dict[str, str]:
     """Where a run's code comes from, in the tags the MLflow UI shows (Source, Version, User):
     the stage's entrypoint, the git commit and branch of the checkout, whether tracked files had
     uncommitted changes (a DVC experiment's ``-S`` overrides change params.yaml), and the DVC
-    experiment that ran it."""
+    experiment that ran it. Outside a git checkout (a Ray job's working directory), the commit
+    and dirtiness the submitter put in ``$LEARNABLE_SPARSITY_GIT_COMMIT`` / ``_GIT_DIRTY``."""
     tags = {
         "mlflow.source.name": f"pipelines/{stage.partition('/')[0]}.py",
         "mlflow.source.type": "LOCAL",
         "mlflow.user": getpass.getuser(),
     }
     commit = _git("rev-parse", "HEAD")
+    if not commit and os.environ.get(GIT_COMMIT_ENV):  # a Ray job's copy of the checkout
+        tags[GIT_COMMIT_TAG] = os.environ[GIT_COMMIT_ENV]
+        tags[GIT_DIRTY_TAG] = os.environ.get(GIT_DIRTY_ENV, "unknown")
     if commit:
         tags[GIT_COMMIT_TAG] = commit
         changed = _git("status", "--porcelain", "--untracked-files=no")

@@ -14,7 +14,8 @@ storage must be shared, as Ray Tune's own ``storage_path`` must.
 What a trial reports. While it trains, the records its cells log go to its MLflow run as in a
 DVC stage; with a scheduler, each record holding the scheduler's metric is also reported to Tune
 (with ``step``), so that ASHA can stop it early. At the end it reports its results: the numbers
-each stage's task returned (:func:`scalar_results`), under ``results``.
+each stage's task returned (:func:`scalar_results`), under ``results``; its MLflow run gets
+them too, as ``results/<name>`` metrics.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
     identity = {SWEEP_TAG: parent.run_id, TRIAL_TAG: trial_id}
     values = {f"sweep.{key}": value for key, value in config.items()}
     run = tracking.RunLogger(parent.uri, parent.child(trial_name(spec, config), values, identity))
-    scheduler = spec.settings.scheduler
-    reporter = _Reporter(scheduler.metric if scheduler else None)
+    asha = spec.settings.asha
+    reporter = _Reporter(asha.metric if asha else None)
     results: dict[str, float] = {}
     with run:
         for name, grid in zip(spec.settings.stages, grids, strict=True):
@@ -149,6 +150,8 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
             )
             log.info("trial %s: %s %s", trial_id, name, cell.key)
             results |= scalar_results(run_cell(cell_run))
+        # Under the names the sweep's summary gives them, to sort the trials by in the UI.
+        run.log_metrics({f"{RESULTS}/{key}": value for key, value in results.items()}, step=0)
     tune.report(reporter.final(results))
 
 
@@ -195,7 +198,9 @@ class SweepProgress(tune.Callback):
             self.stopped += 1
             self._row(trial, "stopped early", {})
             self._end(trial, "FINISHED", {STOPPED_TAG: "true"})
-            log.info("trial %s [%s] stopped early at step %s", trial, name, result.get(STEP))
+            log.info(
+                "trial %s [%s] stopped early at step %s", trial.trial_id, name, result.get(STEP)
+            )
             return
         self.finished += 1
         value = results[settings.metric]
@@ -216,11 +221,10 @@ class SweepProgress(tune.Callback):
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         log.warning(
-            "trial %s [%s] failed (%s); retrying it, its cells resume from their checkpoints "
-            "(failure %d of at most %d)",
-            trial,
+            "trial %s [%s] failed (its worker died, or it raised: Tune logs the traceback); "
+            "retrying it, its cells resume from their checkpoints (failure %d of at most %d)",
+            trial.trial_id,
             trial_name(self.spec, trial.config),
-            error_text(trial).splitlines()[-1],
             trial.num_failures,
             self.spec.settings.max_failures,
         )
@@ -230,7 +234,8 @@ class SweepProgress(tune.Callback):
         text = error_text(trial)
         self._row(trial, "failed", {}, text.splitlines()[-1])
         self._end(trial, "FAILED", {ERROR_TAG: text})
-        log.error("trial %s [%s] failed: %s", trial, trial_name(self.spec, trial.config), text)
+        name = trial_name(self.spec, trial.config)
+        log.error("trial %s [%s] failed: %s", trial.trial_id, name, text)
 
     def _end(self, trial: Any, status: str, tags: Mapping[str, str]) -> None:
         """End the trial's run with ``status`` and ``tags`` (none: it never started)."""
