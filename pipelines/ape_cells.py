@@ -19,7 +19,7 @@ from components.ape.bert import load_bert, load_bert_tokenizer
 from components.ape.grid import ApeCell, ApeSettings, RegimeSettings
 from components.ape.model import ApeConfig, ApeModel, build_ape_model, joint_input, target_ids
 from components.data.local import read_triplets
-from components.errors import LearnableSparsityError
+from components.errors import MissingInputError
 from components.nmt.batching import Example
 from components.nmt.training import load_weights
 from components.settings import build, params_of
@@ -40,7 +40,7 @@ def require_data(ape: ApeSettings) -> None:
         needed += triplet_files(ape.data["synthetic"], ("train",))
     missing = sorted({str(path) for path in needed if not path.is_file()})
     if missing:
-        raise LearnableSparsityError(
+        raise MissingInputError(
             f"ape.data: {missing} missing; run `dvc repro synthetic_ape` (smoke) or `corpora` "
             "(a downloaded triplet corpus), or point ape.data at existing triplet files"
         )

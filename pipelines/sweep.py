@@ -32,7 +32,7 @@ from ray import tune
 from ray.job_submission import JobSubmissionClient
 from ray.tune.schedulers import ASHAScheduler
 
-from components.errors import LearnableSparsityError
+from components.errors import LearnableSparsityError, MissingInputError
 from components.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
 from pipelines.scaffold import tracking
 from pipelines.scaffold.params import PARAMS_FILE
@@ -54,18 +54,22 @@ REPORTS = Path("reports/sweeps")
 STORAGE = Path("models/sweeps")
 UI_BASE = "http://127.0.0.1:5000"  # `make ui` on the project's store
 IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray then uploads git-ignored files too
+NO_DATA = (
+    "`dvc repro` (or `dvc pull`) makes the data where the project is; a Ray job carries data/ "
+    f"(git-ignored) when submitted with {IGNORE_GITIGNORE}=1 (`python -m pipelines.sweep SPEC "
+    "--submit ADDRESS` sets it), or runs in a checkout on a shared filesystem (README, Scale out)"
+)
 log = logging.getLogger(__name__)
 
 
 def main(stage: Stage, spec: SweepSpec) -> None:
     settings = spec.settings
-    missing = [str(path) for path in spec.check_trials(stage.uri) if not path.exists()]
-    if missing:
-        raise LearnableSparsityError(
-            f"the trials read {missing}, which are not in {Path.cwd()}: run `dvc repro` for them; "
-            "a Ray job carries data/ when submitted with RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1, or "
-            "run the job in a checkout on a shared filesystem (README, Scale out)"
-        )
+    try:
+        missing = [str(path) for path in spec.check_trials(stage.uri) if not path.exists()]
+        if missing:
+            raise MissingInputError(f"the trials read {missing}, which are not here")
+    except MissingInputError as error:
+        raise LearnableSparsityError(f"{error} ({Path.cwd()}). {NO_DATA}") from None
     ray = stage.settings("ray", RaySettings)
     connect(ray.address, ray.num_cpus)
     check_feasible(Resources(num_cpus=settings.resources.cpus, num_gpus=settings.resources.gpus))

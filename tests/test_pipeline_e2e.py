@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -350,39 +351,10 @@ def test_one_mlflow_row_per_model_carries_its_params_curves_scores_and_source(
     assert ape and all("test/ter" in r.data.metrics for r in ape if "cell" in r.data.tags)
 
 
-CHROMIUM = shutil.which("chromium")
-# Debian's Chromium headless in a closed network (flags from the machine's notes): no sandbox as
-# root, no background connections that the network refuses.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1600,1000",
-    "--virtual-time-budget=20000",  # let the page's scripts fetch and render the runs
-)
-
-
-def browse(address: str, profile: Path, screenshot: Path) -> str:
-    """The DOM of ``address`` once rendered by headless Chromium; a screenshot beside it."""
-    for mode in ([f"--screenshot={screenshot}"], ["--dump-dom"]):
-        done = subprocess.run(
-            [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, address],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-    return done.stdout
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
 def test_the_mlflow_ui_opens_on_the_runs_table(
-    repro: tuple[Path, str, str], tmp_path_factory: pytest.TempPathFactory
+    repro: tuple[Path, str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+    browse: Callable[[str, Path], str],
 ) -> None:
     """`python -m pipelines.ui` on the e2e store, in a real browser: the experiment opens on its
     runs table (not MLflow 3's GenAI view), and the training runs sorted by BLEU show a row per
@@ -408,7 +380,7 @@ def test_the_mlflow_ui_opens_on_the_runs_table(
             line = ui.stdout.readline()
         address = line[line.index("http://") :].strip()
         assert address.endswith("?workflowType=machine_learning"), address
-        runs_table = browse(address, tmp_path_factory.mktemp("chromium"), shots / "runs.png")
+        runs_table = browse(address, shots / "runs.png")
         # The classic runs table, not the GenAI overview (Overview, Sessions, Detect Issues).
         assert ">Runs<" in runs_table and "Run Name" in runs_table
         assert "Sessions" not in runs_table and "Overview" not in runs_table
@@ -421,9 +393,7 @@ def test_the_mlflow_ui_opens_on_the_runs_table(
                 "orderByAsc": "false",
             }
         )
-        by_bleu = browse(
-            f"{address}&{query}", tmp_path_factory.mktemp("chromium"), shots / "by_bleu.png"
-        )
+        by_bleu = browse(f"{address}&{query}", shots / "by_bleu.png")
         for variant in VARIANTS:
             assert f"smoke/{variant}/seed0" in by_bleu, variant
     finally:

@@ -90,7 +90,14 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
         raise LearnableSparsityError(f"ray.num_cpus must be an int >= 1, got {num_cpus!r}")
     gpus = torch.cuda.device_count()
-    ray.init(num_cpus=cpus, num_gpus=gpus, include_dashboard=False, logging_level=logging.WARNING)
+    # address="local": a new Ray of its own, even where `ray start` left a cluster on this machine
+    ray.init(
+        address="local",
+        num_cpus=cpus,
+        num_gpus=gpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+    )
     log.info("started a local Ray with %d CPUs and %d GPUs", cpus, gpus)
 
 

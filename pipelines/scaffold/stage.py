@@ -55,7 +55,7 @@ from mlflow.entities import Dataset
 from torch import nn
 
 from components.data.atomic import atomic_write_bytes, atomic_write_text
-from components.errors import LearnableSparsityError
+from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import Settings, params_of
 from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.imports import code_digest
@@ -83,7 +83,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LearnableSparsityError(f"{path} is missing: run the stage that writes it") from None
+        raise MissingInputError(f"{path} is missing: run the stage that writes it") from None
     except json.JSONDecodeError as error:
         raise LearnableSparsityError(f"{path} is not valid JSON: {error}") from None
 
@@ -104,7 +104,7 @@ def fingerprint(*parts: Any) -> str:
 def file_digest(path: Path) -> str:
     """SHA-256 of the contents of ``path`` (an input of a cell); a missing file raises."""
     if not Path(path).is_file():
-        raise LearnableSparsityError(f"{path} is missing: run the stage that writes it")
+        raise MissingInputError(f"{path} is missing: run the stage that writes it")
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from components.errors import LearnableSparsityError
+from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import Settings, SettingsError, build, setting
 from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.stage import Grid, Stage
@@ -263,7 +263,11 @@ class SweepSpec:
                 try:
                     grid = stage_grid(stage, name)
                 except LearnableSparsityError as error:
-                    raise LearnableSparsityError(f"{name} of the trial {config}: {error}") from None
+                    # A missing input stays one: the sweep says how to send the data along.
+                    kind = type(error) if isinstance(error, MissingInputError) else None
+                    raise (kind or LearnableSparsityError)(
+                        f"{name} of the trial {config}: {error}"
+                    ) from None
                 if len(grid.cells) != 1:
                     raise LearnableSparsityError(
                         f"{self.source}: the trial {config} gives {name} {len(grid.cells)} grid "

@@ -5,23 +5,13 @@ never into a worker's local folder."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import torch
 from mlflow import MlflowClient
 
 from pipelines.scaffold.params import Params
 from pipelines.scaffold.stage import Cell, CellRun, Stage
-
-STARTUP_TIMEOUT_S = 120
 
 
 def train_and_log(run: CellRun) -> dict:
@@ -32,42 +22,10 @@ def train_and_log(run: CellRun) -> dict:
     return {"cell": run.key}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """`mlflow server` with a SQLite backend and proxied artifacts; (its URI, its artifacts)."""
-    folder = tmp_path_factory.mktemp("server")
-    artifacts = folder / "artifacts"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [
-        *(sys.executable, "-m", "mlflow", "server"),
-        *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
-        *("--artifacts-destination", str(artifacts)),
-        *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
-    ]
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        assert process.poll() is None, "mlflow server exited"
-        try:
-            urllib.request.urlopen(f"{uri}/health", timeout=2).close()
-            break
-        except (urllib.error.URLError, OSError):
-            assert time.monotonic() < deadline, "mlflow server did not start"
-            time.sleep(0.5)
-    yield uri, artifacts
-    process.terminate()
-    process.wait(timeout=30)
-
-
 def test_cells_log_through_the_server_and_artifacts_land_in_its_destination(
-    ray_local: None, server: tuple[str, Path], tmp_path: Path
+    ray_local: None, mlflow_server: tuple[str, Path], tmp_path: Path
 ) -> None:
-    uri, artifacts = server
+    uri, artifacts = mlflow_server
     params = Params(
         {
             "profile": "ci",

@@ -1,0 +1,317 @@
+"""Sweeps run for real on a copy of the project: locally (`python -m pipelines.sweep`, a local
+Ray), and as Ray jobs on a real `ray start --head` cluster (token authentication) logging to a
+real `mlflow server` — submitted through the Jobs API and with `ray job submit`, a trial's
+worker killed mid-training and retried from its checkpoint, the runs looked at in the MLflow UI
+in headless Chromium. The data the trials read (the digits of the latent-variable experiments)
+are made by the project's own `images` stage in the copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from ray.job_submission import JobStatus
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+EXPERIMENT = "learnable-sparsity"
+JOB_TIMEOUT_S = 300
+# A ci-sized semi-supervised VAE: a trial trains for a few seconds, checkpointing as it goes.
+SSVAE = {"lvm.ssvae.log_every": 20, "lvm.ssvae.checkpoint_every": 40}
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+
+
+def copy_project(destination: Path) -> None:
+    """The files of the working tree that git tracks or would track (the clone a user has)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            (destination / name).write_bytes(source.read_bytes())
+
+
+def environment(uri: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": uri,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, mlflow_server: tuple[str, Path]) -> Path:
+    """A copy of the project with the data of the latent-variable experiments made in it."""
+    project = tmp_path_factory.mktemp("project")
+    copy_project(project)
+    subprocess.run(
+        [sys.executable, "-m", "pipelines.images"],
+        cwd=project,
+        env=environment(mlflow_server[0]),
+        check=True,
+        capture_output=True,
+    )
+    assert (project / "data/images/digits.pt").is_file()
+    return project
+
+
+def write_spec(project: Path, name: str, spec: dict) -> str:
+    path = project / "sweeps" / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return f"sweeps/{name}.yaml"
+
+
+def sweep_runs(client: MlflowClient, name: str) -> tuple[Run, list[Run]]:
+    """The parent run of sweep ``name`` (its latest) and its trials' runs."""
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    found = client.search_runs(
+        [experiment.experiment_id],
+        f"tags.stage = 'sweep/{name}' and attributes.run_name = 'sweep/{name}'",
+        order_by=["attributes.start_time DESC"],
+    )
+    parent = found[0]
+    trials = client.search_runs(
+        [experiment.experiment_id], f"tags.`sweep.run` = '{parent.info.run_id}'"
+    )
+    return parent, trials
+
+
+def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
+    project: Path, tmp_path: Path
+) -> None:
+    """`python -m pipelines.sweep` where the project is: a local Ray, a local SQLite store. A
+    learning rate of 1e9 makes one trial's loss NaN: it fails (after its retry), its run is
+    FAILED with the error, and the sweep still finishes and says so."""
+    spec = write_spec(
+        project,
+        "local",
+        {
+            "stages": ["train_lvm@ssvae"],
+            "profile": "ci",
+            "params": {"lvm.ssvae.steps": 60, **SSVAE},
+            "search": {
+                "lvm.ssvae.methods": {"grid": ["sparsemax", "sfe"]},
+                "lvm.ssvae.lr.default": {"grid": [1.0e-3, 1.0e9]},
+            },
+            "metric": "accuracy",
+            "mode": "max",
+            "max_failures": 1,
+        },
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.sweep", spec],
+        cwd=project,
+        env=environment(uri),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = done.stdout + done.stderr
+    assert "'trials': 4, 'finished': 2, 'failed': 2" in log
+    assert log.count("retrying it") == 2  # each diverging trial once, then it fails
+    assert "best so far" in log and "the trials in the MLflow UI" in log
+
+    summary = (project / "reports/sweeps/local/summary.md").read_text()
+    assert "2 finished, 2 failed of 4." in summary
+    assert summary.count("non-finite loss") == 2
+    rows = (project / "reports/sweeps/local/summary.csv").read_text().splitlines()
+    assert len(rows) == 5 and rows[0].startswith("trial,name,status,lvm.ssvae.methods")
+
+    client = MlflowClient(uri)
+    parent, trials = sweep_runs(client, "local")
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["sweep.failed"] == "2"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert artifacts == {"summary.csv", "summary.md", "accuracy.png"}
+    assert len(trials) == 4
+    for trial in trials:
+        diverged = trial.data.params["sweep.lvm.ssvae.lr.default"] == "1000000000.0"
+        assert trial.info.status == ("FAILED" if diverged else "FINISHED")
+        if diverged:
+            assert "non-finite loss" in trial.data.tags["error"]
+        else:
+            assert trial.data.metrics["results/accuracy"] > 0
+            assert {a.path for a in client.list_artifacts(trial.info.run_id)} == {"checkpoint"}
+
+
+@pytest.fixture(scope="module")
+def cluster_sweep(
+    project: Path,
+    ray_cluster: Any,
+    mlflow_server: tuple[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[MlflowClient, str, str]:
+    """A sweep submitted to the cluster through the Jobs API (a JobSubmissionClient in a client
+    process of its own, with the cluster's token), one of whose trials is killed mid-training;
+    (the MLflow client, the job's log, the killed trial's run)."""
+    uri = mlflow_server[0]
+    spec = write_spec(
+        project,
+        "cluster",
+        {
+            "stages": ["train_lvm@ssvae"],
+            "profile": "ci",
+            "params": {"lvm.ssvae.steps": 1000, **SSVAE},
+            "search": {
+                "lvm.ssvae.methods": {"grid": ["sparsemax", "sfe", "gumbel"]},
+                "lvm.ssvae.seeds": {"grid": [0]},
+            },
+            "metric": "accuracy",
+            "mode": "max",
+            "max_failures": 2,
+        },
+    )
+    report = tmp_path_factory.mktemp("jobs") / "report.json"
+    command = [
+        *(sys.executable, str(HERE / "jobs_client.py"), ray_cluster.dashboard, str(project)),
+        *(spec, uri, EXPERIMENT, str(report)),
+    ]
+    # The client process has the cluster's token; data/ travels with the job.
+    env = {**ray_cluster.env, "RAY_RUNTIME_ENV_IGNORE_GITIGNORE": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(report.read_text())
+    assert outcome["status"] == "SUCCEEDED", outcome["log"][-5000:]
+    assert max(outcome["steps"]) < 999  # it was killed mid-training
+    return MlflowClient(uri), outcome["log"], outcome["killed"]
+
+
+def test_a_sweep_submitted_to_a_cluster_logs_every_trial_to_the_tracking_server(
+    cluster_sweep: tuple[MlflowClient, str, str], mlflow_server: tuple[str, Path]
+) -> None:
+    client, log, _ = cluster_sweep
+    assert "'trials': 3, 'finished': 3, 'failed': 0" in log
+    assert log.count("best so far") == 3
+    parent, trials = sweep_runs(client, "cluster")
+    assert parent.info.status == "FINISHED"
+    assert "gumbel" in parent.data.params["sweep.search.lvm.ssvae.methods.grid"]
+    assert parent.data.params["sweep.params.lvm.ssvae.steps"] == "1000"
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {
+        "summary.csv",
+        "summary.md",
+        "accuracy.png",
+    }
+    names = sorted(run.info.run_name for run in trials)
+    assert names == [f"ssvae.methods={m} ssvae.seeds=0" for m in ("gumbel", "sfe", "sparsemax")]
+    artifacts = mlflow_server[1]
+    for trial in trials:
+        run_id = trial.info.run_id
+        assert trial.info.status == "FINISHED"
+        assert trial.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert trial.data.params["cell.method"] == trial.data.params["sweep.lvm.ssvae.methods"]
+        assert trial.data.params["settings.steps"] == "1000"
+        steps = sorted({m.step for m in client.get_metric_history(run_id, "loss")})
+        assert steps == list(range(19, 1000, 20))  # every logged step, resumed or not
+        assert trial.data.metrics["results/accuracy"] == trial.data.metrics["final/accuracy"]
+        assert trial.info.artifact_uri.startswith("mlflow-artifacts:")  # through the server
+        assert {a.path for a in client.list_artifacts(run_id, "checkpoint")} == {
+            "checkpoint/last.pt"
+        }
+        assert list((artifacts / parent.info.experiment_id / run_id).rglob("last.pt"))
+
+
+def test_a_killed_trial_worker_is_retried_from_its_checkpoint(
+    cluster_sweep: tuple[MlflowClient, str, str],
+) -> None:
+    client, log, killed = cluster_sweep
+    assert log.count("retrying it, its cells resume from their checkpoints") == 1
+    assert "resuming from models/lvm/ssvae/" in log  # the cell's own checkpoint, not step 0
+    run = client.get_run(killed)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["resumed"] == "true"  # the same MLflow run, continued
+
+
+def test_the_mlflow_ui_shows_the_sweeps_trials_and_compares_them(
+    cluster_sweep: tuple[MlflowClient, str, str],
+    mlflow_server: tuple[str, Path],
+    browse: Callable[[str, Path], str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Headless Chromium on the tracking server's UI: the runs table of the sweep's trials
+    (the address the sweep logs) and the compare view of those runs. Screenshots:
+    $LEARNABLE_SPARSITY_SCREENSHOTS or a temporary folder."""
+    client, log, _ = cluster_sweep
+    shots = Path(os.environ.get("LEARNABLE_SPARSITY_SCREENSHOTS") or tmp_path_factory.mktemp("ui"))
+    shots.mkdir(parents=True, exist_ok=True)
+    address = next(
+        line.split("best first: ")[1].strip()
+        for line in log.splitlines()
+        if "the trials in the MLflow UI, best first: " in line
+    )
+    assert address.startswith(mlflow_server[0])
+    parent, trials = sweep_runs(client, "cluster")
+    names = [run.info.run_name for run in trials]
+    table = browse(address, shots / "sweep_runs.png")
+    assert ">Runs<" in table and "Run Name" in table
+    for name in names:
+        assert name in table, name
+    compare = urllib.parse.urlencode(
+        {
+            "runs": json.dumps([run.info.run_id for run in trials]),
+            "experiments": json.dumps([parent.info.experiment_id]),
+        }
+    )
+    page = browse(f"{mlflow_server[0]}/#/compare-runs?{compare}", shots / "sweep_compare.png")
+    assert f"Comparing {len(trials)} Runs" in page
+    for name in names:
+        assert name in page, name
+
+
+def test_ray_job_submit_carries_the_data_only_when_told_to(
+    project: Path, ray_cluster: Any, mlflow_server: tuple[str, Path]
+) -> None:
+    """The README's command, `ray job submit --working-dir . -- python -m pipelines.sweep`:
+    without RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 Ray leaves the git-ignored data/ behind and the
+    job stops at once with an error that says what to do; with it, the sweep runs."""
+    spec = write_spec(
+        project,
+        "submitted",
+        {
+            "stages": ["train_lvm@ssvae"],
+            "profile": "ci",
+            "params": SSVAE,
+            "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
+            "metric": "accuracy",
+            "mode": "max",
+        },
+    )
+    runtime = json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": mlflow_server[0]}})
+    command = [
+        *(str(Path(sys.executable).with_name("ray")), "job", "submit"),
+        *("--address", ray_cluster.dashboard, "--working-dir", ".", "--runtime-env-json", runtime),
+        *("--", "python", "-m", "pipelines.sweep", spec),
+    ]
+    results = {}
+    for ignore in ("0", "1"):
+        env = {**ray_cluster.env, "RAY_RUNTIME_ENV_IGNORE_GITIGNORE": ignore}
+        results[ignore] = subprocess.run(
+            command, cwd=project, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+        )
+    left_behind = results["0"].stdout + results["0"].stderr
+    assert results["0"].returncode != 0
+    assert "data/images/meta.json is missing" in left_behind
+    assert "RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1" in left_behind
+    carried = results["1"].stdout + results["1"].stderr
+    assert results["1"].returncode == 0, carried[-3000:]
+    assert "'trials': 1, 'finished': 1, 'failed': 0" in carried
