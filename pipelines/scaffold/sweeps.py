@@ -313,9 +313,15 @@ def load_spec(path: Path, params_file: Path, profiles: Path) -> SweepSpec:
         clash = sorted(set(overrides) & set(search))
         if clash:
             raise SettingsError("search", f"and params both set {clash}")
-        base = _copy(with_profile(load_params(params_file), settings.profile, profiles).data)
+        try:
+            profile = with_profile(load_params(params_file), settings.profile, profiles)
+        except LearnableSparsityError as error:
+            raise SettingsError("profile", str(error)) from None
+        base = _copy(profile.data)
         for key, value in overrides.items():
             apply_override(base, str(key), value, f"params.{key}")
+        for axis in axes:  # each key is in the params (its values are checked by check_trials)
+            apply_override(_copy(base), axis.key, axis.checked_values()[0], f"search.{axis.key}")
         _check_plot(settings.plot, axes)
     except SettingsError as error:
         raise LearnableSparsityError(f"{source}: {error}") from None

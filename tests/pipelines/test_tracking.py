@@ -349,3 +349,18 @@ def test_system_metrics_are_sampled_while_a_block_runs(mlflow_uri: str) -> None:
     history = client.get_metric_history(stage.run_id, "system/cpu_utilization_percentage")
     assert len(history) >= 2
     assert "system/system_memory_usage_megabytes" in client.get_run(stage.run_id).data.metrics
+
+
+@pytest.mark.parametrize(
+    ("raised", "status"),
+    [(SystemExit(0), "FINISHED"), (SystemExit(1), "FAILED"), (KeyboardInterrupt(), "KILLED")],
+)
+def test_a_run_ends_with_how_its_block_ended(
+    mlflow_uri: str, raised: BaseException, status: str
+) -> None:
+    """Ray Tune ends a trial its scheduler stopped early with sys.exit(0): a clean end."""
+    with stage_run(mlflow_uri, "endings", "train", {}) as stage:
+        run_id = stage.child("cell", {})
+        with pytest.raises(type(raised)), RunLogger(mlflow_uri, run_id):
+            raise raised
+    assert MlflowClient(mlflow_uri).get_run(run_id).info.status == status
