@@ -89,12 +89,13 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     axes = [axis.key for axis in spec.axes]
     shown = ["name", "status", *axes, settings.metric]
     stage.write_text(folder / "summary.csv", summary_csv(rows), artifact="")
-    text = summary_markdown(spec.name, rows, shown, settings.metric, settings.mode)
+    groups = [key for key in axes if not key.endswith(".seeds")]  # means over the seeds
+    text = summary_markdown(spec.name, rows, shown, settings.metric, settings.mode, groups)
     stage.write_text(folder / "summary.md", text, artifact="")
     numeric = [a.key for a in spec.axes if all(isinstance(v, int | float) for v in a.values)]
     x = settings.plot.x or (numeric or axes)[0]
     group = settings.plot.group or next((key for key in axes if key != x), None)
-    log_x = any(axis.key == x and axis.kind == "loguniform" for axis in spec.axes)
+    log_x = any(axis.key == x and _decades(axis.values) for axis in spec.axes)
     figure = sweep_figure(rows, x, settings.metric, group, log_x=log_x)
     stage.write_png(folder / f"{settings.metric.replace('/', '_')}.png", figure, artifact="")
     counts = {"trials": len(rows), "finished": progress.finished, "failed": progress.failed}
@@ -103,6 +104,12 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     log.info("the trials in the MLflow UI, best first: %s", trials_address(stage, spec))
     if not progress.finished:
         raise LearnableSparsityError(f"no trial of {len(rows)} finished: see {folder}/summary.md")
+
+
+def _decades(values: tuple) -> bool:
+    """Whether numbers span a decade or more (a log axis shows them best)."""
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return len(numbers) == len(values) and min(numbers) > 0 and max(numbers) >= 10 * min(numbers)
 
 
 def tuner(spec: SweepSpec, sweep: SweepRun, storage: Path, progress: SweepProgress) -> tune.Tuner:

@@ -35,10 +35,17 @@ def _text(value: Any) -> str:
 
 
 def summary_markdown(
-    title: str, rows: Sequence[Row], shown: Sequence[str], metric: str, mode: str
+    title: str,
+    rows: Sequence[Row],
+    shown: Sequence[str],
+    metric: str,
+    mode: str,
+    groups: Sequence[str] = (),
 ) -> str:
     """A Markdown table of ``rows`` with the ``shown`` columns, best ``metric`` first (the
-    trials that did not finish last), under a line naming the best trial and the counts."""
+    trials that did not finish last), under a line naming the best trial and the counts; with
+    ``groups`` (the search keys other than seeds), first a table of the metric's mean ± sd over
+    the trials of each combination of their values."""
     finished = [row for row in rows if isinstance(row.get(metric), float)]
     ordered = sorted(finished, key=lambda row: row[metric], reverse=mode == "max")
     ordered += [row for row in rows if row not in finished]
@@ -48,6 +55,8 @@ def summary_markdown(
     if ordered and ordered[0] in finished:
         best = ordered[0]
         lines.append(f"Best {metric} ({mode}): {_text(best[metric])}, trial {best['name']}.")
+    if groups and finished:
+        lines += ["", *_means(finished, groups, metric, mode)]
     lines += ["", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     lines += ["| " + " | ".join(_text(row.get(c)) for c in shown) + " |" for row in ordered]
     failed = [row for row in ordered if row.get("error")]
@@ -55,6 +64,25 @@ def summary_markdown(
         lines += ["", "Errors:", ""]
         lines += [f"- {row['name']}: {_text(row['error'])}" for row in failed]
     return "\n".join(lines) + "\n"
+
+
+def _means(finished: Sequence[Row], groups: Sequence[str], metric: str, mode: str) -> list[str]:
+    """A Markdown table: per combination of ``groups`` values, the mean ± sd of ``metric``
+    over its finished trials (seeds), best first."""
+    values: dict[tuple, list[float]] = {}
+    for row in finished:
+        values.setdefault(tuple(row.get(key) for key in groups), []).append(row[metric])
+    ranked = sorted(values.items(), key=lambda item: statistics.fmean(item[1]))
+    if mode == "max":
+        ranked.reverse()
+    lines = [f"| {' | '.join(groups)} | {metric} (mean ± sd) | trials |"]
+    lines.append("|" + "---|" * (len(groups) + 2))
+    for key, numbers in ranked:
+        spread = statistics.stdev(numbers) if len(numbers) > 1 else 0.0
+        cells = [_text(value) for value in key]
+        mean = f"{statistics.fmean(numbers):.4g} ± {spread:.2g}"
+        lines.append(f"| {' | '.join(cells)} | {mean} | {len(numbers)} |")
+    return lines
 
 
 def _statuses(rows: Sequence[Row]) -> list[str]:

@@ -238,3 +238,12 @@ def test_the_progress_callback_ends_each_trials_run_with_its_outcome(
     assert rows["t3"]["error"].startswith("LearnableSparsityError: non-finite loss")
     with pytest.raises(LearnableSparsityError, match="metric 'accuracy' is not among"):
         progress.on_trial_complete(0, [], FakeTrial("t4", config, {"results": {"acc": 1.0}}))
+
+
+def test_the_readme_example_spec_checks_out(project: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### A sweep spec") :]
+    example = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
+    spec = load(spec_file(project, yaml.safe_load(example), "readme"))
+    assert spec.settings.asha is not None and spec.settings.num_samples == 2
+    assert spec.check_trials("sqlite:///unused.db") == [Path("data/images/digits.pt")]

@@ -66,3 +66,13 @@ def test_names_on_the_x_axis_are_categories() -> None:
     assert [t.get_text() for t in axes.get_xticklabels()] == ["tied", "init"]
     (line,) = [container.lines[0] for container in axes.containers]
     assert list(line.get_ydata()) == [20.5, 22.0]
+
+
+def test_the_means_over_seeds_rank_the_settings() -> None:
+    rows = [
+        {"name": f"{m} {s}", "status": "finished", "m": m, "seed": s, "acc": acc}
+        for m, s, acc in [("a", 0, 0.5), ("a", 1, 0.7), ("b", 0, 0.8), ("b", 1, 0.8)]
+    ]
+    text = summary_markdown("demo", rows, ["name", "acc"], "acc", "max", ["m"])
+    means = text[text.index("| m | acc (mean ± sd) | trials |") :].splitlines()
+    assert means[2:4] == ["| b | 0.8 ± 0 | 2 |", "| a | 0.6 ± 0.14 | 2 |"]
