@@ -8,9 +8,9 @@ cluster, submit it as a Ray job from the checkout (README, "Scale out")::
         -- python -m pipelines.sweep sweeps/lvm_lr.yaml
 
 (the variable lets the DVC-made data in ``data/`` travel with the job; ``.rayignore`` keeps the
-environment, git and the local stores out). The spec (``pipelines.scaffold.sweeps``) is checked
+environment, git and the local stores out). The spec (``pipelines.sweep_spec``) is checked
 before anything runs: every key, every value, every trial's grid, the input files and the
-resources. Each trial (``pipelines.scaffold.trials``) runs one cell of each of the spec's stages
+resources. Each trial (``pipelines.sweep_trials``) runs one cell of each of the spec's stages
 with the stages' own code and is one MLflow child run of the parent run ``sweep/<name>``; a line
 is logged per finished trial with the best metric so far. At the end, in
 ``reports/sweeps/<name>/`` and as artifacts of the parent run: ``summary.csv`` (every trial: its
@@ -38,8 +38,8 @@ from pipelines.scaffold import tracking
 from pipelines.scaffold.params import PARAMS_FILE
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, Resources, check_feasible, connect
 from pipelines.scaffold.stage import Stage, run_stage
-from pipelines.scaffold.sweeps import SweepSpec, load_spec
-from pipelines.scaffold.trials import (
+from pipelines.sweep_spec import SweepSpec, load_spec
+from pipelines.sweep_trials import (
     RESULTS,
     STEP,
     SWEEP_TAG,
@@ -72,7 +72,7 @@ def main(stage: Stage, spec: SweepSpec) -> None:
         raise LearnableSparsityError(f"{error} ({Path.cwd()}). {NO_DATA}") from None
     ray = stage.settings("ray", RaySettings)
     connect(ray.address, ray.num_cpus)
-    check_feasible(Resources(num_cpus=settings.resources.cpus, num_gpus=settings.resources.gpus))
+    check_feasible(Resources(num_cpus=spec.resources.cpus, num_gpus=spec.resources.gpus))
     storage = Path(settings.storage or STORAGE).resolve() / spec.name
     search = {axis.key: {axis.kind: list(axis.values)} for axis in spec.axes}
     stage.run.log_params(
@@ -117,7 +117,7 @@ def tuner(spec: SweepSpec, sweep: SweepRun, storage: Path, progress: SweepProgre
     settings = spec.settings
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, sweep=sweep),
-        {"cpu": settings.resources.cpus, "gpu": settings.resources.gpus},
+        {"cpu": spec.resources.cpus, "gpu": spec.resources.gpus},
     )
     asha = settings.asha
     scheduler = None

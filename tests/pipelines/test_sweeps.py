@@ -13,9 +13,9 @@ from mlflow import MlflowClient
 
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import SettingsError
-from pipelines.scaffold.sweeps import apply_override, load_spec
 from pipelines.scaffold.tracking import stage_run
-from pipelines.scaffold.trials import (
+from pipelines.sweep_spec import apply_override, load_spec
+from pipelines.sweep_trials import (
     STOPPED_TAG,
     SWEEP_TAG,
     TRIAL_TAG,
@@ -247,3 +247,10 @@ def test_the_readme_example_spec_checks_out(project: Path) -> None:
     spec = load(spec_file(project, yaml.safe_load(example), "readme"))
     assert spec.settings.asha is not None and spec.settings.num_samples == 2
     assert spec.check_trials("sqlite:///unused.db") == [Path("data/images/digits.pt")]
+
+
+def test_a_trial_asks_for_what_a_grid_cell_of_its_profile_asks_for(project: Path) -> None:
+    on_gpus = load(spec_file(project, {**SSVAE, "profile": "paper"}))
+    assert (on_gpus.resources.cpus, on_gpus.resources.gpus) == (4.0, 1.0)
+    chosen = load(spec_file(project, {**SSVAE, "resources": {"cpus": 2, "gpus": 0.5}}))
+    assert (chosen.resources.cpus, chosen.resources.gpus) == (2.0, 0.5)

@@ -40,6 +40,7 @@ from typing import Any, Literal
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import Settings, SettingsError, build, setting
 from pipelines.scaffold.params import Params, load_params, with_profile
+from pipelines.scaffold.runner import RaySettings
 from pipelines.scaffold.stage import Grid, Stage
 
 # A stage of the chain: its module under pipelines/ and, after "@", the argument of its grid
@@ -85,7 +86,9 @@ class PlotSettings(Settings):
 class SweepSettings(Settings):
     """The spec's fields besides ``params`` and ``search`` (see the module docstring).
 
-    ``max_concurrent``: trials at a time (null: as many as the cluster has room for);
+    ``resources``: per trial (null: ``ray.task_cpus`` / ``ray.task_gpus`` of the profile, what
+    a stage's grid cell gets); ``max_concurrent``: trials at a time (null: as many as the
+    cluster has room for);
     ``max_failures``: retries of a trial whose worker died or that raised (it resumes from its
     cells' checkpoints); ``storage``: where Ray Tune keeps the sweep's state and the trials their
     checkpoints (null: ``models/sweeps`` of the working directory; on a cluster of several
@@ -97,7 +100,7 @@ class SweepSettings(Settings):
     metric: str
     mode: Literal["min", "max"]
     num_samples: int = setting(1, above=0)
-    resources: TrialResources = dataclasses.field(default_factory=TrialResources)
+    resources: TrialResources | None = None
     max_concurrent: int | None = setting(None, above=0)
     max_failures: int = setting(2, at_least=0)
     storage: str | None = None
@@ -223,6 +226,15 @@ class SweepSpec:
     base: Mapping[str, Any]
     overrides: Mapping[str, Any]
     axes: tuple[Axis, ...]
+
+    @property
+    def resources(self) -> TrialResources:
+        """What each trial asks for: the spec's ``resources``, else a grid cell's (params
+        ``ray.task_cpus`` and ``ray.task_gpus``: the paper profile gives each a GPU)."""
+        if self.settings.resources is not None:
+            return self.settings.resources
+        ray = self.params.settings("ray", RaySettings)
+        return TrialResources(cpus=ray.task_cpus, gpus=ray.task_gpus)
 
     @property
     def params(self) -> Params:

@@ -35,7 +35,7 @@ from components.errors import LearnableSparsityError
 from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.runner import LOG_FORMAT
 from pipelines.scaffold.stage import CellRun, Stage, cell_fingerprints, datasets, run_cell
-from pipelines.scaffold.sweeps import SweepSpec, stage_grid
+from pipelines.sweep_spec import SweepSpec, stage_grid
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,8 @@ STOPPED_TAG = "sweep.stopped_early"
 ERROR_TAG = "error"
 RESULTS = "results"  # the key of a trial's final results in its Tune result
 STEP = "step"  # the time attribute of the scheduler
-# The project root a trial's code was imported from (pipelines/scaffold/trials.py → root).
-CODE_ROOT = Path(__file__).resolve().parents[2]
+# The project root a trial's code was imported from (pipelines/sweep_trials.py → root).
+CODE_ROOT = Path(__file__).resolve().parents[1]
 _ERROR_LINES = 6
 
 
@@ -113,7 +113,7 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
     """The Tune trainable: one trial of ``sweep`` with the search values ``config``."""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, force=True)
     spec, parent = sweep.spec, sweep.parent
-    resources = spec.settings.resources
+    resources = spec.resources
     torch.set_num_threads(max(1, int(resources.cpus)))
     trial_id = tune.get_context().get_trial_id()
     directory = sweep.storage / "trials" / trial_id
