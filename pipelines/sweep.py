@@ -5,7 +5,7 @@ cluster, submit it as a Ray job from the checkout (README, "Scale out")::
 
     RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 ray job submit --working-dir . \\
         --runtime-env-json '{"env_vars": {"MLFLOW_TRACKING_URI": "http://<head>:5000"}}' \\
-        -- python -m pipelines.sweep sweeps/lvm_lr.yaml
+        -- python -m pipelines.sweep sweeps/ssvae_lr.yaml
 
 (the variable lets the DVC-made data in ``data/`` travel with the job; ``.rayignore`` keeps the
 environment, git and the local stores out). The spec (``pipelines.sweep_spec``) is checked
@@ -63,20 +63,14 @@ log = logging.getLogger(__name__)
 
 
 def main(stage: Stage, spec: SweepSpec) -> None:
-    settings = spec.settings
-    try:
-        missing = [str(path) for path in spec.check_trials(stage.uri) if not path.exists()]
-        if missing:
-            raise MissingInputError(f"the trials read {missing}, which are not here")
-    except MissingInputError as error:
-        raise LearnableSparsityError(f"{error} ({Path.cwd()}). {NO_DATA}") from None
+    check_inputs(stage, spec)
     ray = stage.settings("ray", RaySettings)
     connect(ray.address, ray.num_cpus)
     check_feasible(Resources(num_cpus=spec.resources.cpus, num_gpus=spec.resources.gpus))
-    storage = Path(settings.storage or STORAGE).resolve() / spec.name
+    storage = Path(spec.settings.storage or STORAGE).resolve() / spec.name
     search = {axis.key: {axis.kind: list(axis.values)} for axis in spec.axes}
     stage.run.log_params(
-        {"sweep": {"stages": settings.stages, "params": spec.overrides, "search": search}}
+        {"sweep": {"stages": spec.settings.stages, "params": spec.overrides, "search": search}}
     )
     progress = SweepProgress(spec, stage.run)
     try:
@@ -84,11 +78,29 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     except BaseException:
         end_trial_runs(stage.run, "KILLED")
         raise
-    rows = progress.rows
-    folder = REPORTS / spec.name
+    report(stage, spec, progress)
+    if not progress.finished:
+        raise LearnableSparsityError(f"no trial of {len(progress.rows)} finished")
+
+
+def check_inputs(stage: Stage, spec: SweepSpec) -> None:
+    """Every trial's grid (``SweepSpec.check_trials``) and the files the trials read; a missing
+    one says how to send the data along."""
+    try:
+        missing = [str(path) for path in spec.check_trials(stage.uri) if not path.exists()]
+        if missing:
+            raise MissingInputError(f"the trials read {missing}, which are not here")
+    except MissingInputError as error:
+        raise LearnableSparsityError(f"{error} ({Path.cwd()}). {NO_DATA}") from None
+
+
+def report(stage: Stage, spec: SweepSpec, progress: SweepProgress) -> None:
+    """``reports/sweeps/<name>/``: the summary (CSV, Markdown with the means over seeds) and the
+    figure, also artifacts of the parent run; the counts as its tags; the UI address."""
+    settings, rows, folder = spec.settings, progress.rows, REPORTS / spec.name
     axes = [axis.key for axis in spec.axes]
-    shown = ["name", "status", *axes, settings.metric]
     stage.write_text(folder / "summary.csv", summary_csv(rows), artifact="")
+    shown = ["name", "status", *axes, settings.metric]
     groups = [key for key in axes if not key.endswith(".seeds")]  # means over the seeds
     text = summary_markdown(spec.name, rows, shown, settings.metric, settings.mode, groups)
     stage.write_text(folder / "summary.md", text, artifact="")
@@ -102,8 +114,6 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     stage.run.set_tags({f"sweep.{key}": str(value) for key, value in counts.items()})
     log.info("%s: %s; summary in %s", stage.name, counts, folder)
     log.info("the trials in the MLflow UI, best first: %s", trials_address(stage, spec))
-    if not progress.finished:
-        raise LearnableSparsityError(f"no trial of {len(rows)} finished: see {folder}/summary.md")
 
 
 def _decades(values: tuple) -> bool:

@@ -1,7 +1,7 @@
 """Sweep specs: the stages a trial runs, a base profile, fixed overrides and the keys to vary.
 
-A spec is a small YAML file; its name (``sweeps/lvm_lr.yaml``: ``lvm_lr``) names the sweep: its
-reports in ``reports/sweeps/<name>/`` and its MLflow parent run ``sweep/<name>``::
+A spec is a small YAML file; its name (``sweeps/ssvae_lr.yaml``: ``ssvae_lr``) names the sweep:
+its reports in ``reports/sweeps/<name>/`` and its MLflow parent run ``sweep/<name>``::
 
     stages: [train_lvm@ssvae]      # run in this order in every trial, one grid cell each
     profile: smoke                 # params.yaml, with profiles/<profile>.yaml applied

@@ -60,17 +60,28 @@ def environment(uri: str, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, mlflow_server: tuple[str, Path]) -> Path:
-    """A copy of the project with the data of the latent-variable experiments made in it."""
+    """A copy of the project on the ci profile, with the data its sweeps read made in it by the
+    project's own stages: the digits of the latent-variable experiments, the smoke corpus and
+    its BPE model."""
     project = tmp_path_factory.mktemp("project")
     copy_project(project)
+    for command in (["pipelines.profile", "ci"], ["pipelines.images"], ["pipelines.corpora"]):
+        subprocess.run(
+            [sys.executable, "-m", *command],
+            cwd=project,
+            env=environment(mlflow_server[0]),
+            check=True,
+            capture_output=True,
+        )
     subprocess.run(
-        [sys.executable, "-m", "pipelines.images"],
+        [sys.executable, "-m", "pipelines.bpe"],
         cwd=project,
         env=environment(mlflow_server[0]),
         check=True,
         capture_output=True,
     )
     assert (project / "data/images/digits.pt").is_file()
+    assert (project / "data/bpe/smoke/bpe.model").is_file()
     return project
 
 
@@ -153,6 +164,54 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
         else:
             assert trial.data.metrics["results/accuracy"] > 0
             assert {a.path for a in client.list_artifacts(trial.info.run_id)} == {"checkpoint"}
+
+
+def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Path) -> None:
+    """`[train_nmt, evaluate_nmt]`: each trial trains its Transformer and translates the test set
+    with it; its one run holds the training curves, every head's α and the BLEU."""
+    spec = write_spec(
+        project,
+        "chain",
+        {
+            "stages": ["train_nmt", "evaluate_nmt"],
+            "profile": "ci",
+            "search": {
+                "nmt.variants": {"grid": ["entmax_alpha"]},
+                "nmt.model.alpha_init": {"grid": [1.2, 1.8]},
+            },
+            "metric": "bleu",
+            "mode": "max",
+        },
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.sweep", spec],
+        cwd=project,
+        env=environment(uri),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(uri)
+    _, trials = sweep_runs(client, "chain")
+    assert sorted(run.data.params["model.alpha_init"] for run in trials) == ["1.2", "1.8"]
+    for trial in trials:
+        run_id = trial.info.run_id
+        assert trial.info.status == "FINISHED"
+        assert trial.data.params["decode.beam_size"] == "2"  # evaluate_nmt's settings too
+        assert {"results/bleu", "results/final_valid_nll"} <= set(trial.data.metrics)
+        # every head's α (3 blocks × 2 heads), from the trial's initial value on
+        heads = [name for name in trial.data.metrics if name.startswith("alpha/")]
+        assert len(heads) == 6
+        initial = float(trial.data.params["model.alpha_init"])
+        for head in heads:
+            first = min(client.get_metric_history(run_id, head), key=lambda m: m.step)
+            assert first.value == pytest.approx(initial, abs=0.05)
+        artifacts = {a.path for a in client.list_artifacts(run_id)}
+        assert {"model", "history.json", "metrics.json", "translations.txt"} <= artifacts
+    rows = (project / "reports/sweeps/chain/summary.csv").read_text().splitlines()
+    assert rows[0].startswith("trial,name,status,nmt.variants,nmt.model.alpha_init,bleu")
 
 
 @pytest.fixture(scope="module")
