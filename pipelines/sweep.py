@@ -43,6 +43,7 @@ from pipelines.sweep_trials import (
     RESULTS,
     STEP,
     SWEEP_TAG,
+    StopOnWrongMetric,
     SweepProgress,
     SweepRun,
     run_trial,
@@ -78,6 +79,9 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     except BaseException:
         end_trial_runs(stage.run, "KILLED")
         raise
+    if progress.wrong_metric:
+        end_trial_runs(stage.run, "KILLED")
+        raise LearnableSparsityError(progress.wrong_metric)
     report(stage, spec, progress)
     if not progress.finished:
         raise LearnableSparsityError(f"no trial of {len(progress.rows)} finished")
@@ -153,6 +157,7 @@ def tuner(spec: SweepSpec, sweep: SweepRun, storage: Path, progress: SweepProgre
             storage_path=str(storage.parent),
             failure_config=tune.FailureConfig(max_failures=settings.max_failures),
             callbacks=[progress],
+            stop=StopOnWrongMetric(progress),
             verbose=0,
         ),
     )

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from ray import tune
 
-from components.errors import LearnableSparsityError
 from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.runner import LOG_FORMAT
 from pipelines.scaffold.stage import CellRun, Stage, cell_fingerprints, datasets, run_cell
@@ -177,6 +176,7 @@ class SweepProgress(tune.Callback):
         self.finished = self.failed = self.stopped = 0
         self.best: tuple[float, str] | None = None
         self.rows: list[dict[str, Any]] = []  # a trial each: its outcome, values and results
+        self.wrong_metric: str | None = None  # the error, once a trial lacks the metric
 
     def _row(self, trial: Any, status: str, results: Mapping[str, float], error: str = "") -> None:
         config = {axis.key: trial.config[axis.key] for axis in self.spec.axes}
@@ -189,12 +189,17 @@ class SweepProgress(tune.Callback):
         result = trial.last_result or {}
         results = result.get(RESULTS) or {}
         name = trial_name(self.spec, trial.config)
+        if settings.metric not in results and RESULTS in result:
+            # A misspelt metric: known only once a trial has its results. The stopper ends the
+            # sweep now rather than after every trial ran for nothing.
+            self.wrong_metric = (
+                f"{self.spec.source}: metric {settings.metric!r} is not among the trials' "
+                f"results {sorted(results)}"
+            )
+            self._row(trial, "finished", results)
+            self._end(trial, "FINISHED", {})
+            return
         if settings.metric not in results:
-            if RESULTS in result:
-                raise LearnableSparsityError(
-                    f"{self.spec.source}: metric {settings.metric!r} is not among the trials' "
-                    f"results {sorted(results)}"
-                )
             self.stopped += 1
             self._row(trial, "stopped early", {})
             self._end(trial, "FINISHED", {STOPPED_TAG: "true"})
@@ -246,6 +251,19 @@ class SweepProgress(tune.Callback):
             run = tracking.RunLogger(self.parent.uri, found)
             run.set_tags(tags)
             run.finish(status)
+
+
+class StopOnWrongMetric(tune.Stopper):
+    """Stops the whole sweep once ``progress`` found that the trials lack its metric."""
+
+    def __init__(self, progress: SweepProgress) -> None:
+        self.progress = progress
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.progress.wrong_metric is not None
 
 
 def error_text(trial: Any) -> str:

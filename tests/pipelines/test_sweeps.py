@@ -19,6 +19,7 @@ from pipelines.sweep_trials import (
     STOPPED_TAG,
     SWEEP_TAG,
     TRIAL_TAG,
+    StopOnWrongMetric,
     SweepProgress,
     scalar_results,
     trial_name,
@@ -236,8 +237,11 @@ def test_the_progress_callback_ends_each_trials_run_with_its_outcome(
     rows = {row["trial"]: row for row in progress.rows}
     assert rows["t1"]["accuracy"] == 0.8 and rows["t2"]["status"] == "stopped early"
     assert rows["t3"]["error"].startswith("LearnableSparsityError: non-finite loss")
-    with pytest.raises(LearnableSparsityError, match="metric 'accuracy' is not among"):
-        progress.on_trial_complete(0, [], FakeTrial("t4", config, {"results": {"acc": 1.0}}))
+    stopper = StopOnWrongMetric(progress)
+    assert not stopper.stop_all()
+    progress.on_trial_complete(0, [], FakeTrial("t4", config, {"results": {"acc": 1.0}}))
+    assert stopper.stop_all()  # a misspelt metric ends the sweep after its first trial
+    assert "metric 'accuracy' is not among the trials' results ['acc']" in progress.wrong_metric
 
 
 def test_the_readme_example_spec_checks_out(project: Path) -> None:
