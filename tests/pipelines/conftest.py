@@ -127,19 +127,22 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     cluster = RayCluster(f"http://127.0.0.1:{dashboard_port}", env)
+    # Ready once it runs a job: its dashboard answers before the job agent does ("No available
+    # agent to submit job").
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while True:
         assert head.poll() is None, "ray start --head exited"
-        listed = subprocess.run(
-            [RAY, "job", "list", "--address", cluster.dashboard],
+        ready = subprocess.run(
+            [RAY, "job", "submit", "--address", cluster.dashboard, "--", "python", "-c", "pass"],
             env=env,
             capture_output=True,
-            timeout=60,
+            text=True,
+            timeout=120,
         )
-        if listed.returncode == 0:
+        if ready.returncode == 0:
             break
-        assert time.monotonic() < deadline, f"the Ray head did not start: {listed.stderr[-500:]}"
-        time.sleep(1)
+        assert time.monotonic() < deadline, f"the Ray head runs no job: {ready.stderr[-800:]}"
+        time.sleep(2)
     yield cluster
     os.killpg(head.pid, signal.SIGTERM)  # `--block` takes the cluster's processes down with it
     try:

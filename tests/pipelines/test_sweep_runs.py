@@ -210,8 +210,9 @@ def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Pa
             assert first.value == pytest.approx(initial, abs=0.05)
         artifacts = {a.path for a in client.list_artifacts(run_id)}
         assert {"model", "history.json", "metrics.json", "translations.txt"} <= artifacts
-    rows = (project / "reports/sweeps/chain/summary.csv").read_text().splitlines()
-    assert rows[0].startswith("trial,name,status,nmt.variants,nmt.model.alpha_init,bleu")
+    columns = (project / "reports/sweeps/chain/summary.csv").read_text().splitlines()[0]
+    assert columns.startswith("trial,name,status,nmt.variants,nmt.model.alpha_init,")
+    assert {"final_valid_nll", "bleu", "chrf", "error"} <= set(columns.split(","))
 
 
 @pytest.fixture(scope="module")
