@@ -28,6 +28,12 @@ import ray
 HERE = Path(__file__).resolve().parent
 STARTUP_TIMEOUT_S = 120
 RAY = str(Path(sys.executable).with_name("ray"))  # the environment's `ray` command
+AGENT_PORTS = (
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+    "metrics-export-port",
+)
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +127,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         "--dashboard-host=127.0.0.1",
         f"--dashboard-port={dashboard_port}",
         *("--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp}", "--disable-usage-stats"),
+        # Ports of its own: the session's local Ray (ray_local) already holds the defaults of
+        # the agents (52365 for the job agent, which then never comes up).
+        *(f"--{name}={free_port()}" for name in AGENT_PORTS),
     ]
     log = open(temp / "head.log", "w")  # noqa: SIM115 (open while the head runs)
     head = subprocess.Popen(

@@ -91,6 +91,20 @@ def write_spec(project: Path, name: str, spec: dict) -> str:
     return f"sweeps/{name}.yaml"
 
 
+def sweep_here(project: Path, spec: str, uri: str) -> str:
+    """`python -m pipelines.sweep SPEC` in ``project`` (a local Ray) logging to ``uri``; its log."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.sweep", spec],
+        cwd=project,
+        env=environment(uri),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
 def sweep_runs(client: MlflowClient, name: str) -> tuple[Run, list[Run]]:
     """The parent run of sweep ``name`` (its latest) and its trials' runs."""
     experiment = client.get_experiment_by_name(EXPERIMENT)
@@ -129,16 +143,7 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
         },
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = subprocess.run(
-        [sys.executable, "-m", "pipelines.sweep", spec],
-        cwd=project,
-        env=environment(uri),
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    log = done.stdout + done.stderr
+    log = sweep_here(project, spec, uri)
     assert "'trials': 4, 'finished': 2, 'failed': 2" in log
     assert log.count("retrying it") == 2  # each diverging trial once, then it fails
     assert "best so far" in log and "the trials in the MLflow UI" in log
@@ -184,15 +189,7 @@ def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Pa
         },
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = subprocess.run(
-        [sys.executable, "-m", "pipelines.sweep", spec],
-        cwd=project,
-        env=environment(uri),
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT_S,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    sweep_here(project, spec, uri)
     client = MlflowClient(uri)
     _, trials = sweep_runs(client, "chain")
     assert sorted(run.data.params["model.alpha_init"] for run in trials) == ["1.2", "1.8"]
