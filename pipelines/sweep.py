@@ -53,6 +53,7 @@ from pipelines.ui import experiment_address
 PROFILES = Path("profiles")
 REPORTS = Path("reports/sweeps")
 STORAGE = Path("models/sweeps")
+SEEDS = ".seeds"  # the search keys of seeds (nmt.seeds, lvm.<experiment>.seeds, ape.seeds)
 UI_BASE = "http://127.0.0.1:5000"  # `make ui` on the project's store
 IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray then uploads git-ignored files too
 NO_DATA = (
@@ -105,12 +106,13 @@ def report(stage: Stage, spec: SweepSpec, progress: SweepProgress) -> None:
     axes = [axis.key for axis in spec.axes]
     stage.write_text(folder / "summary.csv", summary_csv(rows), artifact="")
     shown = ["name", "status", *axes, settings.metric]
-    groups = [key for key in axes if not key.endswith(".seeds")]  # means over the seeds
+    groups = [key for key in axes if not key.endswith(SEEDS)]  # means over the seeds
     text = summary_markdown(spec.name, rows, shown, settings.metric, settings.mode, groups)
     stage.write_text(folder / "summary.md", text, artifact="")
     numeric = [a.key for a in spec.axes if all(isinstance(v, int | float) for v in a.values)]
-    x = settings.plot.x or (numeric or axes)[0]
-    group = settings.plot.group or next((key for key in axes if key != x), None)
+    # x: a numeric search key, else another; never the seeds while there is another
+    x = settings.plot.x or ([key for key in numeric if key in groups] or groups or axes)[0]
+    group = settings.plot.group or next((key for key in groups if key != x), None)
     log_x = any(axis.key == x and _decades(axis.values) for axis in spec.axes)
     figure = sweep_figure(rows, x, settings.metric, group, log_x=log_x)
     stage.write_png(folder / f"{settings.metric.replace('/', '_')}.png", figure, artifact="")
