@@ -276,10 +276,9 @@ class SweepSpec:
                     grid = stage_grid(stage, name)
                 except LearnableSparsityError as error:
                     # A missing input stays one: the sweep says how to send the data along.
-                    kind = type(error) if isinstance(error, MissingInputError) else None
-                    raise (kind or LearnableSparsityError)(
-                        f"{name} of the trial {config}: {error}"
-                    ) from None
+                    missing = isinstance(error, MissingInputError)
+                    kind = MissingInputError if missing else LearnableSparsityError
+                    raise kind(f"{name} of the trial {config}: {error}") from None
                 if len(grid.cells) != 1:
                     raise LearnableSparsityError(
                         f"{self.source}: the trial {config} gives {name} {len(grid.cells)} grid "
