@@ -20,6 +20,7 @@ them too, as ``results/<name>`` metrics.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -33,7 +34,14 @@ from ray import tune
 
 from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.runner import LOG_FORMAT
-from pipelines.scaffold.stage import CellRun, Stage, cell_fingerprints, datasets, run_cell
+from pipelines.scaffold.stage import (
+    CellRun,
+    Stage,
+    cell_fingerprints,
+    datasets,
+    file_digest,
+    run_cell,
+)
 from pipelines.sweep_spec import SweepSpec, stage_grid
 
 log = logging.getLogger(__name__)
@@ -135,8 +143,10 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
         for name, grid in zip(spec.settings.stages, grids, strict=True):
             (cell,) = grid.cells
             run.log_params({"cell": cell.key, **cell.payload})
-            run.log_datasets(datasets(cell.data), name)
-            fingerprint = cell_fingerprints(grid.task, [cell], resources.cpus)[cell.key]
+            # The datasets and the fingerprint read each input file once.
+            digest = functools.cache(file_digest)
+            run.log_datasets(datasets(cell.data, digest), name)
+            fingerprint = cell_fingerprints(grid.task, [cell], resources.cpus, digest)[cell.key]
             cell_run = CellRun(
                 grid.task,
                 cell.key,

@@ -14,6 +14,32 @@ import torch
 # has 2 cores shared with other processes).
 torch.set_num_threads(1)
 
+ROOT = Path(__file__).resolve().parents[1]
+# What the stages write: a copy of the project starts without them.
+OUTPUTS = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
+
+
+def copy_project(destination: Path) -> None:
+    """The project's files as a user's clone has them (those git tracks or would track), without
+    the stages' outputs, copied into ``destination``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file() and not name.startswith(OUTPUTS):
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+
+
+@pytest.fixture(scope="session")
+def project_files() -> Callable[[Path], None]:
+    """:func:`copy_project`, for test modules in other folders (which cannot import this one)."""
+    return copy_project
+
+
 CHROMIUM = shutil.which("chromium")
 # Debian's Chromium headless in a closed network (flags from the machine's notes): no sandbox as
 # root, no background connections that the network refuses.

@@ -53,22 +53,13 @@ def environment(repo: Path, uri: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def snapshot(
+    tmp_path_factory: pytest.TempPathFactory, project_files: Callable[[Path], None]
+) -> Path:
     """The project's files (not its outputs) as they are when the module starts: every copy is
     made from this one, so all copies run the same code."""
     files = tmp_path_factory.mktemp("snapshot")
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    outputs = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
-    for name in listed:
-        if (ROOT / name).is_file() and not name.startswith(outputs):
-            (files / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, files / name)
+    project_files(files)
     return files
 
 

@@ -33,21 +33,6 @@ SSVAE = {"lvm.ssvae.log_every": 20, "lvm.ssvae.checkpoint_every": 40}
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
 
-def copy_project(destination: Path) -> None:
-    """The files of the working tree that git tracks or would track (the clone a user has)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            (destination / name).write_bytes(source.read_bytes())
-
-
 def environment(uri: str, **extra: str) -> dict[str, str]:
     return {
         **os.environ,
@@ -59,12 +44,16 @@ def environment(uri: str, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, mlflow_server: tuple[str, Path]) -> Path:
+def project(
+    tmp_path_factory: pytest.TempPathFactory,
+    mlflow_server: tuple[str, Path],
+    project_files: Callable[[Path], None],
+) -> Path:
     """A copy of the project on the ci profile, with the data its sweeps read made in it by the
     project's own stages: the digits of the latent-variable experiments, the smoke corpus and
     its BPE model."""
     project = tmp_path_factory.mktemp("project")
-    copy_project(project)
+    project_files(project)
     for command in (["pipelines.profile", "ci"], ["pipelines.images"], ["pipelines.corpora"]):
         subprocess.run(
             [sys.executable, "-m", *command],
