@@ -139,7 +139,8 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
 
     summary = (project / "reports/sweeps/local/summary.md").read_text()
     assert "2 finished, 2 failed of 4." in summary
-    assert summary.count("non-finite loss") == 2
+    # where the NaN first shows (the loss, or a gradient norm) depends on the CPU's arithmetic
+    assert summary.count("LearnableSparsityError: non-finite") == 2
     rows = (project / "reports/sweeps/local/summary.csv").read_text().splitlines()
     assert len(rows) == 5 and rows[0].startswith("trial,name,status,lvm.ssvae.methods")
 
@@ -154,7 +155,7 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
         diverged = trial.data.params["sweep.lvm.ssvae.lr.default"] == "1000000000.0"
         assert trial.info.status == ("FAILED" if diverged else "FINISHED")
         if diverged:
-            assert "non-finite loss" in trial.data.tags["error"]
+            assert "non-finite" in trial.data.tags["error"]
         else:
             assert trial.data.metrics["results/accuracy"] > 0
             assert {a.path for a in client.list_artifacts(trial.info.run_id)} == {"checkpoint"}
