@@ -1,28 +1,49 @@
 """Benchmark of the sparse normalizers on attention-shaped inputs, as ratios to torch.softmax.
 
 For each key length S, scores of shape [B, H, T, S] (B·H·T ≈ 4096 rows) are normalised along
-the last dimension. Forward, backward and forward+backward median wall times are reported for
-torch.softmax (the baseline, measured in the same run), this project's sparsemax, entmax15,
-entmax (α = 1.5 as a learnable per-head tensor, α-gradient included) and topk_softmax (k = 8),
-and for the `entmax` package's sparsemax, entmax15 and entmax_bisect (50 and 25 iterations).
-Each row also gives the max abs error against an fp64 oracle and, for ours, the mean number of
-root-finder iterations. Prints a table and writes JSON.
+the last dimension by torch.softmax (the baseline), this project's sparsemax, entmax15, entmax
+(α = 1.5 as a learnable per-head tensor, α-gradient included) and topk_softmax (k = 8), and the
+`entmax` package's sparsemax, entmax15 and entmax_bisect (50 and 25 iterations).
 
-    python benchmarks/normalizers.py [--lengths 64 256 1024] [--repeats 15] [--out FILE]
+Timing (``components.timing``): after one warm-up call of each, the forward, backward and
+forward+backward of every function run interleaved — in a new seeded order each round — for
+``--rounds`` rounds, ``--repeats`` samples each per round (the round's value: their median; a
+sample averages as many calls as make it last 10 ms). A
+row's ``*_ms`` is the median of its round values, ``*_ratio`` the median of the per-round ratios
+to torch.softmax *of the same round*, with the per-round ratios, their quartiles, range, relative
+spread (IQR ÷ median) and ``*_noisy`` (relative spread above
+``components.timing.NOISY_RELATIVE_SPREAD``); ``noisy`` is set when any of the three is. Our
+α-entmax rows add ``speedup_vs_entmax_bisect_50``: the median over rounds of entmax_bisect
+(50 it.)'s forward+backward time ÷ ours in the same round. Each row also gives the max abs error
+against an fp64 oracle and, for ours, the mean number of root-finder iterations. Prints a table
+(noisy rows marked), writes JSON, then warns on stderr about every noisy ratio; a noisy run still
+writes its output and exits 0.
+
+    python benchmarks/normalizers.py [--lengths 64 256 1024] [--rounds 7] [--repeats 3]
+        [--seed 0] [--threads 2] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from timing import median_ms, write_json
+from timing import write_json
 
 from components.core import normalizers as ours
+from components.timing import (
+    MIN_ROUNDS_FOR_SPREAD,
+    NOISY_RELATIVE_SPREAD,
+    RatioSummary,
+    calls_for,
+    interleaved_rounds,
+    summarize,
+    timed,
+)
 
 try:  # the reference implementation, a `dev` extra (never imported by components/)
     import entmax as reference
@@ -35,37 +56,52 @@ HEADS = 8
 ROWS = 4096
 K = 8
 ALPHA = 1.5
+BASELINE = "torch.softmax"
+LEARNED_ALPHA = "entmax (learned α)"
+BISECT_50 = "entmax pkg bisect n_iter=50"
+QUANTITIES = ("forward", "backward", "forward_backward")
+# A sample lasts at least 10 ms (a fast function is called several times per sample): longer
+# than a scheduler time slice (a few ms), so one preemption by another process is a fraction of
+# the sample rather than all of it, and far above perf_counter's resolution.
+MIN_SAMPLE_SECONDS = 0.010
 
 
-def _time_function(
+def _measures(
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     scores: torch.Tensor,
     alpha: torch.Tensor,
     grad: torch.Tensor,
-    repeats: int,
-) -> dict[str, float]:
+) -> dict[str, Callable[[], float]]:
+    """Seconds of one forward (no autograd), one backward (its forward untimed) and one
+    forward+backward of ``fn`` on its own copy of ``scores``, each averaged over as many calls
+    as make a sample last :data:`MIN_SAMPLE_SECONDS` (calibrated here, which also warms up)."""
     x = scores.detach().clone().requires_grad_(True)
 
-    def forward() -> torch.Tensor:
+    def forward() -> None:
+        with torch.no_grad():
+            fn(x, alpha)
+
+    def forward_with_graph() -> torch.Tensor:
+        x.grad = None
+        alpha.grad = None
         return fn(x, alpha)
 
     def forward_backward() -> None:
-        x.grad = None
-        alpha.grad = None
-        fn(x, alpha).backward(grad)
+        forward_with_graph().backward(grad)
 
-    def backward_only() -> float:
-        out = fn(x, alpha)
-        start = time.perf_counter()
-        out.backward(grad)
-        return time.perf_counter() - start
-
-    with torch.no_grad():
-        fwd = median_ms(forward, repeats)
-    fwd_bwd = median_ms(forward_backward, repeats)
-    backward_only()
-    bwd = 1e3 * statistics.median(backward_only() for _ in range(repeats))
-    return {"forward_ms": fwd, "backward_ms": bwd, "forward_backward_ms": fwd_bwd}
+    once = {
+        "forward": (forward, None),
+        "backward": (lambda out: out.backward(grad), forward_with_graph),
+        "forward_backward": (forward_backward, None),
+    }
+    return {
+        quantity: timed(
+            run,
+            setup=setup,
+            number=calls_for(timed(run, setup=setup), MIN_SAMPLE_SECONDS),
+        )
+        for quantity, (run, setup) in once.items()
+    }
 
 
 def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
@@ -79,14 +115,14 @@ def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
         return torch.softmax(x.masked_fill(x < kth, float("-inf")), dim=-1)
 
     return {
-        "torch.softmax": (lambda x, a: torch.softmax(x, dim=-1), lambda x: x.softmax(-1), None),
+        BASELINE: (lambda x, a: torch.softmax(x, dim=-1), lambda x: x.softmax(-1), None),
         "sparsemax": (lambda x, a: ours.sparsemax(x), reference.sparsemax, 2.0),
         "entmax15": (lambda x, a: ours.entmax15(x), reference.entmax15, 1.5),
-        "entmax (learned α)": (lambda x, a: ours.entmax(x, a), oracle_alpha, ALPHA),
+        LEARNED_ALPHA: (lambda x, a: ours.entmax(x, a), oracle_alpha, ALPHA),
         f"topk_softmax (k={K})": (lambda x, a: ours.topk_softmax(x, K), oracle_topk, None),
         "entmax pkg sparsemax": (lambda x, a: reference.sparsemax(x), reference.sparsemax, None),
         "entmax pkg entmax15": (lambda x, a: reference.entmax15(x), reference.entmax15, None),
-        "entmax pkg bisect n_iter=50": (
+        BISECT_50: (
             lambda x, a: reference.entmax_bisect(x, a, n_iter=50),
             oracle_alpha,
             None,
@@ -99,7 +135,37 @@ def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
     }
 
 
-def run(lengths: list[int], repeats: int, seed: int) -> list[dict]:
+def _quantity_fields(quantity: str, summary: RatioSummary) -> dict[str, object]:
+    """The row's fields of one quantity: median ms over rounds, the median per-round ratio to
+    softmax and the per-round ratios with their spread."""
+    return {
+        f"{quantity}_ms": 1e3 * statistics.median(summary.values),
+        f"{quantity}_ratio": summary.ratio,
+        f"{quantity}_ms_each_round": [1e3 * v for v in summary.values],
+        f"{quantity}_ratio_each_round": list(summary.ratios),
+        f"{quantity}_ratio_quartiles": list(summary.ratio_quartiles),
+        f"{quantity}_ratio_range": list(summary.ratio_range),
+        f"{quantity}_relative_spread": summary.relative_spread,
+        f"{quantity}_noisy": summary.noisy,
+    }
+
+
+def _speedup(values: dict[str, Sequence[float]], ours: str) -> dict[str, object]:
+    """Per round, entmax_bisect (50 it.)'s fwd+bwd seconds ÷ ours of the same round."""
+    summary = summarize({ours: {"t": values[ours]}, BISECT_50: {"t": values[BISECT_50]}}, ours)
+    speedup = summary[BISECT_50]["t"]
+    return {
+        "speedup_vs_entmax_bisect_50": speedup.ratio,
+        "speedup_vs_entmax_bisect_50_each_round": list(speedup.ratios),
+        "speedup_vs_entmax_bisect_50_quartiles": list(speedup.ratio_quartiles),
+        "speedup_vs_entmax_bisect_50_noisy": speedup.noisy,
+    }
+
+
+def run(lengths: list[int], rounds: int, repeats: int, seed: int) -> list[dict]:
+    """One row per key length and function: ``rounds`` interleaved rounds (components.timing)
+    of every function's forward, backward and forward+backward, ``repeats`` calls each per
+    round, ratios to torch.softmax of the same round."""
     results = []
     for length in lengths:
         torch.manual_seed(seed)
@@ -108,11 +174,17 @@ def run(lengths: list[int], repeats: int, seed: int) -> list[dict]:
         grad = torch.randn_like(scores)
         alpha = torch.full((1, HEADS, 1, 1), ALPHA, requires_grad=True)
         scores64 = scores.double()
-        baseline = None
-        for name, (fn, oracle, iter_alpha) in _candidates().items():
-            timing = _time_function(fn, scores, alpha, grad, repeats)
-            if baseline is None:
-                baseline = timing
+        candidates = _candidates()
+        measured = interleaved_rounds(
+            {name: _measures(fn, scores, alpha, grad) for name, (fn, _, _) in candidates.items()},
+            BASELINE,
+            rounds=rounds,
+            repeats=repeats,
+            warmup=1,
+            seed=seed,
+        )
+        fwd_bwd = {name: measured.summary[name]["forward_backward"].values for name in candidates}
+        for name, (fn, oracle, iter_alpha) in candidates.items():
             with torch.no_grad():
                 error = (fn(scores, alpha).double() - oracle(scores64)).abs().max().item()
             iterations = None
@@ -120,18 +192,21 @@ def run(lengths: list[int], repeats: int, seed: int) -> list[dict]:
                 a = iter_alpha if iter_alpha != ALPHA else alpha.detach()
                 root = ours.entmax_threshold(scores, a)
                 iterations = root.iterations.double().mean().item()
-            row = {
+            summary = measured.summary[name]
+            row: dict[str, object] = {
                 "key_length": length,
                 "rows": queries * HEADS,
                 "function": name,
-                **timing,
-                **{
-                    f"{key.removesuffix('_ms')}_ratio": value / baseline[key]
-                    for key, value in timing.items()
-                },
-                "max_abs_error_vs_fp64": error,
-                "mean_iterations": iterations,
             }
+            for quantity in QUANTITIES:
+                row.update(_quantity_fields(quantity, summary[quantity]))
+            row["max_abs_error_vs_fp64"] = error
+            row["mean_iterations"] = iterations
+            row["rounds"] = rounds
+            row["repeats"] = repeats
+            row["noisy"] = any(summary[q].noisy for q in QUANTITIES)
+            if name == LEARNED_ALPHA:
+                row.update(_speedup(fwd_bwd, name))
             results.append(row)
             print(_format_row(row), flush=True)
     return results
@@ -139,32 +214,75 @@ def run(lengths: list[int], repeats: int, seed: int) -> list[dict]:
 
 def _format_row(row: dict) -> str:
     iterations = "" if row["mean_iterations"] is None else f"{row['mean_iterations']:.2f}"
+    q1, q3 = row["forward_backward_ratio_quartiles"]
+    spread = max(row[f"{q}_relative_spread"] for q in QUANTITIES)
+    mark = "NOISY" if row["noisy"] else ""
     return (
         f"| {row['key_length']:>5} | {row['function']:<28} | {row['forward_ms']:8.2f} "
         f"| {row['backward_ms']:8.2f} | {row['forward_backward_ms']:8.2f} "
         f"| {row['forward_ratio']:6.1f}x | {row['backward_ratio']:6.1f}x "
-        f"| {row['forward_backward_ratio']:6.1f}x | {row['max_abs_error_vs_fp64']:.1e} "
-        f"| {iterations:>5} |"
+        f"| {row['forward_backward_ratio']:6.1f}x | {q1:6.1f}–{q3:<6.1f} | {100 * spread:5.0f}% "
+        f"| {row['max_abs_error_vs_fp64']:.1e} | {iterations:>5} | {mark:<5} |"
     )
+
+
+HEADER = (
+    f"| {'S':>5} | {'function':<28} | {'fwd ms':>8} | {'bwd ms':>8} | {'f+b ms':>8} "
+    f"| {'fwd/sm':>7} | {'bwd/sm':>7} | {'f+b/sm':>7} | {'f+b/sm IQR':<13} | {'spread':>6} "
+    f"| {'err fp64':>7} | {'iters':>5} | {'':<5} |"
+)
+RULE = "|" + "|".join("-" * w for w in (7, 30, 10, 10, 10, 9, 9, 9, 15, 8, 10, 7, 7)) + "|"
+
+
+def _warn_noisy(results: list[dict]) -> None:
+    """A loud warning on stderr naming every noisy ratio and every row whose fwd+bwd median is
+    below its forward's (a symptom of drift the rounds did not cancel)."""
+    noisy = [
+        f"S={row['key_length']} {row['function']} {q} "
+        f"(IQR {100 * row[f'{q}_relative_spread']:.0f}% of the median)"
+        for row in results
+        for q in QUANTITIES
+        if row[f"{q}_noisy"]
+    ]
+    odd = [
+        f"S={row['key_length']} {row['function']}"
+        for row in results
+        if row["forward_backward_ms"] < row["forward_ms"]
+    ]
+    if noisy:
+        print(
+            f"WARNING: {len(noisy)} ratio(s) are noisy — the interquartile range of the "
+            f"per-round ratios exceeds {100 * NOISY_RELATIVE_SPREAD:.0f}% of the median (or "
+            f"fewer than {MIN_ROUNDS_FOR_SPREAD} rounds): do not read them as measured; rerun "
+            f"with more --rounds on a quieter machine:\n  " + "\n  ".join(noisy),
+            file=sys.stderr,
+            flush=True,
+        )
+    if odd:
+        print(
+            "WARNING: forward+backward measured faster than forward alone in: " + ", ".join(odd),
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
+    parser.add_argument("--repeats", type=int, default=3, help="calls per measurement per round")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch CPU threads (issue 16's goals: 2)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/normalizers.json"))
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    print(
-        f"| {'S':>5} | {'function':<28} | {'fwd ms':>8} | {'bwd ms':>8} | {'f+b ms':>8} "
-        f"| {'fwd/sm':>7} | {'bwd/sm':>7} | {'f+b/sm':>7} | {'err fp64':>7} | {'iters':>5} |"
-    )
-    print("|" + "|".join("-" * w for w in (7, 30, 10, 10, 10, 9, 9, 9, 10, 7)) + "|")
-    results = run(args.lengths, args.repeats, args.seed)
+    torch.set_num_threads(args.threads)
+    print(HEADER)
+    print(RULE)
+    results = run(args.lengths, args.rounds, args.repeats, args.seed)
     write_json(args.out, results)
+    _warn_noisy(results)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ read in the unit's direction.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -228,22 +229,41 @@ def timed(
     fn: Callable[..., object],
     *,
     setup: Callable[[], object] | None = None,
+    number: int = 1,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Callable[[], float]:
-    """A measurement callable: the seconds by ``clock`` that one call of ``fn`` takes.
+    """A measurement callable: the mean seconds by ``clock`` of one call of ``fn``, over
+    ``number`` calls (a sample long enough to average out timer resolution and preemption).
 
-    With ``setup``, each measurement first calls ``setup()`` untimed and then times
-    ``fn(setup_result)`` (e.g. setup = a forward pass, fn = its backward).
+    With ``setup``, each call first runs ``setup()`` untimed and then times
+    ``fn(setup_result)`` (e.g. setup = a forward pass, fn = its backward); the times of the
+    ``number`` timed parts are summed.
     """
+    _check_count("number", number, 1)
 
     def measure() -> float:
         if setup is None:
             start = clock()
-            fn()
-        else:
+            for _ in range(number):
+                fn()
+            return (clock() - start) / number
+        total = 0.0
+        for _ in range(number):
             prepared = setup()
             start = clock()
             fn(prepared)
-        return clock() - start
+            total += clock() - start
+        return total / number
 
     return measure
+
+
+def calls_for(measure: Callable[[], float], min_seconds: float, *, probes: int = 3) -> int:
+    """How many calls make one sample last at least ``min_seconds``: ``measure`` (seconds of one
+    call, e.g. :func:`timed`) is called ``probes`` times (the first also warms up) and the
+    median probe decides, ``ceil(min_seconds / median)``, at least 1."""
+    _check_count("probes", probes, 1)
+    if not min_seconds > 0:
+        raise LearnableSparsityError(f"min_seconds must be > 0, got {min_seconds!r}")
+    median = statistics.median(measure() for _ in range(probes))
+    return max(1, math.ceil(min_seconds / median)) if median > 0 else 1

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from components.timing import NOISY_RELATIVE_SPREAD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     ("script", "arguments", "expected_rows"),
     [
-        ("normalizers.py", ["--lengths", "16", "--repeats", "1"], 9),
         ("marginalization.py", ["--dims", "6", "--batch", "3", "--repeats", "1"], 3 + 7),
     ],
 )
@@ -35,3 +37,69 @@ def test_benchmark_writes_its_table(
     assert len(payload["results"]) == expected_rows
     assert payload["torch"] and payload["threads"] >= 1
     assert "|" in completed.stdout
+
+
+QUANTITIES = ("forward", "backward", "forward_backward")
+
+
+def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_path: Path) -> None:
+    out = tmp_path / "normalizers.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "normalizers.py"),
+            *("--lengths", "8", "--rounds", "3", "--repeats", "1", "--threads", "1"),
+            *("--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr  # noisy or not, the output is written
+    payload = json.loads(out.read_text())
+    assert payload["torch"] and payload["threads"] == 1 and len(payload["results"]) == 9
+    rows = {row["function"]: row for row in payload["results"]}
+    for row in rows.values():
+        assert row["key_length"] == 8 and row["rounds"] == 3
+        for key in ("max_abs_error_vs_fp64", "mean_iterations", "noisy"):
+            assert key in row
+        for quantity in QUANTITIES:
+            ratios = row[f"{quantity}_ratio_each_round"]
+            times = row[f"{quantity}_ms_each_round"]
+            assert len(ratios) == len(times) == 3 and all(t > 0 for t in times)
+            assert row[f"{quantity}_ratio"] == statistics.median(ratios)
+            assert row[f"{quantity}_ms"] == statistics.median(times)
+            q1, q3 = row[f"{quantity}_ratio_quartiles"]
+            assert min(ratios) <= q1 <= row[f"{quantity}_ratio"] <= q3 <= max(ratios)
+            assert row[f"{quantity}_ratio_range"] == [min(ratios), max(ratios)]
+            assert row[f"{quantity}_noisy"] == (
+                row[f"{quantity}_relative_spread"] > NOISY_RELATIVE_SPREAD
+            )
+        assert row["noisy"] == any(row[f"{q}_noisy"] for q in QUANTITIES)
+    # each round's ratio divides by the softmax of the same round
+    softmax = rows["torch.softmax"]
+    assert softmax["forward_backward_ratio_each_round"] == [1.0, 1.0, 1.0]
+    sparsemax = rows["sparsemax"]
+    assert sparsemax["forward_ratio_each_round"] == pytest.approx(
+        [
+            s / b
+            for s, b in zip(
+                sparsemax["forward_ms_each_round"], softmax["forward_ms_each_round"], strict=True
+            )
+        ]
+    )
+    # the speed-up over entmax_bisect (50 it.), on our α-entmax rows only
+    ours = rows["entmax (learned α)"]
+    bisect = rows["entmax pkg bisect n_iter=50"]["forward_backward_ms_each_round"]
+    speedups = [b / o for b, o in zip(bisect, ours["forward_backward_ms_each_round"], strict=True)]
+    assert ours["speedup_vs_entmax_bisect_50_each_round"] == pytest.approx(speedups)
+    assert ours["speedup_vs_entmax_bisect_50"] == pytest.approx(statistics.median(speedups))
+    assert [name for name, row in rows.items() if "speedup_vs_entmax_bisect_50" in row] == [
+        "entmax (learned α)"
+    ]
+    noisy = [row for row in rows.values() if row["noisy"]]
+    assert ("ratio(s) are noisy" in completed.stderr) == bool(noisy)
+    header, _rule, *lines = [line for line in completed.stdout.splitlines() if line.startswith("|")]
+    assert "f+b/sm IQR" in header and "spread" in header and len(lines) == 9
+    assert sum("NOISY" in line for line in lines) == len(noisy)

@@ -14,6 +14,7 @@ from components.errors import LearnableSparsityError
 from components.timing import (
     NOISY_RELATIVE_SPREAD,
     RatioSummary,
+    calls_for,
     interleaved_rounds,
     quartiles,
     spreads_overlap,
@@ -181,6 +182,27 @@ def test_timed_measures_through_the_harness() -> None:
     )
     # base: 2 clock reads, 1 s; x calls the clock once inside: 2 s
     assert result.summary["x"]["t"].ratios == (2.0, 2.0, 2.0)
+
+
+def test_timed_averages_over_number_calls_and_calls_for_calibrates_it() -> None:
+    ticks = itertools.count(start=0.0, step=0.5)
+    calls: list[int] = []
+
+    def clock() -> float:
+        return next(ticks)
+
+    def run() -> None:
+        calls.append(1)
+        next(ticks)  # each call "takes" one tick of 0.5 s more
+
+    measure = timed(run, number=4, clock=clock)
+    # 4 calls: 4 ticks inside, plus the closing read's tick: (5 * 0.5) / 4
+    assert measure() == pytest.approx(2.5 / 4) and len(calls) == 4
+    per_call = iter([0.002, 0.004, 0.003])  # probes: median 3 ms
+    assert calls_for(lambda: next(per_call), 0.010) == 4  # ceil(10 / 3)
+    assert calls_for(lambda: 0.5, 0.010) == 1  # already long enough
+    with pytest.raises(LearnableSparsityError, match="min_seconds must be > 0"):
+        calls_for(lambda: 0.5, 0.0)
 
 
 @pytest.mark.parametrize(
