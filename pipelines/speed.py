@@ -1,15 +1,20 @@
 """DVC stage ``speed``: training and inference tokens/s of the attention variants (EST Table 4).
 
 All variants share ``nmt.model`` (one model size), the same initial weights and the evaluation's
-decoding (``nmt.decode``); they run in this process one after the other, ``speed.rounds`` times in
-turn, with ``speed.threads`` torch threads (``components.nmt.speed``). Each round gives every
-variant's ratio to the softmax of the same round; the median round is reported.
+decoding (``nmt.decode``); they run in this process with ``speed.threads`` torch threads, in
+``speed.rounds`` interleaved rounds (``components.timing``): each round measures every
+variant's training and inference throughput once, in an order shuffled afresh each round
+(``speed.seed``), and gives every variant's ratio to the softmax of the same round. The median
+of the per-round ratios is reported with its spread (quartiles, range, IQR ÷ median); a phase
+whose spread exceeds ``components.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged
+as a warning (the stage still writes its outputs).
 
-Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax
-and the median round's tokens/s, train and inference) and ``results/speed/rounds.json``
-(every round's measurement, the device and threads), both also logged to MLflow; the table itself
-is rendered by the ``tables`` stage from ``rounds.json``. ``rounds.json`` is a plain output that
-DVC does not cache, so DVC never claims a measurement can be restored from its run cache.
+Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax,
+its relative spread and the median round's tokens/s, train and inference) and
+``results/speed/rounds.json`` (every round's measurement, the spread and noisy flags, the device
+and threads), both also logged to MLflow; the table itself is rendered by the ``tables`` stage
+from ``rounds.json``. ``rounds.json`` is a plain output that DVC does not cache, so DVC never
+claims a measurement can be restored from its run cache.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from components.nmt.batching import encode_pairs
 from components.nmt.model import TransformerConfig
 from components.nmt.search import DecodeSettings
 from components.nmt.speed import PHASES, SpeedSettings, measure_speed, summarize_rounds
+from components.timing import MIN_ROUNDS_FOR_SPREAD, NOISY_RELATIVE_SPREAD
 from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.stage import Stage, run_stage
 
@@ -54,6 +60,7 @@ def main(stage: Stage) -> None:
         "threads": torch.get_num_threads(),
         "corpus": settings.corpus,
         "rounds": settings.rounds,
+        "seed": settings.seed,
         "rows": rows,
     }
     stage.write_json(layout.results(STAGE) / "rounds.json", result, artifact="")
@@ -63,6 +70,7 @@ def main(stage: Stage) -> None:
             for phase in PHASES
             for name, value in (
                 ("ratio_to_softmax", row[f"{phase}_ratio_to_softmax"]),
+                ("relative_spread", row[f"{phase}_relative_spread"]),
                 ("tokens_per_second", row[phase]["tokens_per_second"]),
             )
         }
@@ -72,6 +80,15 @@ def main(stage: Stage) -> None:
     for row in rows:
         log.info(
             "%s: %s", row["variant"], {p: round(row[f"{p}_ratio_to_softmax"], 3) for p in PHASES}
+        )
+    noisy = [f"{row['variant']} {p}" for row in rows for p in PHASES if row[f"{p}_noisy"]]
+    if noisy:
+        log.warning(
+            "noisy speed ratios (IQR over the rounds > %.0f%% of the median, or fewer than %d "
+            "rounds): %s — more rounds or a quieter machine",
+            100 * NOISY_RELATIVE_SPREAD,
+            MIN_ROUNDS_FOR_SPREAD,
+            ", ".join(noisy),
         )
     stage.run.log_metrics(
         {

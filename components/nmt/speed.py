@@ -21,7 +21,6 @@ Throughput = tokens / seconds of wall-clock time (``time.perf_counter``), with
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from components.nmt.model import Transformer, TransformerConfig
 from components.nmt.search import DecodeSettings
 from components.nmt.training import build_optimizer, train_step
 from components.settings import Settings, SettingsError, setting
+from components.timing import interleaved_rounds, summarize
 
 PHASES = ("train", "inference")
 
@@ -220,7 +220,7 @@ def _comparable(model: Transformer) -> TransformerConfig:
     return dataclasses.replace(model.config, normalizer="softmax", topk_k=1, alpha_init=1.5)
 
 
-def compare_variants(
+def variant_measures(
     models: Mapping[str, Transformer],
     batches: Sequence[Batch],
     sources: Sequence[Sequence[int]],
@@ -229,13 +229,15 @@ def compare_variants(
     train_steps: int,
     warmup_steps: int,
     batch_size: int = 128,
-) -> dict[str, dict[str, Throughput]]:
-    """Training and inference throughput of each variant on identical inputs, one by one.
+) -> dict[str, dict[str, Callable[[], Throughput]]]:
+    """{variant: {"train": …, "inference": …}}: callables that measure one variant's training
+    and inference throughput on identical inputs (the measurements of :mod:`components.timing`).
 
     ``models`` maps variant names (``NORMALIZERS``, "softmax" required) to models whose
     normalizer is that variant and whose configs agree in everything else except top-k's k and
     the initial α, on one device. Training uses ``training_throughput``'s optimizer defaults (no
-    clipping). Returns {variant: {"train": …, "inference": …}}.
+    clipping); each call warms up on its own (``warmup_steps`` untimed updates, one untimed
+    batch of beam search).
     """
     if "softmax" not in models:
         raise LearnableSparsityError(f"the softmax baseline is missing, got {sorted(models)}")
@@ -252,28 +254,94 @@ def compare_variants(
             raise LearnableSparsityError(
                 f"variant {name!r} differs from softmax in more than the attention normalizer"
             )
-    return {
-        name: {
-            "train": training_throughput(
+
+    def measures(model: Transformer) -> dict[str, Callable[[], Throughput]]:
+        return {
+            "train": lambda: training_throughput(
                 model, batches, steps=train_steps, warmup_steps=warmup_steps
             ),
-            "inference": inference_throughput(model, sources, decode, batch_size=batch_size),
+            "inference": lambda: inference_throughput(
+                model, sources, decode, batch_size=batch_size
+            ),
         }
-        for name, model in models.items()
-    }
+
+    return {name: measures(model) for name, model in models.items()}
+
+
+def _tokens_per_second(throughput: Throughput) -> float:
+    return throughput.tokens_per_second
+
+
+def interleaved_variants(
+    measures: Mapping[str, Mapping[str, Callable[[], Throughput]]],
+    *,
+    rounds: int,
+    seed: int = 0,
+    on_round: Callable[[int], None] | None = None,
+) -> list[dict[str, dict[str, Throughput]]]:
+    """``rounds`` rounds of :func:`components.timing.interleaved_rounds` over ``measures``
+    (:func:`variant_measures`): each round measures every variant's train and inference
+    throughput once, in an order shuffled with ``seed`` afresh each round. No extra warm-up
+    call: each measurement warms itself up. Returns per round {variant: {phase: Throughput}}.
+    """
+    measured = interleaved_rounds(
+        measures,
+        "softmax",
+        rounds=rounds,
+        repeats=1,
+        warmup=0,
+        seed=seed,
+        value=_tokens_per_second,
+        on_round=on_round,
+    )
+    return [
+        {
+            variant: {phase: per_round[index][0] for phase, per_round in phases.items()}
+            for variant, phases in measured.samples.items()
+        }
+        for index in range(rounds)
+    ]
+
+
+def compare_variants(
+    models: Mapping[str, Transformer],
+    batches: Sequence[Batch],
+    sources: Sequence[Sequence[int]],
+    decode: DecodeSettings,
+    *,
+    train_steps: int,
+    warmup_steps: int,
+    batch_size: int = 128,
+    seed: int = 0,
+) -> dict[str, dict[str, Throughput]]:
+    """One round of training and inference throughput of each variant on identical inputs,
+    interleaved (see :func:`variant_measures` for ``models``; ``seed`` orders the round).
+    Returns {variant: {"train": …, "inference": …}}."""
+    measures = variant_measures(
+        models,
+        batches,
+        sources,
+        decode,
+        train_steps=train_steps,
+        warmup_steps=warmup_steps,
+        batch_size=batch_size,
+    )
+    return interleaved_variants(measures, rounds=1, seed=seed)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SpeedSettings(Settings):
     """The speed table's protocol (params ``speed``): every variant of ``variants`` (softmax
-    included, the baseline) is timed once per round, ``rounds`` rounds in turn, with ``threads``
-    torch threads: ``train_steps`` updates (after ``warmup_steps`` untimed ones) on token batches
-    of ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
+    included, the baseline) is timed once per round, train and inference, ``rounds`` rounds in
+    an order shuffled afresh each round with ``seed``, with ``threads`` torch threads:
+    ``train_steps`` updates (after ``warmup_steps`` untimed ones) on token batches of
+    ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
     of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes."""
 
     corpus: str
     variants: tuple[str, ...] = setting(distinct=True)
     rounds: int = setting(3, at_least=1)
+    seed: int = setting(0, at_least=0)
     threads: int = setting(2, at_least=1)
     train_steps: int = setting(10, at_least=1)
     warmup_steps: int = setting(3, at_least=0)
@@ -297,7 +365,8 @@ def measure_speed(
     decode: DecodeSettings,
     on_round: Callable[[int], None] | None = None,
 ) -> list[dict[str, dict[str, Throughput]]]:
-    """``settings.rounds`` rounds of :func:`compare_variants` over the variants of ``settings``.
+    """``settings.rounds`` interleaved rounds (:func:`interleaved_variants`) of the variants of
+    ``settings``: per round, every variant's train and inference throughput.
 
     Every variant is ``config`` (vocabulary set) with its normalizer and the same initial
     weights (seed 0); training batches are the first token batches of ``train`` (seed 0),
@@ -314,45 +383,49 @@ def measure_speed(
     indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
     batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
     sources = [source for source, _ in test[: settings.infer_sentences]]
-    rounds = []
-    for index in range(settings.rounds):
-        rounds.append(
-            compare_variants(
-                models,
-                batches,
-                sources,
-                decode,
-                train_steps=settings.train_steps,
-                warmup_steps=settings.warmup_steps,
-                batch_size=settings.batch_sentences,
-            )
-        )
-        if on_round is not None:
-            on_round(index)
-    return rounds
+    measures = variant_measures(
+        models,
+        batches,
+        sources,
+        decode,
+        train_steps=settings.train_steps,
+        warmup_steps=settings.warmup_steps,
+        batch_size=settings.batch_sentences,
+    )
+    return interleaved_variants(
+        measures, rounds=settings.rounds, seed=settings.seed, on_round=on_round
+    )
 
 
 def summarize_rounds(rounds: Sequence[Mapping[str, Mapping[str, Throughput]]]) -> list[dict]:
     """JSON-ready rows, one per variant (in the rounds' order), of repeated measurements.
 
-    Each round times every variant in turn, so the ratio of a variant's tokens/s to softmax's
-    *in the same round* cancels what drifts between rounds (load, clock); per phase a row holds
+    Each round measures every variant, so the ratio of a variant's tokens/s to softmax's *in the
+    same round* cancels what drifts between rounds (load, clock); per phase a row holds
     ``tokens_per_second_each_round``, ``ratio_to_softmax_each_round``, the median round's
-    :class:`Throughput` and ``<phase>_ratio_to_softmax``: the median of the per-round ratios.
+    :class:`Throughput`, ``<phase>_ratio_to_softmax`` (the median of the per-round ratios) and,
+    from :class:`components.timing.RatioSummary`, ``<phase>_ratio_quartiles``,
+    ``<phase>_ratio_range``, ``<phase>_relative_spread`` (IQR ÷ median) and ``<phase>_noisy``
+    (relative spread above ``components.timing.NOISY_RELATIVE_SPREAD``, or too few rounds).
     """
+    speeds = {
+        variant: {phase: [r[variant][phase].tokens_per_second for r in rounds] for phase in PHASES}
+        for variant in rounds[0]
+    }
+    summary = summarize(speeds, "softmax")
     rows = []
     for variant in rounds[0]:
         row: dict = {"variant": variant}
         for phase in PHASES:
-            speeds = [r[variant][phase].tokens_per_second for r in rounds]
-            ratios = [
-                r[variant][phase].tokens_per_second / r["softmax"][phase].tokens_per_second
-                for r in rounds
-            ]
-            median_round = sorted(range(len(rounds)), key=lambda i: speeds[i])[len(rounds) // 2]
-            row[phase] = rounds[median_round][variant][phase].to_dict()
-            row[f"{phase}_ratio_to_softmax"] = statistics.median(ratios)
-            row.setdefault("tokens_per_second_each_round", {})[phase] = speeds
-            row.setdefault("ratio_to_softmax_each_round", {})[phase] = ratios
+            per_round = summary[variant][phase]
+            order = sorted(range(len(rounds)), key=lambda i: per_round.values[i])
+            row[phase] = rounds[order[len(rounds) // 2]][variant][phase].to_dict()
+            row[f"{phase}_ratio_to_softmax"] = per_round.ratio
+            row[f"{phase}_ratio_quartiles"] = list(per_round.ratio_quartiles)
+            row[f"{phase}_ratio_range"] = list(per_round.ratio_range)
+            row[f"{phase}_relative_spread"] = per_round.relative_spread
+            row[f"{phase}_noisy"] = per_round.noisy
+            row.setdefault("tokens_per_second_each_round", {})[phase] = list(per_round.values)
+            row.setdefault("ratio_to_softmax_each_round", {})[phase] = list(per_round.ratios)
         rows.append(row)
     return rows

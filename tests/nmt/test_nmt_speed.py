@@ -14,6 +14,7 @@ from components.nmt.speed import (
     Throughput,
     compare_variants,
     inference_throughput,
+    interleaved_variants,
     measure_speed,
     summarize_rounds,
     training_throughput,
@@ -129,6 +130,57 @@ def test_ratios_pair_each_round_with_the_softmax_of_the_same_round() -> None:
     assert topk["tokens_per_second_each_round"]["train"] == [900.0, 450.0, 950.0]
     assert topk["train"]["tokens"] == 900  # the median round's measurement
     assert rows["softmax"]["train_ratio_to_softmax"] == 1.0
+    # the spread of the per-round ratios: quartiles, range, IQR ÷ median, and the noisy flag
+    assert topk["train_ratio_quartiles"] == pytest.approx([0.9, 0.925])
+    assert topk["train_ratio_range"] == [0.9, 0.95]
+    assert topk["train_relative_spread"] == pytest.approx(0.025 / 0.9)
+    assert topk["train_noisy"] is False
+    assert topk["inference_ratio_quartiles"] == pytest.approx([0.8, 0.85])
+    assert topk["inference_noisy"] is False  # 0.05 / 0.8 = 6% of the median
+    assert rows["softmax"]["inference_relative_spread"] == 0.0
+
+
+def test_a_wide_spread_of_per_round_ratios_is_flagged_noisy() -> None:
+    rounds = [
+        {
+            "softmax": {"train": _speed(1000), "inference": _speed(100)},
+            "topk": {"train": _speed(tokens), "inference": _speed(90)},
+        }
+        for tokens in (600, 900, 1200)
+    ]
+    topk = {row["variant"]: row for row in summarize_rounds(rounds)}["topk"]
+    assert topk["train_ratio_to_softmax"] == 0.9
+    assert topk["train_relative_spread"] == pytest.approx(0.3 / 0.9) and topk["train_noisy"]
+    assert not topk["inference_noisy"]
+    two_rounds = {row["variant"]: row for row in summarize_rounds(rounds[:2])}["topk"]
+    assert two_rounds["inference_noisy"]  # too few rounds to know the spread
+
+
+def test_interleaved_variants_measure_every_variant_each_round_in_a_new_order() -> None:
+    calls: list[tuple[str, str]] = []
+
+    def measure(variant: str, phase: str, tokens: int):
+        def call() -> Throughput:
+            calls.append((variant, phase))
+            return _speed(tokens)
+
+        return call
+
+    variants = {"softmax": (1000, 100), "sparsemax": (900, 80), "topk": (950, 90)}
+    measures = {
+        v: {"train": measure(v, "train", t), "inference": measure(v, "inference", i)}
+        for v, (t, i) in variants.items()
+    }
+    seen: list[int] = []
+    rounds = interleaved_variants(measures, rounds=4, seed=1, on_round=seen.append)
+    assert seen == [0, 1, 2, 3] and len(calls) == 4 * 6  # no extra warm-up calls
+    per_round = [calls[6 * i : 6 * (i + 1)] for i in range(4)]
+    pairs = sorted((v, p) for v in variants for p in ("train", "inference"))
+    assert all(sorted(r) == pairs for r in per_round)
+    assert len({tuple(r) for r in per_round}) > 1  # interleaved differently each round
+    assert rounds[2]["sparsemax"]["inference"].tokens == 80
+    rows = {row["variant"]: row for row in summarize_rounds(rounds)}
+    assert rows["sparsemax"]["ratio_to_softmax_each_round"]["train"] == [0.9] * 4
 
 
 def test_measure_speed_builds_equal_models_and_runs_every_round(make_config) -> None:
