@@ -35,6 +35,7 @@ from typing import Literal
 from scipy import stats
 
 from components.errors import LearnableSparsityError
+from components.timing import quartiles, spreads_overlap
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -363,13 +364,32 @@ def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verd
     return verdict(holds, evidence, median=median, rounds=list(rounds))
 
 
-def lowest(medians: Mapping[str, float], name: str, what: str) -> Verdict:
-    """``name`` has the lowest of the ``medians``."""
-    if name not in medians or len(medians) < 2:
+def lowest(rounds: Mapping[str, Sequence[float]], name: str, what: str) -> Verdict:
+    """``name`` has the lowest median of the per-round ``rounds`` (e.g. ratios to softmax in
+    each round), and the interquartile ranges of its rounds and of the nearest other's do not
+    overlap (:func:`components.timing.spreads_overlap`). Where they overlap the rounds cannot
+    order the two: not measurable (a tie within noise is neither reproduced nor refuted)."""
+    rounds = {key: values for key, values in rounds.items() if values}
+    if name not in rounds or len(rounds) < 2:
         return not_measurable(f"{what}: needs {name} and at least one other variant")
+    medians = {key: statistics.median(values) for key, values in rounds.items()}
     order = sorted(medians, key=medians.__getitem__)
-    listing = ", ".join(f"{k} {medians[k]:.2f}" for k in order)
-    return verdict(order[0] == name, f"{what} (median ratio to softmax): {listing}", order=order)
+    listing = ", ".join(_with_quartiles(k, medians[k], rounds[k]) for k in order)
+    evidence = f"{what} (median ratio to softmax over the rounds, IQR): {listing}"
+    nearest = order[1] if order[0] == name else order[0]
+    if spreads_overlap(rounds[name], rounds[nearest]):
+        return not_measurable(
+            f"{evidence}; {name} and {nearest} are within the rounds' spread (their "
+            "interquartile ranges overlap): the rounds cannot tell which is slower",
+            order=order,
+            tie=[name, nearest],
+        )
+    return verdict(order[0] == name, evidence, order=order)
+
+
+def _with_quartiles(key: str, median: float, values: Sequence[float]) -> str:
+    q1, q3 = quartiles(values)
+    return f"{key} {median:.2f} ({q1:.2f}–{q3:.2f})"
 
 
 def finite(values: Sequence[float]) -> list[float]:

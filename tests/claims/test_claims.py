@@ -256,6 +256,69 @@ def test_speed_claims() -> None:
     assert _verdict("est_alpha_slowest", slow_topk).status == NOT_REPRODUCED
 
 
+SPEED_CLEAR_TRAIN = {
+    "softmax": [1.0] * 5,
+    "topk": [0.97, 0.95, 1.02, 0.99, 0.96],
+    "entmax15": [0.86, 0.9, 0.88, 0.87, 0.89],
+}
+
+
+@pytest.mark.parametrize(
+    ("alpha", "entmax15", "status", "words"),
+    [
+        # α-entmax clearly slowest: its rounds' IQR lies below 1.5-entmax's
+        ([0.60, 0.62, 0.64, 0.61, 0.63], [0.70, 0.72, 0.71, 0.69, 0.73], REPRODUCED, "IQR"),
+        # 1.5-entmax clearly slowest
+        ([0.72, 0.71, 0.70, 0.73, 0.74], [0.60, 0.62, 0.61, 0.63, 0.59], NOT_REPRODUCED, "IQR"),
+        # a tie within noise (0.71 ± 0.07 vs 0.70 ± 0.08): α-entmax's median is higher, but
+        # the rounds' spreads overlap — neither reproduced nor refuted
+        (
+            [0.64, 0.71, 0.78, 0.66, 0.76],
+            [0.62, 0.70, 0.78, 0.64, 0.77],
+            NOT_MEASURABLE,
+            "within the rounds' spread",
+        ),
+        # the same tie with α-entmax's median lower: still not measurable
+        (
+            [0.62, 0.70, 0.78, 0.64, 0.77],
+            [0.64, 0.71, 0.78, 0.66, 0.76],
+            NOT_MEASURABLE,
+            "within the rounds' spread",
+        ),
+    ],
+)
+def test_slowest_needs_the_rounds_spreads_apart(
+    alpha: list[float], entmax15: list[float], status: str, words: str
+) -> None:
+    inference = {"softmax": [1.0] * 5, "topk": [0.93, 0.9, 0.96, 0.94, 0.92]}
+    results = Results(
+        speed={
+            **{v: {"train": SPEED_CLEAR_TRAIN[v], "inference": inference[v]} for v in inference},
+            "entmax15": {"train": SPEED_CLEAR_TRAIN["entmax15"], "inference": entmax15},
+            "entmax_alpha": {"train": [0.7, 0.72, 0.69, 0.71, 0.7], "inference": alpha},
+        }
+    )
+    verdict = _verdict("est_alpha_slowest", results)
+    assert verdict.status == status
+    assert words in verdict.evidence
+    assert verdict.numbers["train"]["status"] == REPRODUCED  # training: clearly slowest
+    if status == NOT_MEASURABLE:
+        assert verdict.numbers["inference"]["tie"] == ["entmax_alpha", "entmax15"]
+
+
+def test_slowest_is_not_measurable_without_a_rival_or_rounds() -> None:
+    alone = Results(speed={"entmax_alpha": {"train": [0.7] * 3, "inference": [0.6] * 3}})
+    assert _verdict("est_alpha_slowest", alone).status == NOT_MEASURABLE
+    empty = Results(
+        speed={
+            "softmax": {"train": [1.0] * 3, "inference": [1.0] * 3},
+            "entmax_alpha": {"train": [0.7] * 3, "inference": []},
+        }
+    )
+    verdict = _verdict("est_alpha_slowest", empty)
+    assert verdict.status == NOT_MEASURABLE and "needs entmax_alpha" in verdict.evidence
+
+
 def _alpha_types(encoder: list[float], decoder: list[float]) -> dict[str, list[float]]:
     return {"encoder.self": encoder, "decoder.self": decoder, "decoder.context": decoder}
 
