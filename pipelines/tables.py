@@ -45,7 +45,8 @@ def bleu_tables(profile: str) -> list[ComparisonTable]:
 
 
 def speed_table(profile: str) -> ComparisonTable:
-    """The speed table in EST Table 4 layout: every round's tokens/s and ratio to softmax."""
+    """The speed table in EST Table 4 layout: every round's tokens/s and ratio to softmax, with
+    the median ratio, its interquartile range over the rounds and the noisy flag."""
     speed = read_json(layout.results("speed") / "rounds.json")
     rounds = [
         {
@@ -62,8 +63,20 @@ def speed_table(profile: str) -> ComparisonTable:
         for row in speed["rows"]
         for index in range(speed["rounds"])
     ]
+    spreads = {
+        row["variant"]: {
+            phase: {
+                "ratio": row[f"{phase}_ratio_to_softmax"],
+                "ratio_quartiles": row[f"{phase}_ratio_quartiles"],
+                "noisy": row[f"{phase}_noisy"],
+            }
+            for phase in ("train", "inference")
+            if f"{phase}_ratio_quartiles" in row  # absent in rounds.json of older runs
+        }
+        for row in speed["rows"]
+    }
     device = f"{speed['device']}, {speed['threads']} threads"
-    return speed_comparison_table(rounds, profile, device, speed["corpus"])
+    return speed_comparison_table(rounds, profile, device, speed["corpus"], spreads)
 
 
 def head_tables(profile: str) -> list[ComparisonTable]:

@@ -165,6 +165,7 @@ def speed_comparison_table(
     profile: str,
     device: str,
     data: str | Sequence[str],
+    spreads: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> ComparisonTable:
     """Training / inference tokens per second and their ratios to softmax, as in EST Table 4.
 
@@ -176,7 +177,10 @@ def speed_comparison_table(
     tokens/s, shown ×1000) and their ratios to its softmax row, measured on iwslt14_de_en, and
     AST's in-text training speeds relative to softmax (α-entmax 75%, 1.5-entmax 90%; no data set
     is attached, so no difference is computed). Absolute speeds depend on the hardware and are
-    never differenced. ``data``: the corpus the speeds were measured on.
+    never differenced. ``data``: the corpus the speeds were measured on. ``spreads`` (optional,
+    the speed stage's summary): variant → phase → {"ratio": median of the per-round ratios,
+    "ratio_quartiles": [q1, q3], "noisy": bool}; shown after the ratio cell as "median …,
+    IQR …–…", with "noisy" when flagged.
     """
     corpora = check_names("data", data)
     measured: dict[str, dict[str, list[float]]] = {}
@@ -217,7 +221,9 @@ def speed_comparison_table(
                 (Reference(est_source, published * 1000, data=EST_SPEED_CORPUS),),
             )
             cells[f"{phase}_ratio"] = Cell(
-                tuple(measured[variant][f"{phase}_ratio"]), tuple(ratio_refs)
+                tuple(measured[variant][f"{phase}_ratio"]),
+                tuple(ratio_refs),
+                note=_spread_note(spreads, variant, phase),
             )
         table_rows.append(Row(VARIANT_LABELS[variant], cells))
     return ComparisonTable(
@@ -242,6 +248,25 @@ def speed_comparison_table(
             paper_table("ast_training_speed")["source"],
         ),
     )
+
+
+def _spread_note(
+    spreads: Mapping[str, Mapping[str, Mapping[str, Any]]] | None, variant: str, phase: str
+) -> str | None:
+    """ "median m, IQR q1–q3" (", noisy" when flagged) of the given summary, None without one."""
+    summary = (spreads or {}).get(variant, {}).get(phase)
+    if summary is None:
+        return None
+    key = f"spreads[{variant}][{phase}]"
+    for field in ("ratio", "ratio_quartiles", "noisy"):
+        if field not in summary:
+            raise LearnableSparsityError(f"{key} lacks {field!r}")
+    median = check_number(f"{key} ratio", summary["ratio"], low=0.0)
+    q1, q3 = (check_number(f"{key} quartile", q, low=0.0) for q in summary["ratio_quartiles"])
+    if not isinstance(summary["noisy"], bool):
+        raise LearnableSparsityError(f"{key} noisy must be true or false, got {summary['noisy']!r}")
+    note = f"median {median:.2f}, IQR {q1:.2f}–{q3:.2f}"
+    return f"{note}, noisy" if summary["noisy"] else note
 
 
 _AST_HEAD_SYSTEMS = {"softmax": "softmax", "entmax15": "1.5-entmax", "entmax_alpha": "alpha-entmax"}

@@ -104,6 +104,25 @@ def test_speed_table_reads_the_ratios_and_computes_none() -> None:
     assert "- device: cpu" in to_markdown(table)
 
 
+def test_speed_table_shows_the_median_ratio_its_spread_and_the_noisy_flag() -> None:
+    spreads = {
+        "entmax_alpha": {
+            "train": {"ratio": 0.375, "ratio_quartiles": [0.3125, 0.4375], "noisy": True},
+            "inference": {"ratio": 0.15, "ratio_quartiles": [0.14, 0.16], "noisy": False},
+        }
+    }
+    table = speed_comparison_table(SPEED_ROWS, "smoke", "cpu", "smoke", spreads)
+    cells = {row.system: row.cells for row in table.rows}
+    assert cells["α-entmax"]["train_ratio"].note == "median 0.38, IQR 0.31–0.44, noisy"
+    assert cells["α-entmax"]["inference_ratio"].note == "median 0.15, IQR 0.14–0.16"
+    assert cells["Transformer (softmax)"]["train_ratio"].note is None  # no summary given
+    assert "median 0.38, IQR 0.31–0.44, noisy" in to_markdown(table)
+    with pytest.raises(LearnableSparsityError, match=r"spreads\[entmax_alpha\]\[train\] lacks"):
+        speed_comparison_table(
+            SPEED_ROWS, "smoke", "cpu", "smoke", {"entmax_alpha": {"train": {"ratio": 0.3}}}
+        )
+
+
 def test_speed_table_needs_the_softmax_baseline() -> None:
     with pytest.raises(LearnableSparsityError, match="softmax baseline is missing"):
         speed_comparison_table(SPEED_ROWS[2:], profile="smoke", device="cpu", data="smoke")
