@@ -27,6 +27,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from components.timing import MIN_ROUNDS_FOR_SPREAD
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["softmax", "sparsemax", "entmax15", "entmax_alpha", "topk"]
 
@@ -154,8 +156,13 @@ def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
     assert set(metrics["smoke"]["softmax"]["bleu"]) == {"mean", "seed0"}
     speed = json.loads((repo / "results/speed/metrics.json").read_text())
     assert set(speed) == set(VARIANTS) and speed["softmax"]["train_ratio_to_softmax"] == 1.0
+    assert "inference_relative_spread" in speed["softmax"]
     rounds = json.loads((repo / "results/speed/rounds.json").read_text())
     assert {row["variant"] for row in rounds["rows"]} == set(VARIANTS)
+    for row in rounds["rows"]:  # the spread over the rounds; too few rounds to know it: noisy
+        assert len(row["ratio_to_softmax_each_round"]["train"]) == rounds["rounds"]
+        assert len(row["train_ratio_quartiles"]) == 2
+        assert row["inference_noisy"] is True or rounds["rounds"] >= MIN_ROUNDS_FOR_SPREAD
 
 
 def test_head_analysis_outputs(repro: tuple[Path, str, str]) -> None:
