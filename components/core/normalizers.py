@@ -41,6 +41,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from components.core import fused
+
 # Below this α − 1 the general solver uses α − 1 = _MIN_BETA: softmax to within ~1e-7.
 _MIN_BETA = 1e-7
 # Cap on Newton iterations for the exact solvers; rows still unconverged use the sort fallback.
@@ -433,6 +435,11 @@ class SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
+        ctx.fused = fused.usable(x)
+        if ctx.fused:
+            p = fused.sparsemax(x)
+            ctx.save_for_backward(p)
+            return p
         rows = _scaled_candidates(x, 1.0)
         tau, _ = _sparsemax_threshold(rows.shifted)
         p = (rows.shifted - tau).clamp_(min=0)
@@ -443,6 +450,8 @@ class SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (p,) = ctx.saved_tensors
+        if ctx.fused:
+            return fused.sparsemax_backward(p, grad)
         grad = ctx.candidates.gather(grad)
         grad_x = _jacobian_vector_product((p > 0).to(grad.dtype), grad)
         return _poison(ctx.candidates.scatter(grad_x), ctx.nan)
@@ -456,6 +465,11 @@ class Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
+        ctx.fused = fused.usable(x)
+        if ctx.fused:
+            p = fused.entmax15(x)
+            ctx.save_for_backward(p)
+            return p
         rows = _scaled_candidates(x, 0.5)
         z = rows.shifted / 2
         tau, _ = _entmax15_threshold(z)
@@ -466,6 +480,8 @@ class Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
+        if ctx.fused:
+            return fused.entmax15_backward(*ctx.saved_tensors, grad)
         (sqrt_p,) = ctx.saved_tensors
         grad = ctx.candidates.gather(grad)
         return _poison(ctx.candidates.scatter(_jacobian_vector_product(sqrt_p, grad)), ctx.nan)
@@ -479,6 +495,11 @@ class EntmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
+        ctx.fused = fused.usable(x)
+        if ctx.fused:
+            p = fused.entmax(x, alpha)
+            ctx.save_for_backward(p, alpha)
+            return p
         beta = (alpha - 1).clamp(min=_MIN_BETA)
         rows = _scaled_candidates(x, beta)
         z = beta * rows.shifted
@@ -496,6 +517,9 @@ class EntmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
         p, alpha = ctx.saved_tensors
+        if ctx.fused:
+            grad_x, per_row = fused.entmax_backward(p, alpha, grad, ctx.needs_input_grad[1])
+            return grad_x, None if per_row is None else per_row.sum_to_size(alpha.shape)
         grad = ctx.candidates.gather(grad)
         beta = (alpha - 1).clamp(min=0)  # both gradients are well defined at α = 1
         on = p > 0
@@ -507,6 +531,25 @@ class EntmaxFunction(torch.autograd.Function):
             per_row = _poison(_alpha_grad(p, log_p, s, grad, beta), ctx.nan)
             grad_alpha = per_row.sum_to_size(alpha.shape)
         return grad_x, grad_alpha
+
+
+class TopkSoftmaxFunction(torch.autograd.Function):
+    """Softmax over the entries ≥ the k-th largest of the last dimension (the fused kernel; the
+    eager ``topk_softmax`` is composed of torch ops).
+
+    Backward: the softmax Jacobian on the kept entries, p ⊙ (g − ⟨p, g⟩).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, k: int) -> Tensor:
+        p = fused.topk_softmax(x, k)
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        (p,) = ctx.saved_tensors
+        return fused.softmax_backward(p, grad), None
 
 
 # --------------------------------------------------------------------------- public API
@@ -605,6 +648,8 @@ def topk_softmax(x: Tensor, k: int, dim: int = -1, mask: Tensor | None = None) -
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     xl = _to_last_dim(x, dim, mask)
+    if fused.usable(xl):
+        return _from_last_dim(TopkSoftmaxFunction.apply(xl, k), dim, x.dtype)
     top = xl.topk(min(k, xl.shape[-1]), dim=-1).values
     # Fewer than k unmasked entries make the k-th value −inf, which keeps all unmasked ones. A NaN
     # is never below the k-th value, so a row with a NaN stays NaN. Adding −inf (not masked_fill)

@@ -9,6 +9,10 @@ floats; its final renormalisation is harmless at that precision). It is never us
 it returns the uniform distribution: softmax is the reference there.
 
 Threshold convention throughout: p_i = [(α−1) x_i − τ]_+^{1/(α−1)}.
+
+Every test runs twice: on the fused CPU kernels (``components.core.fused``) and on the eager
+solvers (the fall-back, e.g. for CUDA), except those marked ``eager_solvers``, which look at the
+eager solvers' internals (candidate packing, the iteration cap).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from entmax import entmax15 as ref_entmax15
 from entmax import entmax_bisect as ref_entmax_bisect
 from entmax import sparsemax as ref_sparsemax
 
+from components.core import fused
 from components.core import normalizers as normalizers_module
 from components.core.normalizers import (
     entmax,
@@ -39,6 +44,24 @@ ALPHAS = (1.05, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
 GRAD_ALPHAS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5)
 ROW_ALPHAS = (1.1, 1.5, 2.0, 2.7, 1.3)
 
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    eager_only = metafunc.definition.get_closest_marker("eager_solvers") is not None
+    metafunc.parametrize("solvers", ["eager"] if eager_only else ["fused", "eager"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def solvers(request: pytest.FixtureRequest):
+    """Which solvers the test runs on: the fused kernels (which must be there) or the eager ones."""
+    if request.param == "eager":
+        with fused.disabled():
+            yield request.param
+    else:
+        assert fused.available(), "the fused CPU kernels did not build (see the warning)"
+        yield request.param
+
+
+eager_solvers = pytest.mark.eager_solvers
 
 # --------------------------------------------------------------------------- input helpers
 
@@ -803,6 +826,7 @@ def test_structured_rows(name):
         assert _max_err(_run(name, xd), _expected(name, xd)) <= TOL[dtype], dtype
 
 
+@eager_solvers
 @pytest.mark.parametrize("cap", [2, 3])
 def test_sort_fallback_of_exact_functions(monkeypatch, cap):
     """The sort-based fallback of sparsemax / entmax15, forced by capping the Newton iterations.
@@ -1038,6 +1062,7 @@ def _packed_case(dtype):
     return x, mask
 
 
+@eager_solvers
 @pytest.mark.parametrize("alpha", [1.5, 2.0, "heads"])
 def test_candidate_packing_is_used_for_long_sparse_rows(alpha):
     x, mask = _packed_case(F32)
@@ -1167,6 +1192,7 @@ def test_nan_rows_give_nan_and_leave_other_rows_alone(name, dtype):
         assert torch.equal(agrad[~poisoned], agrad_clean[~poisoned])
 
 
+@eager_solvers
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_1.25", "entmax_2.5"])
 def test_nan_rows_keep_the_packed_path_and_stop_at_once(name, monkeypatch):
     """Long sparse rows: a NaN row neither disables candidate packing for the batch nor makes
