@@ -2,8 +2,10 @@
 
 For each key length S, scores of shape [B, H, T, S] (B·H·T ≈ 4096 rows) are normalised along
 the last dimension by torch.softmax (the baseline), this project's sparsemax, entmax15, entmax
-(α = 1.5 as a learnable per-head tensor, α-gradient included) and topk_softmax (k = 8), and the
-`entmax` package's sparsemax, entmax15 and entmax_bisect (50 and 25 iterations).
+(α = 1.5 as a learnable per-head tensor, α-gradient included) and topk_softmax (k = 8) — on the
+fused CPU kernels (``components.core.fused``) where they are built, and again on the eager
+solvers (rows "(eager)") — and the `entmax` package's sparsemax, entmax15 and entmax_bisect (50
+and 25 iterations).
 
 Timing (``components.timing``): after one warm-up call of each, the forward, backward and
 forward+backward of every function run interleaved — in a new seeded order each round — for
@@ -34,6 +36,7 @@ from pathlib import Path
 import torch
 from timing import write_json
 
+from components.core import fused
 from components.core import normalizers as ours
 from components.timing import (
     MIN_ROUNDS_FOR_SPREAD,
@@ -104,6 +107,16 @@ def _measures(
     }
 
 
+def _eager(fn: Callable) -> Callable:
+    """``fn`` on the eager solvers (the backward follows the forward's choice)."""
+
+    def run(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        with fused.disabled():
+            return fn(x, alpha)
+
+    return run
+
+
 def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
     """name -> (function of (x, alpha), fp64 oracle of x, α for the iteration count)."""
 
@@ -120,6 +133,15 @@ def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
         "entmax15": (lambda x, a: ours.entmax15(x), reference.entmax15, 1.5),
         LEARNED_ALPHA: (lambda x, a: ours.entmax(x, a), oracle_alpha, ALPHA),
         f"topk_softmax (k={K})": (lambda x, a: ours.topk_softmax(x, K), oracle_topk, None),
+        # The same functions on the eager solvers (the fall-back where the kernels are not).
+        "sparsemax (eager)": (_eager(lambda x, a: ours.sparsemax(x)), reference.sparsemax, None),
+        "entmax15 (eager)": (_eager(lambda x, a: ours.entmax15(x)), reference.entmax15, None),
+        f"{LEARNED_ALPHA} (eager)": (_eager(lambda x, a: ours.entmax(x, a)), oracle_alpha, None),
+        f"topk_softmax (k={K}, eager)": (
+            _eager(lambda x, a: ours.topk_softmax(x, K)),
+            oracle_topk,
+            None,
+        ),
         "entmax pkg sparsemax": (lambda x, a: reference.sparsemax(x), reference.sparsemax, None),
         "entmax pkg entmax15": (lambda x, a: reference.entmax15(x), reference.entmax15, None),
         BISECT_50: (

@@ -58,7 +58,7 @@ def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_pat
     )
     assert completed.returncode == 0, completed.stderr  # noisy or not, the output is written
     payload = json.loads(out.read_text())
-    assert payload["torch"] and payload["threads"] == 1 and len(payload["results"]) == 9
+    assert payload["torch"] and payload["threads"] == 1 and len(payload["results"]) == 13
     rows = {row["function"]: row for row in payload["results"]}
     for row in rows.values():
         assert row["key_length"] == 8 and row["rounds"] == 3
@@ -77,6 +77,11 @@ def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_pat
                 row[f"{quantity}_relative_spread"] > NOISY_RELATIVE_SPREAD
             )
         assert row["noisy"] == any(row[f"{q}_noisy"] for q in QUANTITIES)
+    # ours twice: on the fused kernels and on the eager solvers, both exact
+    eager = [name for name in rows if name.endswith("eager)")]
+    assert len(eager) == 4
+    for name in ["sparsemax", "entmax15", "entmax (learned α)", "topk_softmax (k=8)", *eager]:
+        assert rows[name]["max_abs_error_vs_fp64"] <= 1e-5, name
     # each round's ratio divides by the softmax of the same round
     softmax = rows["torch.softmax"]
     assert softmax["forward_backward_ratio_each_round"] == [1.0, 1.0, 1.0]
@@ -101,5 +106,5 @@ def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_pat
     noisy = [row for row in rows.values() if row["noisy"]]
     assert ("ratio(s) are noisy" in completed.stderr) == bool(noisy)
     header, _rule, *lines = [line for line in completed.stdout.splitlines() if line.startswith("|")]
-    assert "f+b/sm IQR" in header and "spread" in header and len(lines) == 9
+    assert "f+b/sm IQR" in header and "spread" in header and len(lines) == 13
     assert sum("NOISY" in line for line in lines) == len(noisy)
