@@ -89,8 +89,8 @@ def _build(compiler: str, target: Path, defines: tuple[str, ...] = ()) -> None:
         partial.replace(target)
 
 
-def _load(path: Path) -> ctypes.CDLL:
-    """The built library with its functions' argument types declared."""
+def _load(path: Path) -> dict[tuple[str, torch.dtype], ctypes._CFuncPtr]:
+    """The built library's kernels by (name, dtype), their argument types declared."""
     library = ctypes.CDLL(str(path))
     pointer, size, threads = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     signatures = {
@@ -103,16 +103,18 @@ def _load(path: Path) -> ctypes.CDLL:
         "topk_softmax_forward": [pointer] * 2 + [size],
         "softmax_backward": [pointer] * 3,
     }
+    kernels = {}
     for name, arguments in signatures.items():
-        for suffix in _DTYPES.values():
+        for dtype, suffix in _DTYPES.items():
             function = getattr(library, f"{name}_{suffix}")
             function.argtypes = [*arguments, size, size, threads]
             function.restype = None
-    return library
+            kernels[name, dtype] = function
+    return kernels
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | None:
+def _library() -> dict[tuple[str, torch.dtype], ctypes._CFuncPtr] | None:
     compiler = os.environ.get("CXX", "g++")
     try:
         if shutil.which(compiler) is None:
@@ -158,7 +160,7 @@ def _call(name: str, inputs: list[Tensor], outputs: list[Tensor | None], *extra:
     rows = inputs[0].numel() // max(d, 1)
     if rows == 0 or d == 0:
         return
-    function = getattr(_library(), f"{name}_{_DTYPES[inputs[0].dtype]}")
+    function = _library()[name, inputs[0].dtype]
     pointers = [t.data_ptr() for t in inputs]
     pointers += [None if t is None else t.data_ptr() for t in outputs]
     function(*pointers, *extra, rows, d, torch.get_num_threads())

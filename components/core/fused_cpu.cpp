@@ -20,7 +20,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -46,8 +51,8 @@ constexpr int64_t kNarrowSumUpTo = 4096;
 // in place: the exact solvers' passes are a few vectorised compares and adds per entry, cheaper
 // than packing (a scalar loop) unless the row is long; α-entmax's passes take a log and an exp
 // per entry, which packing saves sooner.
-constexpr int64_t kExactPackFrom = 2048;
-constexpr int64_t kEntmaxPackFrom = 128;
+constexpr int64_t kExactPackFrom = 128;
+constexpr int64_t kEntmaxPackFrom = 16;
 // Top-k finds the k-th largest entry by k passes of vectorised max-and-count up to this k, and
 // by nth_element (a copy and a partial sort) beyond.
 constexpr int64_t kTopkPassesUpTo = 32;
@@ -123,8 +128,24 @@ inline float log_approx(float x) {
   return LS_KEEP_ORDER(m + y) + 0.693359375f * e;
 }
 
+// e^y − 1 without cancellation near 0: a Taylor polynomial for |y| < 0.3 (truncation below
+// 1e-10 relative), e^y − 1 beyond (at most a few ulps there).
+inline float expm1_approx(float y) {
+  if (std::abs(y) >= 0.3f) return exp_approx(y) - 1.0f;
+  float t = 1.0f / 40320;
+  t = t * y + 1.0f / 5040;
+  t = t * y + 1.0f / 720;
+  t = t * y + 1.0f / 120;
+  t = t * y + 1.0f / 24;
+  t = t * y + 1.0f / 6;
+  t = t * y + 0.5f;
+  return (t * y + 1.0f) * y;
+}
+
 inline float fexp(float x) { return exp_approx(x); }
 inline double fexp(double x) { return std::exp(x); }
+inline float fexpm1(float x) { return expm1_approx(x); }
+inline double fexpm1(double x) { return std::expm1(x); }
 inline float flog(float x) { return log_approx(x); }
 inline double flog(double x) { return std::log(x); }
 
@@ -286,7 +307,7 @@ void entmax_root(const T* z, int64_t n, T beta, T* p) {
   const T tol = tolerance<T>(n);
   const int max_iter = 2 * static_cast<int>(std::lround(-std::log2(eps)));
   const T inv_beta_m1 = 1 / beta - 1;
-  T lo = 0, hi = -std::expm1(-beta * std::log(T(n))), u = 0;
+  T lo = 0, hi = -fexpm1(-beta * flog(T(n))), u = 0;
   T prev_err = kInf<T>;
   T mass = 0, s_sum = 0;
   bool current = false;  // whether p holds the terms at u
@@ -299,8 +320,9 @@ void entmax_root(const T* z, int64_t n, T beta, T* p) {
     if (err < 0) hi = u;
     if (hi - lo <= 2 * eps * hi) break;
     current = false;
-    const T log_mass = std::log(mass);
-    const T newton = u + std::expm1(beta * log_mass) * std::exp((1 - beta) * log_mass) / s_sum;
+    // Scalar math per step, in the polynomials: libm's calls cost as much as a vector pass.
+    const T log_mass = flog(mass);
+    const T newton = u + fexpm1(beta * log_mass) * fexp((1 - beta) * log_mass) / s_sum;
     const bool slow = std::abs(err) > T(0.5) * prev_err && beta > 1;
     u = (newton <= lo || newton >= hi || slow) ? (lo + hi) / 2 : newton;
     prev_err = std::abs(err);
@@ -310,13 +332,50 @@ void entmax_root(const T* z, int64_t n, T beta, T* p) {
   for (int64_t i = 0; i < n; ++i) p[i] *= inv;
 }
 
-// Per-thread row buffers.
+// Entries per vector register at most (AVX-512 float). The solvers run on a multiple of it,
+// padded with −inf (which no solver counts): a loop's tail would otherwise run one entry at a
+// time, and the log and exp of α-entmax make that slow.
+constexpr int64_t kLanes = 16;
+
+inline int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// Per-thread row buffers, with room for the padding.
 template <typename T>
 struct Scratch {
   std::vector<T> z, p, sorted;
   std::vector<int32_t> index;
-  explicit Scratch(int64_t d) : z(d), p(d), index(d) {}
+  explicit Scratch(int64_t d) : z(padded(d) + kLanes), p(padded(d)), index(padded(d) + kLanes) {}
 };
+
+// The candidates z = β(x − m) > −1 of a row and their positions, packed; returns their number.
+// With AVX-512, sixteen at a time: compress in a register, then one full store (a compressing
+// store to memory is microcoded on some CPUs); the slack of the buffers takes the tail.
+template <typename T>
+int64_t pack_candidates(const T* x, int64_t d, T m, T beta, T* z, int32_t* index) {
+  int64_t n = 0, i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 shift = _mm512_set1_ps(m), scale = _mm512_set1_ps(beta);
+    const __m512 floor = _mm512_set1_ps(-1.0f);
+    __m512i position = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; i + 16 <= d; i += 16) {
+      const __m512 zi = _mm512_mul_ps(scale, _mm512_sub_ps(_mm512_loadu_ps(x + i), shift));
+      const __mmask16 keep = _mm512_cmp_ps_mask(zi, floor, _CMP_GT_OQ);
+      _mm512_storeu_ps(z + n, _mm512_maskz_compress_ps(keep, zi));
+      _mm512_storeu_si512(index + n, _mm512_maskz_compress_epi32(keep, position));
+      n += __builtin_popcount(keep);
+      position = _mm512_add_epi32(position, _mm512_set1_epi32(16));
+    }
+  }
+#endif
+  for (; i < d; ++i) {  // branch-free compaction
+    const T zi = beta * (x[i] - m);
+    z[n] = zi;
+    index[n] = static_cast<int32_t>(i);
+    n += zi > T(-1);
+  }
+  return n;
+}
 
 inline int threads_for(int64_t rows, int64_t d, int threads) {
   return rows * d < kParallelWork ? 1 : std::max(threads, 1);
@@ -343,28 +402,28 @@ void solve(const T* z, int64_t n, T beta, T* p, std::vector<T>& sorted) {
 
 // One row of sparsemax, 1.5-entmax or α-entmax (α − 1 = beta ≥ kMinBeta). A long row is solved
 // on its candidates — the entries with z = β(x − max) > −1, the lowest threshold any solver step
-// reaches — packed into scratch; a short row on all of z, in place (z ≤ −1 is never in the
-// support, and −inf stays −inf).
+// reaches — packed into scratch; a short row on all of z (z ≤ −1 is never in the support, and
+// −inf stays −inf).
 template <Mapping M, typename T, typename A>
 void forward_row(const T* x, T m, T beta, T* y, int64_t d, Scratch<T>& scratch) {
   T* z = scratch.z.data();
-  if (d < (M == Mapping::kEntmax ? kEntmaxPackFrom : kExactPackFrom)) {
-    for (int64_t i = 0; i < d; ++i) z[i] = beta * (x[i] - m);
-    solve<M, T, A>(z, d, beta, y, scratch.sorted);
-    return;
-  }
-  int32_t* index = scratch.index.data();
-  int64_t n = 0;
-  for (int64_t i = 0; i < d; ++i) {  // branch-free compaction
-    const T zi = beta * (x[i] - m);
-    z[n] = zi;
-    index[n] = static_cast<int32_t>(i);
-    n += zi > T(-1);
-  }
   T* p = scratch.p.data();
-  solve<M, T, A>(z, n, beta, p, scratch.sorted);
-  fill(y, d, T(0));
-  for (int64_t i = 0; i < n; ++i) y[index[i]] = p[i];
+  const bool packed = d >= (M == Mapping::kEntmax ? kEntmaxPackFrom : kExactPackFrom);
+  int64_t n = d;
+  if (packed) {
+    n = pack_candidates(x, d, m, beta, z, scratch.index.data());
+  } else {
+    for (int64_t i = 0; i < d; ++i) z[i] = beta * (x[i] - m);
+  }
+  const int64_t width = padded(n);
+  std::fill(z + n, z + width, -kInf<T>);
+  solve<M, T, A>(z, width, beta, p, scratch.sorted);
+  if (packed) {
+    fill(y, d, T(0));
+    for (int64_t i = 0; i < n; ++i) y[scratch.index[i]] = p[i];
+  } else {
+    std::copy(p, p + d, y);
+  }
 }
 
 // Forward of sparsemax (alpha null), 1.5-entmax (alpha null) or α-entmax (alpha: one α per row).
@@ -508,7 +567,8 @@ void backward_entmax(const T* p, const T* alpha, const T* grad, T* grad_x, T* gr
 
 // The k-th largest entry of a row whose largest is m, counting ties (−inf when fewer than k are
 // finite). Small k: from the largest value down, count the entries equal to the current value
-// and find the next lower one, until k are counted; each step is two vectorised passes.
+// and find the next lower one, until k are counted; each step is one vectorised pass. Large k:
+// nth_element on a copy.
 template <typename T>
 T kth_largest(const T* x, int64_t d, int64_t k, T m, std::vector<T>& buffer) {
   if (k >= d) return *std::min_element(x, x + d);
