@@ -563,24 +563,66 @@ T backward_entmax_row(const T* p, T alpha, const T* grad, T* grad_x, int64_t d, 
   return (gp_sum * p_rho - gp_rho + beta * (neg_entropy * gp_rho - p_rho * gp_log)) / s_sum;
 }
 
-// grad_alpha (may be null: not wanted) gets the per-row α-gradient.
+// The support (p > 0) of a row with its gradient entries and positions, packed; returns its size.
+// As pack_candidates: sixteen at a time with AVX-512, into buffers with a vector of slack.
+template <typename T>
+int64_t pack_support(const T* p, const T* grad, int64_t d, T* p_out, T* grad_out,
+                     int32_t* index) {
+  int64_t n = 0, i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    __m512i position = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; i + 16 <= d; i += 16) {
+      const __m512 pi = _mm512_loadu_ps(p + i);
+      const __mmask16 keep = _mm512_cmp_ps_mask(pi, _mm512_setzero_ps(), _CMP_GT_OQ);
+      _mm512_storeu_ps(p_out + n, _mm512_maskz_compress_ps(keep, pi));
+      _mm512_storeu_ps(grad_out + n, _mm512_maskz_compress_ps(keep, _mm512_loadu_ps(grad + i)));
+      _mm512_storeu_si512(index + n, _mm512_maskz_compress_epi32(keep, position));
+      n += __builtin_popcount(keep);
+      position = _mm512_add_epi32(position, _mm512_set1_epi32(16));
+    }
+  }
+#endif
+  for (; i < d; ++i) {  // branch-free compaction
+    p_out[n] = p[i];
+    grad_out[n] = grad[i];
+    index[n] = static_cast<int32_t>(i);
+    n += p[i] > 0;
+  }
+  return n;
+}
+
+// grad_alpha (may be null: not wanted) gets the per-row α-gradient. Each row is differentiated on
+// its packed support (padded with p = 0 to whole vectors), where the logs and exps are needed.
 template <typename T>
 void backward_entmax(const T* p, const T* alpha, const T* grad, T* grad_x, T* grad_alpha,
                      int64_t rows, int64_t d, int threads) {
 #pragma omp parallel num_threads(threads_for(rows, d, threads))
   {
-    std::vector<T> log_p(d), s(d);
+    const int64_t room = padded(d) + kLanes;
+    std::vector<T> support_p(room), support_grad(room), support_grad_x(room), log_p(room),
+        s(room);
+    std::vector<int32_t> index(room);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       T per_row = kNaN<T>;
+      T* out = grad_x + r * d;
       if (p[r * d] != p[r * d]) {
-        fill(grad_x + r * d, d, kNaN<T>);
+        fill(out, d, kNaN<T>);
       } else {
+        const int64_t n =
+            pack_support(p + r * d, grad + r * d, d, support_p.data(), support_grad.data(),
+                         index.data());
+        const int64_t width = padded(n);
+        std::fill(support_p.begin() + n, support_p.begin() + width, T(0));
+        std::fill(support_grad.begin() + n, support_grad.begin() + width, T(0));
         with_accumulator<T>(d, [&](auto zero) {
           per_row = backward_entmax_row<T, decltype(zero)>(
-              p + r * d, alpha[r], grad + r * d, grad_x + r * d, d, log_p.data(), s.data(),
-              grad_alpha != nullptr);
+              support_p.data(), alpha[r], support_grad.data(), support_grad_x.data(), width,
+              log_p.data(), s.data(), grad_alpha != nullptr);
         });
+        fill(out, d, T(0));
+        for (int64_t i = 0; i < n; ++i) out[index[i]] = support_grad_x[i];
       }
       if (grad_alpha != nullptr) grad_alpha[r] = per_row;
     }
