@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from timing import median_ms, write_json
+from helpers import median_ms, write_json
 from torch import nn
 
 from components.core import estimators

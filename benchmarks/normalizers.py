@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from timing import write_json
+from helpers import write_json
 
 from components.core import fused
 from components.core import normalizers as ours
