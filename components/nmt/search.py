@@ -53,11 +53,14 @@ def beam_search(
     length_penalty_exponent: float = 0.6,
     max_len_a: float = 1.2,
     max_len_b: int = 10,
+    fixed_length: bool = False,
 ) -> SearchOutput:
     """Translate ``src`` [batch, src_len] (pad-padded ids) with beam search; model in eval mode.
 
     ``length_penalty_exponent`` is the exponent of lp (0 disables it); each output has at most
     ⌊max_len_a · src_len + max_len_b⌋ tokens before eos (also capped by max_positions − 1).
+    ``fixed_length`` allows eos only at that limit, so every output has exactly that length
+    whatever the model: equal work for any two models (the speed table's decoding).
     """
     config = model.config
     if model.training:
@@ -96,6 +99,8 @@ def beam_search(
         log_p[at_limit] = log_p[at_limit].masked_fill(
             torch.arange(V, device=device) != config.eos_id, -math.inf
         )
+        if fixed_length:
+            log_p[~at_limit, :, config.eos_id] = -math.inf
 
         cand_scores, cand = (scores[:, :, None] + log_p).view(B, K * V).topk(2 * K, dim=1)
         cand_beam, cand_token = cand // V, cand % V
@@ -158,7 +163,7 @@ class DecodeSettings(Settings):
     batch_sentences: int = setting(100, at_least=1)
     average_last: int = setting(1, at_least=1)
 
-    def search(self, model: Seq2Seq, src: Tensor) -> SearchOutput:
+    def search(self, model: Seq2Seq, src: Tensor, fixed_length: bool = False) -> SearchOutput:
         """:func:`beam_search` of the padded ``src`` with these settings."""
         return beam_search(
             model,
@@ -167,6 +172,7 @@ class DecodeSettings(Settings):
             length_penalty_exponent=self.length_penalty,
             max_len_a=self.max_len_a,
             max_len_b=self.max_len_b,
+            fixed_length=fixed_length,
         )
 
 

@@ -133,3 +133,23 @@ def test_outputs_respect_max_len(make_model, make_tokens) -> None:
 def test_beam_search_refuses_training_mode(make_model, make_tokens) -> None:
     with pytest.raises(LearnableSparsityError, match="eval"):
         beam_search(make_model().train(), make_tokens([3], seed=0))
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "entmax_alpha"])
+def test_fixed_length_search_fills_every_output_to_its_limit(
+    make_model, make_tokens, normalizer
+) -> None:
+    """With ``fixed_length`` every output is exactly ⌊a · src_len + b⌋ tokens long, whatever the
+    model prefers (the free search ends some of them earlier), and its score is still the model's
+    length-normalized log-probability of it."""
+    model = make_model(normalizer, seed=8)
+    src = make_tokens([6, 1, 4], seed=60)
+    free = beam_search(model, src, beam_size=3, max_len_a=1.0, max_len_b=3)
+    fixed = beam_search(model, src, beam_size=3, max_len_a=1.0, max_len_b=3, fixed_length=True)
+    assert [len(t) for t in fixed.tokens] == [9, 4, 7]
+    assert [len(t) for t in free.tokens] != [9, 4, 7]
+    for b, hyp in enumerate(fixed.tokens):
+        assert PAD not in hyp and BOS not in hyp and EOS not in hyp
+        (log_prob,) = _log_probs(model, _unpadded(src, b), [hyp])
+        expected = log_prob / length_penalty(len(hyp) + 1, 0.6)
+        assert fixed.scores[b].item() == pytest.approx(expected, abs=1e-4)

@@ -61,6 +61,8 @@ def test_training_throughput_keeps_train_mode(make_model) -> None:
 
 @pytest.mark.parametrize("normalizer", list(NORMALIZERS))
 def test_inference_throughput_counts_generated_tokens(make_model, normalizer: str) -> None:
+    """Fixed-length search: every variant generates ⌊a · src_len + b⌋ tokens per sentence, the
+    same tokens whatever the (untrained) model prefers."""
     model = make_model(normalizer).train()
     result = inference_throughput(model, SOURCES, DECODE, batch_size=2)
     assert model.training  # restored after decoding in eval mode
@@ -69,8 +71,11 @@ def test_inference_throughput_counts_generated_tokens(make_model, normalizer: st
     lengths = [
         len(hyp)
         for i in (0, 2)
-        for hyp in beam_search(model, torch.tensor(SOURCES[i : i + 2]), **settings).tokens
+        for hyp in beam_search(
+            model, torch.tensor(SOURCES[i : i + 2]), **settings, fixed_length=True
+        ).tokens
     ]
+    assert lengths == [len(source) + 2 for source in SOURCES]
     assert (result.tokens, result.source_tokens) == (sum(lengths), 16)
     assert (result.sentences, result.steps) == (4, 2)
     assert result.tokens > 0 and result.seconds > 0
