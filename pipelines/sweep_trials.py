@@ -277,6 +277,13 @@ class StopOnWrongMetric(tune.Stopper):
 
 
 def error_text(trial: Any) -> str:
-    """The end of the traceback of the trial's latest error (Tune keeps it in storage)."""
-    text = str(trial.get_error() or "unknown error (no error file)").strip()
+    """The end of the traceback of the trial's latest error. Tune writes it to the driver's local
+    trial folder just before it calls ``on_trial_error``, and copies it to storage only at its next
+    sync, so storage (``trial.get_error()``) is read only where the local file is gone."""
+    local = Path(trial.error_file) if trial.error_file else None
+    if local is not None and local.is_file():
+        text = local.read_text()
+    else:
+        text = str(trial.get_error() or "unknown error (no error file)")
+    text = text.strip()
     return "\n".join(text.splitlines()[-_ERROR_LINES:])

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 from mlflow import MlflowClient
+from ray.train._internal.storage import StorageContext
+from ray.tune.experiment import Trial
 
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import SettingsError
@@ -21,6 +23,7 @@ from pipelines.sweep_trials import (
     TRIAL_TAG,
     StopOnWrongMetric,
     SweepProgress,
+    error_text,
     scalar_results,
     trial_name,
 )
@@ -195,6 +198,7 @@ class FakeTrial:
     def __init__(self, trial_id: str, config: dict, last_result: dict) -> None:
         self.trial_id, self.config, self.last_result = trial_id, config, last_result
         self.num_failures = 0
+        self.error_file = None  # no local copy: the error comes from storage
 
     def get_error(self) -> str:
         return "Traceback ...\nLearnableSparsityError: non-finite loss nan at step 1"
@@ -242,6 +246,19 @@ def test_the_progress_callback_ends_each_trials_run_with_its_outcome(
     progress.on_trial_complete(0, [], FakeTrial("t4", config, {"results": {"acc": 1.0}}))
     assert stopper.stop_all()  # a misspelt metric ends the sweep after its first trial
     assert "metric 'accuracy' is not among the trials' results ['acc']" in progress.wrong_metric
+
+
+def test_a_failed_trials_error_is_read_before_tune_copies_it_to_storage(
+    ray_local: None, tmp_path: Path
+) -> None:
+    """Tune writes the error into the driver's staging folder and copies it to storage only at its
+    next sync, after `on_trial_error`: reading storage alone gave "unknown error" in CI."""
+    storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="sweep")
+    trial = Trial("trainable", config={}, storage=storage, stub=True)
+    trial.init_local_path()
+    trial.handle_error(RuntimeError("LearnableSparsityError: non-finite loss nan at step 1"))
+    assert trial.get_error() is None  # not in storage yet
+    assert error_text(trial).endswith("LearnableSparsityError: non-finite loss nan at step 1")
 
 
 def test_the_readme_example_spec_checks_out(project: Path) -> None:
