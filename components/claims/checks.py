@@ -352,16 +352,29 @@ def all_of(parts: Mapping[str, Verdict]) -> Verdict:
 
 
 def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verdict:
-    """The median over rounds of a ratio lies within 1 ± ``tolerance``."""
+    """The rounds' ratio lies within 1 ± ``tolerance``: reproduced when the interquartile range
+    of the rounds (:func:`components.timing.quartiles`) lies inside the band, not reproduced
+    when it lies wholly outside; where it straddles an edge the rounds cannot tell, as in
+    :func:`lowest`: not measurable."""
     if not rounds:
         return not_measurable(f"no measurement of {name}")
     median = statistics.median(rounds)
-    holds = abs(median - 1) <= tolerance
+    q1, q3 = quartiles(rounds)
+    low, high = 1 - tolerance, 1 + tolerance
     evidence = (
-        f"{name} median {median:.2f} over {len(rounds)} rounds (range {min(rounds):.2f}–"
-        f"{max(rounds):.2f}); near 1 means within ±{tolerance}"
+        f"{name} median {median:.2f} (IQR {q1:.2f}–{q3:.2f}) over {len(rounds)} rounds; near 1 "
+        f"means within ±{tolerance} ({low:.2f}–{high:.2f})"
     )
-    return verdict(holds, evidence, median=median, rounds=list(rounds))
+    numbers = {"median": median, "quartiles": [q1, q3], "rounds": list(rounds)}
+    inside, outside = low <= q1 and q3 <= high, q3 < low or q1 > high
+    if not (inside or outside):
+        edge = low if q1 < low else high
+        return not_measurable(
+            f"{evidence}; the rounds' interquartile range straddles {edge:.2f}: the rounds "
+            "cannot tell whether the ratio is within the band",
+            **numbers,
+        )
+    return verdict(inside, evidence, **numbers)
 
 
 def lowest(rounds: Mapping[str, Sequence[float]], name: str, what: str) -> Verdict:

@@ -256,6 +256,30 @@ def test_speed_claims() -> None:
     assert _verdict("est_alpha_slowest", slow_topk).status == NOT_REPRODUCED
 
 
+@pytest.mark.parametrize(
+    ("inference", "status", "words"),
+    [
+        # every quartile inside 0.85–1.15
+        ([0.93, 0.9, 0.96, 0.94, 0.92], REPRODUCED, "IQR 0.92–0.94"),
+        # wholly below the band
+        ([0.80, 0.78, 0.82, 0.79, 0.81], NOT_REPRODUCED, "IQR 0.79–0.81"),
+        # the median (0.86) inside, the first quartile (0.84) outside: the rounds cannot tell
+        ([0.84, 0.86, 0.87, 0.83, 0.86], NOT_MEASURABLE, "straddles 0.85"),
+        # straddling the upper edge
+        ([1.12, 1.16, 1.18, 1.14, 1.17], NOT_MEASURABLE, "straddles 1.15"),
+    ],
+)
+def test_near_softmax_speed_reads_the_rounds_spread(
+    inference: list[float], status: str, words: str
+) -> None:
+    train = [0.97, 0.95, 1.02, 0.99, 0.96]
+    results = _speed(softmax=([1.0] * 5, [1.0] * 5), topk=(train, inference))
+    verdict = _verdict("est_topk_speed", results)
+    assert verdict.status == status
+    assert words in verdict.evidence
+    assert verdict.numbers["train"]["status"] == REPRODUCED
+
+
 SPEED_CLEAR_TRAIN = {
     "softmax": [1.0] * 5,
     "topk": [0.97, 0.95, 1.02, 0.99, 0.96],
