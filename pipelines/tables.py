@@ -76,7 +76,9 @@ def speed_table(profile: str) -> ComparisonTable:
         for row in speed["rows"]
     }
     device = f"{speed['device']}, {speed['threads']} threads"
-    return speed_comparison_table(rounds, profile, device, speed["corpus"], spreads)
+    return speed_comparison_table(
+        rounds, profile, device, speed["corpus"], spreads, fused_kernels=speed["fused_kernels"]
+    )
 
 
 def head_tables(profile: str) -> list[ComparisonTable]:

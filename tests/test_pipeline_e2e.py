@@ -27,6 +27,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from components.core import fused
 from components.timing import MIN_ROUNDS_FOR_SPREAD
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,6 +160,7 @@ def test_outputs_of_every_stage(repro: tuple[Path, str, str]) -> None:
     assert "inference_relative_spread" in speed["softmax"]
     rounds = json.loads((repo / "results/speed/rounds.json").read_text())
     assert {row["variant"] for row in rounds["rows"]} == set(VARIANTS)
+    assert rounds["fused_kernels"] is fused.available()  # CPU: the kernels, where they build
     for row in rounds["rows"]:  # the spread over the rounds; too few rounds to know it: noisy
         assert len(row["ratio_to_softmax_each_round"]["train"]) == rounds["rounds"]
         assert len(row["train_ratio_quartiles"]) == 2

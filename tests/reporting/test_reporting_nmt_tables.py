@@ -104,6 +104,19 @@ def test_speed_table_reads_the_ratios_and_computes_none() -> None:
     assert "- device: cpu" in to_markdown(table)
 
 
+def test_speed_table_says_why_its_ratios_differ_from_ests() -> None:
+    """The caption, beside the numbers: fixed-length decoding always, and the fused kernels'
+    part only when the speed stage ran on them."""
+    fused = to_markdown(
+        speed_comparison_table(SPEED_ROWS, "smoke", "cpu", "smoke", None, fused_kernels=True)
+    )
+    eager = to_markdown(speed_comparison_table(SPEED_ROWS, "smoke", "cuda", "smoke"))
+    for caption in (fused, eager):
+        assert "decodes at fixed length" in caption and "not the methods" in caption
+    assert "fused kernels" in fused and "'(eager)' rows" in fused
+    assert "fused kernels" not in eager
+
+
 def test_speed_table_shows_the_median_ratio_its_spread_and_the_noisy_flag() -> None:
     spreads = {
         "entmax_alpha": {
