@@ -130,6 +130,10 @@ def test_speed_table_shows_the_median_ratio_its_spread_and_the_noisy_flag() -> N
     assert cells["α-entmax"]["inference_ratio"].note == "median 0.15, IQR 0.14–0.16"
     assert cells["Transformer (softmax)"]["train_ratio"].note is None  # no summary given
     assert "median 0.38, IQR 0.31–0.44, noisy" in to_markdown(table)
+    assert "Ratios marked noisy varied by more than 10%" in to_markdown(table)
+    quiet = {"entmax_alpha": {"train": {**spreads["entmax_alpha"]["inference"]}}}
+    quiet_table = speed_comparison_table(SPEED_ROWS, "smoke", "cpu", "smoke", quiet)
+    assert "Ratios marked noisy" not in to_markdown(quiet_table)
     with pytest.raises(LearnableSparsityError, match=r"spreads\[entmax_alpha\]\[train\] lacks"):
         speed_comparison_table(
             SPEED_ROWS, "smoke", "cpu", "smoke", {"entmax_alpha": {"train": {"ratio": 0.3}}}
