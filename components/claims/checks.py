@@ -362,7 +362,8 @@ def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verd
     q1, q3 = quartiles(rounds)
     low, high = 1 - tolerance, 1 + tolerance
     evidence = (
-        f"{name} median {median:.2f} (IQR {q1:.2f}–{q3:.2f}) over {len(rounds)} rounds; near 1 "
+        # three digits: at two, a quartile of 0.847 would read as 0.85, inside a band it is not
+        f"{name} median {median:.2f} (IQR {q1:.3f}–{q3:.3f}) over {len(rounds)} rounds; near 1 "
         f"means within ±{tolerance} ({low:.2f}–{high:.2f})"
     )
     numbers = {"median": median, "quartiles": [q1, q3], "rounds": list(rounds)}
