@@ -214,7 +214,8 @@ def run(lengths: list[int], rounds: int, repeats: int, seed: int) -> list[dict]:
                 error = (fn(scores, alpha).double() - oracle(scores64)).abs().max().item()
             iterations = None
             if iter_alpha is not None:
-                a = iter_alpha if iter_alpha != ALPHA else alpha.detach()
+                # the learned-α row counts the tensor-α solver; entmax15's (also α = 1.5) its own
+                a = alpha.detach() if name == LEARNED_ALPHA else iter_alpha
                 root = ours.entmax_threshold(scores, a)
                 iterations = root.iterations.double().mean().item()
             summary = measured.summary[name]
