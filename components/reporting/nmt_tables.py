@@ -174,7 +174,7 @@ _FUSED_SPEED_CAVEAT = (
 
 # A noisy ratio is not a finding: e.g. 1.5-entmax trained at 1.18x softmax's tokens/s (IQR
 # 1.07-1.22) in a `make repro` whose every variant swung between 23K and 36K tokens/s from one
-# measurement to the next, and at 0.99x (IQR 0.98-1.03) when the stage ran alone.
+# measurement to the next, and at 0.99x (range 0.97-1.03) when the stage ran alone.
 _NOISY_SPEED_CAVEAT = (
     " Ratios marked noisy varied by more than 10% between rounds: the machine's speed changed "
     "during the timing (other load, a shared host), so they are not findings; "
