@@ -2,9 +2,11 @@
 
 All variants share ``nmt.model`` (one model size), the same initial weights and the evaluation's
 decoding (``nmt.decode``); they run in this process with ``speed.threads`` torch threads, in
-``speed.rounds`` interleaved rounds (``components.timing``): each round measures every
-variant's training and inference throughput once, in an order shuffled afresh each round
-(``speed.seed``), and gives every variant's ratio to the softmax of the same round. The median
+``speed.rounds`` interleaved rounds (``components.nmt.speed.interleaved_variants``): each round
+times every variant's training step by step side by side (the order shuffled at every step, so
+a change of the machine's speed falls on all variants alike) and then every variant's decoding,
+in an order shuffled afresh each round (``speed.seed``), and gives every variant's ratio to the
+softmax of the same round. The median
 of the per-round ratios is reported with its spread (quartiles, range, IQR ÷ median); a phase
 whose spread exceeds ``components.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged
 as a warning (the stage still writes its outputs).

@@ -25,9 +25,10 @@ Throughput = tokens / seconds of wall-clock time (``time.perf_counter``), with
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +40,7 @@ from components.nmt.model import Transformer, TransformerConfig
 from components.nmt.search import DecodeSettings
 from components.nmt.training import build_optimizer, train_step
 from components.settings import Settings, SettingsError, setting
-from components.timing import interleaved_rounds, summarize
+from components.timing import summarize
 
 PHASES = ("train", "inference")
 
@@ -110,29 +111,20 @@ def _check_count(key: str, value: int, minimum: int) -> None:
         raise LearnableSparsityError(f"{key} must be an integer >= {minimum}, got {value!r}")
 
 
-def training_throughput(
+@contextmanager
+def _training_session(
     model: Transformer,
     batches: Sequence[Batch],
-    *,
-    steps: int,
-    warmup_steps: int,
-    peak_lr: float = 5e-4,
-    warmup: int = 4000,
-    label_smoothing: float = 0.1,
-    clip_norm: float = 0.0,
-) -> Throughput:
-    """Training throughput: ``warmup_steps`` untimed, then ``steps`` timed ``train_step`` updates.
-
-    The updates cycle over ``batches`` (moved to the model's device beforehand) with a fresh
-    ``build_optimizer(model, peak_lr, warmup)`` optimizer. tokens = non-pad target tokens
-    (y + eos) of the timed updates. The measurement leaves the model as it found it: its
-    parameters and buffers are restored, gradients cleared and its train/eval mode kept.
-    """
-    _check_count("steps", steps, 1)
-    _check_count("warmup_steps", warmup_steps, 0)
-    if not batches:
-        raise LearnableSparsityError("training_throughput needs at least one batch")
-    device, pad_id, was_training = _device(model), model.config.pad_id, model.training
+    peak_lr: float,
+    warmup: int,
+    label_smoothing: float,
+    clip_norm: float,
+) -> Iterator[Callable[[int], Batch]]:
+    """Yields ``update(step)``: one ``train_step`` on ``batches[step % len(batches)]`` (moved to
+    the model's device beforehand) with a fresh ``build_optimizer(model, peak_lr, warmup)``
+    optimizer, returning the batch. Afterwards the model is as it was found: parameters and
+    buffers restored, gradients cleared, train/eval mode kept."""
+    device, was_training = _device(model), model.training
     on_device = [Batch(*(t.to(device) for t in batch)) for batch in batches]
     saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
     optimizer, scheduler = build_optimizer(model, peak_lr, warmup)
@@ -153,23 +145,98 @@ def training_throughput(
         return batch
 
     try:
-        for step in range(warmup_steps):
-            update(step)
-        timed: list[Batch] = []
-        with _timer(device) as elapsed:
-            for step in range(warmup_steps, warmup_steps + steps):
-                timed.append(update(step))
+        yield update
     finally:
         model.load_state_dict(saved)
         model.zero_grad(set_to_none=True)
         model.train(was_training)
+
+
+def _throughput(timed: Sequence[Batch], seconds: float, pad_id: int) -> Throughput:
+    """The training throughput of the timed updates on ``timed`` batches."""
     return Throughput(
         tokens=sum(int((b.tgt_out != pad_id).sum()) for b in timed),
         source_tokens=sum(int((b.src != pad_id).sum()) for b in timed),
         sentences=sum(b.src.shape[0] for b in timed),
-        steps=steps,
-        seconds=elapsed[0],
+        steps=len(timed),
+        seconds=seconds,
     )
+
+
+def training_round(
+    models: Mapping[str, Transformer],
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    warmup_steps: int,
+    rng: random.Random | None = None,
+    peak_lr: float = 5e-4,
+    warmup: int = 4000,
+    label_smoothing: float = 0.1,
+    clip_norm: float = 0.0,
+) -> dict[str, Throughput]:
+    """Training throughput of every model, interleaved step by step.
+
+    Each model first makes ``warmup_steps`` untimed updates; then, for each of ``steps`` steps,
+    every model makes one timed update, in an order shuffled by ``rng`` at every step (None: the
+    given order). Timing single steps side by side (tens of milliseconds apart) cancels changes
+    of the machine's speed that last longer than a step; timing each model's steps in one block
+    let a shared host's slow phase land on one model. The updates cycle over ``batches``, each
+    with its own fresh optimizer (:func:`_training_session`); tokens = non-pad target tokens
+    (y + eos) of the timed updates. Every model is restored afterwards.
+    """
+    _check_count("steps", steps, 1)
+    _check_count("warmup_steps", warmup_steps, 0)
+    if not batches:
+        raise LearnableSparsityError("training throughput needs at least one batch")
+    order = list(models)
+    seconds = dict.fromkeys(order, 0.0)
+    timed: dict[str, list[Batch]] = {name: [] for name in order}
+    with ExitStack() as stack:
+        updates = {
+            name: stack.enter_context(
+                _training_session(model, batches, peak_lr, warmup, label_smoothing, clip_norm)
+            )
+            for name, model in models.items()
+        }
+        for step in range(warmup_steps):
+            for update in updates.values():
+                update(step)
+        for step in range(warmup_steps, warmup_steps + steps):
+            if rng is not None:
+                rng.shuffle(order)
+            for name in order:
+                with _timer(_device(models[name])) as elapsed:
+                    timed[name].append(updates[name](step))
+                seconds[name] += elapsed[0]
+    return {
+        name: _throughput(timed[name], seconds[name], models[name].config.pad_id) for name in models
+    }
+
+
+def training_throughput(
+    model: Transformer,
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    warmup_steps: int,
+    peak_lr: float = 5e-4,
+    warmup: int = 4000,
+    label_smoothing: float = 0.1,
+    clip_norm: float = 0.0,
+) -> Throughput:
+    """Training throughput of one model: ``warmup_steps`` untimed, then ``steps`` timed
+    ``train_step`` updates (:func:`training_round` of this model alone)."""
+    return training_round(
+        {"model": model},
+        batches,
+        steps=steps,
+        warmup_steps=warmup_steps,
+        peak_lr=peak_lr,
+        warmup=warmup,
+        label_smoothing=label_smoothing,
+        clip_norm=clip_norm,
+    )["model"]
 
 
 def inference_throughput(
@@ -227,25 +294,10 @@ def _comparable(model: Transformer) -> TransformerConfig:
     return dataclasses.replace(model.config, normalizer="softmax", topk_k=1, alpha_init=1.5)
 
 
-def variant_measures(
-    models: Mapping[str, Transformer],
-    batches: Sequence[Batch],
-    sources: Sequence[Sequence[int]],
-    decode: DecodeSettings,
-    *,
-    train_steps: int,
-    warmup_steps: int,
-    batch_size: int = 128,
-) -> dict[str, dict[str, Callable[[], Throughput]]]:
-    """{variant: {"train": …, "inference": …}}: callables that measure one variant's training
-    and inference throughput on identical inputs (the measurements of :mod:`components.timing`).
-
-    ``models`` maps variant names (``NORMALIZERS``, "softmax" required) to models whose
+def _check_variants(models: Mapping[str, Transformer]) -> None:
+    """``models`` maps variant names (``NORMALIZERS``, "softmax" required) to models whose
     normalizer is that variant and whose configs agree in everything else except top-k's k and
-    the initial α, on one device. Training uses ``training_throughput``'s optimizer defaults (no
-    clipping); each call warms up on its own (``warmup_steps`` untimed updates, one untimed
-    batch of beam search).
-    """
+    the initial α, on one device."""
     if "softmax" not in models:
         raise LearnableSparsityError(f"the softmax baseline is missing, got {sorted(models)}")
     reference = _comparable(models["softmax"])
@@ -262,85 +314,56 @@ def variant_measures(
                 f"variant {name!r} differs from softmax in more than the attention normalizer"
             )
 
-    def measures(model: Transformer) -> dict[str, Callable[[], Throughput]]:
-        return {
-            "train": lambda: training_throughput(
-                model, batches, steps=train_steps, warmup_steps=warmup_steps
-            ),
-            "inference": lambda: inference_throughput(
-                model, sources, decode, batch_size=batch_size
-            ),
-        }
-
-    return {name: measures(model) for name, model in models.items()}
-
-
-def _tokens_per_second(throughput: Throughput) -> float:
-    return throughput.tokens_per_second
-
 
 def interleaved_variants(
-    measures: Mapping[str, Mapping[str, Callable[[], Throughput]]],
-    *,
-    rounds: int,
-    seed: int = 0,
-    on_round: Callable[[int], None] | None = None,
-) -> list[dict[str, dict[str, Throughput]]]:
-    """``rounds`` rounds of :func:`components.timing.interleaved_rounds` over ``measures``
-    (:func:`variant_measures`): each round measures every variant's train and inference
-    throughput once, in an order shuffled with ``seed`` afresh each round. No extra warm-up
-    call: each measurement warms itself up. Returns per round {variant: {phase: Throughput}}.
-    """
-    measured = interleaved_rounds(
-        measures,
-        "softmax",
-        rounds=rounds,
-        repeats=1,
-        warmup=0,
-        seed=seed,
-        value=_tokens_per_second,
-        on_round=on_round,
-    )
-    return [
-        {
-            variant: {phase: per_round[index][0] for phase, per_round in phases.items()}
-            for variant, phases in measured.samples.items()
-        }
-        for index in range(rounds)
-    ]
-
-
-def compare_variants(
     models: Mapping[str, Transformer],
     batches: Sequence[Batch],
     sources: Sequence[Sequence[int]],
     decode: DecodeSettings,
     *,
+    rounds: int,
     train_steps: int,
     warmup_steps: int,
     batch_size: int = 128,
     seed: int = 0,
-) -> dict[str, dict[str, Throughput]]:
-    """One round of training and inference throughput of each variant on identical inputs,
-    interleaved (see :func:`variant_measures` for ``models``; ``seed`` orders the round).
-    Returns {variant: {"train": …, "inference": …}}."""
-    measures = variant_measures(
-        models,
-        batches,
-        sources,
-        decode,
-        train_steps=train_steps,
-        warmup_steps=warmup_steps,
-        batch_size=batch_size,
-    )
-    return interleaved_variants(measures, rounds=1, seed=seed)[0]
+    on_round: Callable[[int], None] | None = None,
+) -> list[dict[str, dict[str, Throughput]]]:
+    """``rounds`` rounds of training and inference throughput of every variant on identical
+    inputs (``models`` as :func:`_check_variants` describes). Each round times the variants'
+    training interleaved step by step (:func:`training_round`, the order shuffled afresh at
+    every step; ``training_throughput``'s optimizer defaults, no clipping), then each variant's
+    beam search (:func:`inference_throughput`) in an order shuffled afresh every round; every
+    measurement warms up on its own. All orders come from ``random.Random(seed)``; the ratio of
+    a variant to softmax is taken within a round (:func:`summarize_rounds`). ``on_round(i)`` is
+    called after round ``i``. Returns per round {variant: {"train": …, "inference": …}}.
+    """
+    _check_count("rounds", rounds, 1)
+    _check_variants(models)
+    rng = random.Random(seed)
+    measured = []
+    for index in range(rounds):
+        train = training_round(
+            models, batches, steps=train_steps, warmup_steps=warmup_steps, rng=rng
+        )
+        order = list(models)
+        rng.shuffle(order)
+        inference = {
+            name: inference_throughput(models[name], sources, decode, batch_size=batch_size)
+            for name in order
+        }
+        measured.append(
+            {name: {"train": train[name], "inference": inference[name]} for name in models}
+        )
+        if on_round is not None:
+            on_round(index)
+    return measured
 
 
 @dataclass(frozen=True, kw_only=True)
 class SpeedSettings(Settings):
     """The speed table's protocol (params ``speed``): every variant of ``variants`` (softmax
-    included, the baseline) is timed once per round, train and inference, ``rounds`` rounds in
-    an order shuffled afresh each round with ``seed``, with ``threads`` torch threads:
+    included, the baseline) is timed once per round, train (step by step side by side) and
+    inference, ``rounds`` rounds in orders shuffled with ``seed``, with ``threads`` torch threads:
     ``train_steps`` updates (after ``warmup_steps`` untimed ones) on token batches of
     ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
     of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes."""
@@ -389,17 +412,17 @@ def measure_speed(
     indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
     batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
     sources = [source for source, _ in test[: settings.infer_sentences]]
-    measures = variant_measures(
+    return interleaved_variants(
         models,
         batches,
         sources,
         decode,
+        rounds=settings.rounds,
         train_steps=settings.train_steps,
         warmup_steps=settings.warmup_steps,
         batch_size=settings.batch_sentences,
-    )
-    return interleaved_variants(
-        measures, rounds=settings.rounds, seed=settings.seed, on_round=on_round
+        seed=settings.seed,
+        on_round=on_round,
     )
 
 

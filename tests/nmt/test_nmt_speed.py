@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
 from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
+from components.nmt import speed
 from components.nmt.batching import collate
 from components.nmt.search import DecodeSettings, beam_search
 from components.nmt.speed import (
     SpeedSettings,
     Throughput,
-    compare_variants,
     inference_throughput,
     interleaved_variants,
     measure_speed,
     summarize_rounds,
+    training_round,
     training_throughput,
 )
 from components.settings import SettingsError
@@ -97,10 +100,12 @@ def test_throughput_to_dict_has_fields_and_rates() -> None:
     }
 
 
-def test_compare_variants_times_every_variant_on_identical_inputs(make_model) -> None:
+def test_every_variant_is_timed_on_identical_inputs(make_model) -> None:
     models = {name: make_model(name) for name in NORMALIZERS}
     alphas = models["entmax_alpha"].alphas()
-    rows = compare_variants(models, [BATCH_A], SOURCES[:2], DECODE, train_steps=1, warmup_steps=0)
+    rows = interleaved_variants(
+        models, [BATCH_A], SOURCES[:2], DECODE, rounds=1, train_steps=1, warmup_steps=0
+    )[0]
     assert set(rows) == set(NORMALIZERS)
     assert all(rows[name]["train"].tokens == 6 for name in rows)  # identical inputs
     after = models["entmax_alpha"].alphas()
@@ -161,31 +166,55 @@ def test_a_wide_spread_of_per_round_ratios_is_flagged_noisy() -> None:
     assert two_rounds["inference_noisy"]  # too few rounds to know the spread
 
 
-def test_interleaved_variants_measure_every_variant_each_round_in_a_new_order() -> None:
-    calls: list[tuple[str, str]] = []
+def test_training_is_interleaved_step_by_step_in_a_new_order(make_model, monkeypatch) -> None:
+    """Every timed step runs every variant once, in an order shuffled at every step: a change of
+    the machine's speed that outlasts a step falls on all variants alike."""
+    variants = ("softmax", "sparsemax", "topk")
+    models = {name: make_model(name) for name in variants}
+    before = {name: _state(model) for name, model in models.items()}
+    calls: list[str] = []
+    real_step = speed.train_step
 
-    def measure(variant: str, phase: str, tokens: int):
-        def call() -> Throughput:
-            calls.append((variant, phase))
-            return _speed(tokens)
+    def spy(*args, variant: str, **kwargs):
+        calls.append(variant)
+        return real_step(*args, variant=variant, **kwargs)
 
-        return call
+    monkeypatch.setattr(speed, "train_step", spy)
+    result = training_round(
+        models, [BATCH_A, BATCH_B], steps=6, warmup_steps=1, rng=random.Random(0)
+    )
+    warmup, timed = calls[:3], calls[3:]
+    assert sorted(warmup) == sorted(variants) and len(timed) == 6 * 3
+    steps = [timed[3 * i : 3 * (i + 1)] for i in range(6)]
+    assert all(sorted(step) == sorted(variants) for step in steps)
+    assert len({tuple(step) for step in steps}) > 1  # a new order at every step
+    for name in variants:
+        assert result[name].steps == 6 and result[name].tokens == 3 * (3 + 6)  # B, A, B, A, …
+        after = _state(models[name])
+        assert all(torch.equal(before[name][key], after[key]) for key in after)  # restored
 
-    variants = {"softmax": (1000, 100), "sparsemax": (900, 80), "topk": (950, 90)}
-    measures = {
-        v: {"train": measure(v, "train", t), "inference": measure(v, "inference", i)}
-        for v, (t, i) in variants.items()
-    }
+
+def test_interleaved_variants_measure_every_variant_each_round(make_model) -> None:
+    models = {name: make_model(name) for name in ("softmax", "entmax_alpha")}
     seen: list[int] = []
-    rounds = interleaved_variants(measures, rounds=4, seed=1, on_round=seen.append)
-    assert seen == [0, 1, 2, 3] and len(calls) == 4 * 6  # no extra warm-up calls
-    per_round = [calls[6 * i : 6 * (i + 1)] for i in range(4)]
-    pairs = sorted((v, p) for v in variants for p in ("train", "inference"))
-    assert all(sorted(r) == pairs for r in per_round)
-    assert len({tuple(r) for r in per_round}) > 1  # interleaved differently each round
-    assert rounds[2]["sparsemax"]["inference"].tokens == 80
+    rounds = interleaved_variants(
+        models,
+        [BATCH_A],
+        SOURCES[:2],
+        DECODE,
+        rounds=3,
+        train_steps=2,
+        warmup_steps=0,
+        seed=1,
+        on_round=seen.append,
+    )
+    assert seen == [0, 1, 2] and len(rounds) == 3
+    for measured in rounds:
+        assert set(measured) == set(models)
+        assert all(measured[v]["train"].tokens == 12 for v in models)  # 2 steps of batch A
+        assert all(measured[v]["inference"].sentences == 2 for v in models)
     rows = {row["variant"]: row for row in summarize_rounds(rounds)}
-    assert rows["sparsemax"]["ratio_to_softmax_each_round"]["train"] == [0.9] * 4
+    assert len(rows["entmax_alpha"]["ratio_to_softmax_each_round"]["train"]) == 3
 
 
 def test_measure_speed_builds_equal_models_and_runs_every_round(make_config) -> None:
@@ -215,22 +244,24 @@ def test_speed_settings_need_the_softmax_baseline() -> None:
         SpeedSettings(corpus="c", variants=("softmax", "topk", "topk"))
 
 
-def test_compare_variants_rejects_unequal_models(make_model) -> None:
+def test_unequal_models_are_refused(make_model) -> None:
     with pytest.raises(LearnableSparsityError, match="'topk' differs from softmax"):
-        compare_variants(
+        interleaved_variants(
             {"softmax": make_model(), "topk": make_model("topk", d_ff=32)},
             [BATCH_A],
             SOURCES,
             DECODE,
+            rounds=1,
             train_steps=1,
             warmup_steps=0,
         )
     with pytest.raises(LearnableSparsityError, match="'topk' has normalizer 'sparsemax'"):
-        compare_variants(
+        interleaved_variants(
             {"softmax": make_model(), "topk": make_model("sparsemax")},
             [BATCH_A],
             SOURCES,
             DECODE,
+            rounds=1,
             train_steps=1,
             warmup_steps=0,
         )
