@@ -48,7 +48,8 @@ def main(stage: Stage) -> None:
     torch.set_num_threads(settings.threads)
     bpe = BpeModel(layout.bpe_model(settings.corpus))
     splits = read_corpus(layout.corpus_dir(settings.corpus), ("train", "test"))
-    log.info("timing %s in %d rounds", ", ".join(settings.variants), settings.rounds)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    log.info("timing %s in %d rounds on %s", ", ".join(settings.variants), settings.rounds, device)
     rounds = measure_speed(
         config.for_vocabulary(bpe.vocab_size, "softmax"),
         encode_pairs(bpe, splits["train"]),
@@ -56,13 +57,14 @@ def main(stage: Stage) -> None:
         settings,
         decode,
         on_round=lambda index: log.info("round %d/%d done", index + 1, settings.rounds),
+        device=device,
     )
     rows = summarize_rounds(rounds)
     result = {
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "device": device.type,
         "threads": torch.get_num_threads(),
         # the CPU kernels or the PyTorch solvers: the table says why its ratios differ from EST's
-        "fused_kernels": not torch.cuda.is_available() and fused.available(),
+        "fused_kernels": device.type == "cpu" and fused.available(),
         "corpus": settings.corpus,
         "rounds": settings.rounds,
         "seed": settings.seed,

@@ -394,9 +394,10 @@ def measure_speed(
     settings: SpeedSettings,
     decode: DecodeSettings,
     on_round: Callable[[int], None] | None = None,
+    device: torch.device | str = "cpu",
 ) -> list[dict[str, dict[str, Throughput]]]:
     """``settings.rounds`` interleaved rounds (:func:`interleaved_variants`) of the variants of
-    ``settings``: per round, every variant's train and inference throughput.
+    ``settings`` on ``device``: per round, every variant's train and inference throughput.
 
     Every variant is ``config`` (vocabulary set) with its normalizer and the same initial
     weights (seed 0); training batches are the first token batches of ``train`` (seed 0),
@@ -407,7 +408,7 @@ def measure_speed(
     models = {}
     for variant in settings.variants:
         torch.manual_seed(0)  # the same initial weights for every variant
-        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant))
+        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant)).to(device)
     needed = settings.train_steps + settings.warmup_steps
     indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
     batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
