@@ -7,7 +7,6 @@ The mappings themselves are held to the ``entmax`` package and to brute force by
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,13 +18,9 @@ from entmax import entmax15 as ref_entmax15
 from entmax import sparsemax as ref_sparsemax
 
 from components.core import fused, normalizers
+from tests.core.conftest import needs_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
-# Without a compiler the kernels cannot be built, and only the fall-back can be tested.
-needs_compiler = pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None,
-    reason="no C++ compiler ($CXX, default g++): the fused kernels are not built",
-)
 
 
 def _functions(alpha: torch.Tensor) -> dict:

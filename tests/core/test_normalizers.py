@@ -18,8 +18,6 @@ eager solvers' internals (candidate packing, the iteration cap).
 from __future__ import annotations
 
 import math
-import os
-import shutil
 
 import pytest
 import torch
@@ -37,6 +35,7 @@ from components.core.normalizers import (
     sparsemax,
     topk_softmax,
 )
+from tests.core.conftest import NO_COMPILER
 
 F32 = torch.float32
 F64 = torch.float64
@@ -61,8 +60,8 @@ def solvers(request: pytest.FixtureRequest):
     else:
         # Without a compiler the kernels cannot be tested (the eager solvers still are); with one,
         # a failing build fails here.
-        if shutil.which(os.environ.get("CXX", "g++")) is None:
-            pytest.skip("no C++ compiler ($CXX, default g++): the fused kernels are not built")
+        if NO_COMPILER is not None:
+            pytest.skip(NO_COMPILER)
         assert fused.available(), "the fused CPU kernels did not build (see the warning)"
         yield request.param
 
