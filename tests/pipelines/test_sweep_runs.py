@@ -134,7 +134,16 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     log = sweep_here(project, spec, uri)
     assert "'trials': 4, 'finished': 2, 'failed': 2" in log
-    assert log.count("retrying it") == 2  # each diverging trial once, then it fails
+    # each diverging trial is retried once, then fails; a healthy trial whose worker a loaded
+    # machine loses is retried too, and still finishes (the counts above)
+    retries = [line for line in log.splitlines() if "retrying it" in line]
+    diverged = sorted(
+        method
+        for line in retries
+        for method in ("sparsemax", "sfe")
+        if f"[ssvae.methods={method} lr.default=1e+09]" in line
+    )
+    assert diverged == ["sfe", "sparsemax"], retries
     assert "best so far" in log and "the trials in the MLflow UI" in log
 
     summary = (project / "reports/sweeps/local/summary.md").read_text()
