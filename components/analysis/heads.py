@@ -6,6 +6,12 @@ attention; real target positions ≤ the query for causal decoder self-attention
 
 * Density: the fraction of available keys with p_k > 0 (``threshold`` 0, exact zeros — which
   the sparse normalizers produce; softmax is dense up to float underflow), averaged over queries.
+  Beside each head's mean, how much its density changes from one input to another: the standard
+  deviation of the density among queries with the same number n of available keys, pooled over n
+  (:func:`pooled_within_sd`). Grouping by n leaves out what the length alone explains (a top-k
+  head attends to min(k, n) of n keys: it varies with n, never between inputs of one length);
+  what remains is the head adapting its support to the input (AST: one head of α = 1.33 attends
+  to a few or to many tokens in two sentences of similar length).
 * Head diversity, generalized Jensen–Shannon among the H heads of a block at one query:
       JS = 𝓗_n((1/H) Σ_j p_j) − (1/H) Σ_j 𝓗_n(p_j),      𝓗_n(p) = −Σ_k p_k log p_k / log n,
   with 0·log 0 = 0; the base n makes JS ∈ [0, 1], and JS = 0 when n = 1.
@@ -114,6 +120,42 @@ def attention_density(probs: Tensor, key_mask: Tensor, threshold: float = 0.0) -
     return (attended / n).expand(*shape, probs.shape[-2])
 
 
+def pooled_within_sd(sums: Tensor, squares: Tensor, counts: Tensor) -> Tensor | None:
+    """The pooled within-group standard deviation of per-head values from their sums by group.
+
+    With groups g (here: queries with n available keys), ``counts`` [G] values per group and
+    ``sums`` / ``squares`` [G, H] the sums of the values and of their squares per head:
+
+        s² = Σ_g (Σ x² − (Σ x)² / c_g) / Σ_g (c_g − 1),
+
+    over the groups with c_g ≥ 2 (a single value has no spread). Returns s [H], or None when no
+    group holds two values.
+    """
+    pooled = counts >= 2
+    dof = float((counts[pooled] - 1).sum())
+    if dof == 0:
+        return None
+    within = squares[pooled] - sums[pooled] ** 2 / counts[pooled, None]
+    return (within.sum(0) / dof).clamp(min=0).sqrt()
+
+
+def _by_length(values: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per length n: the sums of ``values`` [N, H] and of their squares, and the counts [n_max
+    + 1], of the N queries with ``lengths`` [N] available keys."""
+    size = int(lengths.max()) + 1 if lengths.numel() else 1
+    sums = torch.zeros(size, values.shape[-1], dtype=values.dtype).index_add_(0, lengths, values)
+    squares = torch.zeros_like(sums).index_add_(0, lengths, values**2)
+    counts = torch.zeros(size, dtype=values.dtype).index_add_(
+        0, lengths, torch.ones_like(lengths, dtype=values.dtype)
+    )
+    return sums, squares, counts
+
+
+def _pad_rows(tensor: Tensor, rows: int) -> Tensor:
+    """``tensor`` with zero rows appended up to ``rows`` rows."""
+    return torch.nn.functional.pad(tensor, (0, 0) * (tensor.dim() - 1) + (0, rows - len(tensor)))
+
+
 def _mean_list(sums: Tensor, count: int) -> list[float] | None:
     """sums / count as a list, or None when count is 0 (JSON has no NaN)."""
     return (sums / count).tolist() if count else None
@@ -136,12 +178,26 @@ class HeadAnalysis:
         self._sums: dict[str, dict[str, Tensor]] = {}
         self._counts: dict[str, dict[str, int]] = {}
         self._heads: dict[str, int] = {}
+        # block -> (sums [n, H], sums of squares [n, H], counts [n]) of the queries' densities
+        # by their number n of available keys (the per-input spread of :func:`pooled_within_sd`)
+        self._by_length: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
 
     def _add(self, block: str, name: str, sums: Tensor, count: int) -> None:
         block_sums = self._sums.setdefault(block, {})
         block_counts = self._counts.setdefault(block, {})
         block_sums[name] = block_sums.get(name, 0) + sums.detach().double().cpu()
         block_counts[name] = block_counts.get(name, 0) + count
+
+    def _add_by_length(self, block: str, density: Tensor, lengths: Tensor) -> None:
+        """Add per-query densities [N, H] to the block's sums per number of available keys."""
+        new = _by_length(density.detach().double().cpu(), lengths.detach().long().cpu())
+        old = self._by_length.get(block)
+        if old is not None:
+            rows = max(len(old[0]), len(new[0]))
+            new = tuple(
+                _pad_rows(a, rows) + _pad_rows(b, rows) for a, b in zip(old, new, strict=True)
+            )
+        self._by_length[block] = new
 
     def update(
         self,
@@ -207,9 +263,10 @@ class HeadAnalysis:
             probs = probs.detach()
             per_query = probs.double().transpose(1, 2)  # [B, Q, H, K]
             n_queries = int(queries.sum())
-            self._add(
-                block, "density", attention_density(per_query, keys)[queries].sum(0), n_queries
-            )
+            density = attention_density(per_query, keys)[queries]  # [N, H]
+            self._add(block, "density", density.sum(0), n_queries)
+            available = keys.sum(-1).expand(queries.shape)[queries]  # [N]
+            self._add_by_length(block, density, available)
             self._add(block, "js", js_divergence(per_query, keys)[queries].sum(), n_queries)
             if kind == "decoder.context":
                 continue
@@ -234,7 +291,9 @@ class HeadAnalysis:
         """JSON-ready means: {"blocks": {key: {...}}, "densities": {attention type: [...]}}.
 
         Per block key ("encoder.self.layer0", …): "attention" (type), "layer", "heads" (H),
-        "queries" (number of queries), "density" ([H] mean density), "js" (mean JS over
+        "queries" (number of queries), "density" ([H] mean density), "density_within_length_sd"
+        ([H] :func:`pooled_within_sd` of the queries' densities grouped by their number of
+        available keys, or None when no length has two queries), "js" (mean JS over
         queries), "scores" {role: [H] role score (positional roles: the argmax share), or None
         when the role is not measurable in the block}, "confidence" {positional role: [H] mean
         weight on the key at the role's offset, or None} and "matched" {role: number of queries
@@ -249,6 +308,7 @@ class HeadAnalysis:
             sums, counts = self._sums[block], self._counts[block]
             n = counts["density"]
             density = (sums["density"] / max(n, 1)).tolist()
+            within_sd = pooled_within_sd(*self._by_length[block])
             measured = [role for role in ROLES if role in sums]
             blocks[block] = {
                 "attention": kind,
@@ -256,6 +316,7 @@ class HeadAnalysis:
                 "heads": self._heads[block],
                 "queries": n,
                 "density": density,
+                "density_within_length_sd": None if within_sd is None else within_sd.tolist(),
                 "js": float(sums["js"]) / n if n else None,
                 "scores": {role: _mean_list(sums[role], counts[role]) for role in measured},
                 "confidence": {
@@ -412,8 +473,9 @@ def analyze_heads(
 
 
 def summary(report: Mapping[str, object], flagged: Sequence[tuple[str, int]]) -> dict[str, object]:
-    """The numbers of one model's :func:`analyze_heads` report that the tables show: JS per
-    block, mean density per attention type, the source language, the per-role results of
+    """The numbers of one model's :func:`analyze_heads` report that the tables and claims read:
+    JS per block, mean density per attention type, each head's mean density and its spread
+    between inputs of one length per block, the source language, the per-role results of
     :func:`role_results`, the strongest head per role, α statistics and the number of
     ``flagged`` (softmax-then-sparser) heads."""
     blocks = report["analysis"]["blocks"]
@@ -421,6 +483,10 @@ def summary(report: Mapping[str, object], flagged: Sequence[tuple[str, int]]) ->
     return {
         "js": {key: block["js"] for key, block in blocks.items()},
         "mean_density": {kind: statistics.fmean(v) for kind, v in densities.items() if v},
+        "head_density": {key: block["density"] for key, block in blocks.items()},
+        "density_within_length_sd": {
+            key: block["density_within_length_sd"] for key, block in blocks.items()
+        },
         "source_language": report["source_language"],
         "roles": report["roles"],
         "best_heads": {

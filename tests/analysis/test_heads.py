@@ -28,6 +28,7 @@ from components.analysis.heads import (
     analyze_heads,
     attention_density,
     js_divergence,
+    pooled_within_sd,
     summary,
 )
 from components.analysis.roles import QUESTION_MARKS, roles, source_word_features
@@ -98,6 +99,60 @@ def test_density_of_softmax_is_one_and_of_a_planted_map_its_fraction() -> None:
     sparse = torch.tensor([[0.5, 0.5, 0.0, 0.0, 0.0], [0.7, 0.1, 0.1, 0.1, 0.0]])
     assert attention_density(sparse, mask).tolist() == [0.5, 1.0]
     assert attention_density(sparse, mask, threshold=0.2).tolist() == [0.5, 0.25]
+
+
+def test_pooled_within_sd_matches_numpy_on_groups() -> None:
+    rng = np.random.default_rng(0)
+    groups = {3: rng.random((5, 2)), 7: rng.random((4, 2)), 9: rng.random((1, 2))}
+    sums = torch.zeros(10, 2, dtype=torch.float64)
+    squares, counts = torch.zeros_like(sums), torch.zeros(10, dtype=torch.float64)
+    for n, values in groups.items():
+        sums[n], squares[n], counts[n] = (
+            torch.tensor(values.sum(0)),
+            torch.tensor((values**2).sum(0)),
+            len(values),
+        )
+    # the oracle: squared deviations from each group's own mean over the groups' degrees of
+    # freedom (the one-value group adds neither)
+    deviations = sum(((v - v.mean(0)) ** 2).sum(0) for v in groups.values() if len(v) > 1)
+    expected = np.sqrt(deviations / (5 - 1 + 4 - 1))
+    torch.testing.assert_close(pooled_within_sd(sums, squares, counts), torch.tensor(expected))
+    single = torch.zeros(10, dtype=torch.float64)
+    single[9] = 1
+    assert pooled_within_sd(sums, squares, single) is None
+
+
+def test_density_spread_between_inputs_of_one_length() -> None:
+    """Softmax and top-k heads attend to a number of keys fixed by the length: no spread within
+    a length although their density differs between lengths; a head whose support changes with
+    the input at one length has one."""
+    H, L = 2, 6
+    keys = torch.tensor([[1] * 6, [1] * 6, [1, 1, 1, 0, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=bool)
+    words = torch.arange(L).expand(4, L)
+    flags = torch.zeros(4, L, dtype=torch.bool)
+    scores = torch.randn(4, H, L, L, generator=torch.Generator().manual_seed(0))
+    scores = scores.masked_fill(~keys[:, None, None, :], -math.inf)
+    topk = scores.masked_fill(scores < scores.topk(2, -1).values[..., -1:], -math.inf)
+    for probs, spread in ((scores.softmax(-1), 0.0), (topk.softmax(-1), 0.0)):
+        analysis = HeadAnalysis()
+        analysis.update({"encoder.self.layer0": probs}, keys, keys[:, :1], words, words[:, :1],
+                        flags, flags)  # fmt: skip
+        block = analysis.result()["blocks"]["encoder.self.layer0"]
+        assert block["density_within_length_sd"] == pytest.approx([spread] * H, abs=1e-12)
+    # a planted head: at length 6 half its queries attend to 1 key and half to all 6
+    planted = torch.zeros(4, 1, L, L, dtype=torch.float64)
+    planted[:2, 0, :3, 0] = 1.0
+    planted[:2, 0, 3:, :] = 1 / 6
+    planted[2:, 0, :, :3] = 1 / 3
+    analysis = HeadAnalysis()
+    analysis.update({"encoder.self.layer0": planted}, keys, keys[:, :1], words, words[:, :1],
+                    flags, flags)  # fmt: skip
+    block = analysis.result()["blocks"]["encoder.self.layer0"]
+    # length 6: 12 queries, six at 1/6 and six at 1 (sd of the group, 11 degrees of freedom);
+    # length 3: 6 queries all at 1 (no spread, 5 degrees of freedom)
+    group = np.array([1 / 6] * 6 + [1.0] * 6)
+    expected = math.sqrt(((group - group.mean()) ** 2).sum() / (11 + 5))
+    assert block["density_within_length_sd"] == pytest.approx([expected])
 
 
 def test_shape_errors_name_the_shapes() -> None:
