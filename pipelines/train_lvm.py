@@ -10,8 +10,9 @@ the settings of its own run only, so changing one method's learning rate retrain
 Outputs: ``results/train_lvm/<experiment>.json`` (per method, one metric dict per seed; the
 claims and tables stages read it), ``results/train_lvm/<experiment>/metrics.json`` (DVC metrics:
 per method the test metric, mean and every seed, and the mean decoder calls and NELBO), the long
-CSVs of its DVC plots in ``results/train_lvm/<experiment>/``: ``loss.csv`` (training loss of
-every cell) and ``runs.csv`` (test metric and decoder calls of every cell), and
+CSVs of its DVC plots in ``results/train_lvm/<experiment>/``: ``loss.csv`` and ``calls.csv``
+(training loss and decoder calls per example of every cell over training: the claims read both)
+and ``runs.csv`` (test metric and decoder calls of every cell), and
 ``reports/figures/lvm/<experiment>/*.png`` (metric against decoder calls; support over training).
 """
 
@@ -78,14 +79,15 @@ def lvm_metrics(results: dict[str, dict], headline: str) -> dict:
     return cell_metrics(values, per_seed=(headline,))
 
 
-def loss_csv(results: dict[str, dict]) -> str:
-    """A long CSV (step, series: the method, run: the cell, loss) of every cell's training loss."""
+def curve_csv(results: dict[str, dict], curve: str) -> str:
+    """A long CSV (step, series: the method, run: the cell, ``curve``) of one training curve of
+    every cell (``loss``, ``decoder_calls``); a cell that did not record it adds no rows."""
     rows = [
         row
         for key, result in results.items()
-        for row in curve_rows(zip(*result["curves"]["loss"], strict=True), "loss", key)
+        for row in curve_rows(zip(*result["curves"][curve], strict=True), curve, key)
     ]
-    return long_csv(rows, ("step", SERIES, RUN, "loss"))
+    return long_csv(rows, ("step", SERIES, RUN, curve))
 
 
 def runs_csv(results: dict[str, dict], headline: str) -> str:
@@ -140,7 +142,8 @@ def main(stage: Stage, experiment: str) -> None:
     metric, label = settings_class.HEADLINE
     by_key = {cell.key: result for cell, result in zip(grid_cells, results, strict=True)}
     stage.write_metrics(lvm_metrics(by_key, metric))
-    stage.write_text(RESULTS / experiment / "loss.csv", loss_csv(by_key))
+    stage.write_text(RESULTS / experiment / "loss.csv", curve_csv(by_key, "loss"))
+    stage.write_text(RESULTS / experiment / "calls.csv", curve_csv(by_key, "decoder_calls"))
     stage.write_text(RESULTS / experiment / "runs.csv", runs_csv(by_key, metric))
     runs = [{**asdict(c), **r} for c, r in zip(grid_cells, results, strict=True)]
     for name, figure in experiment_figures(runs, metric, label, SPARSE_METHODS).items():

@@ -16,7 +16,7 @@ import yaml
 
 from pipelines.analyze_heads import js_csv
 from pipelines.scaffold.plots import curves_csv, read_curves
-from pipelines.train_lvm import loss_csv, runs_csv
+from pipelines.train_lvm import curve_csv, runs_csv
 from pipelines.train_nmt import alpha_csv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,10 @@ def _lvm(methods: tuple[str, ...], headline: str) -> dict[str, dict]:
     return {
         f"{method}/seed{seed}": {
             "metrics": {headline: 0.5 + seed / 10, "decoder_calls": 1.0 + index},
-            "curves": {"loss": [[10, 20], [3.0, 2.0 - seed / 10]]},
+            "curves": {
+                "loss": [[10, 20], [3.0, 2.0 - seed / 10]],
+                "decoder_calls": [[10, 20], [2.0 + index, 1.0 + index]],
+            },
         }
         for index, method in enumerate(methods)
         for seed in (0, 1)
@@ -70,7 +73,10 @@ def test_long_csvs_have_one_row_per_point_with_series_and_run(tmp_path: Path) ->
     js = js_csv({"smoke/softmax/seed0": {"js": {"encoder.self.layer0": 0.1, "x": None}}})
     assert js.splitlines()[1] == "encoder.self.layer0,smoke/softmax,smoke/softmax/seed0,0.1"
     lvm = _lvm(("dense", "sparsemax"), "accuracy")
-    assert loss_csv(lvm).splitlines()[1] == "10,dense,dense/seed0,3.0"
+    assert curve_csv(lvm, "loss").splitlines()[1] == "10,dense,dense/seed0,3.0"
+    calls = curve_csv(lvm, "decoder_calls").splitlines()
+    assert calls[0] == "step,series,run,decoder_calls"
+    assert calls[-1] == "20,sparsemax,sparsemax/seed1,2.0"
     assert runs_csv(lvm, "accuracy").splitlines()[:2] == [
         "series,run,decoder_calls,accuracy",
         "dense,dense/seed0,1.0,0.5",
@@ -125,7 +131,8 @@ def _write_plot_data(root: Path, seeds: tuple[int, ...]) -> dict[str, set[tuple[
     }
     for experiment, headline in LVM.items():
         lvm = _lvm(("dense", "sparsemax"), headline)
-        files[f"results/train_lvm/{experiment}/loss.csv"] = loss_csv(lvm)
+        files[f"results/train_lvm/{experiment}/loss.csv"] = curve_csv(lvm, "loss")
+        files[f"results/train_lvm/{experiment}/calls.csv"] = curve_csv(lvm, "decoder_calls")
         files[f"results/train_lvm/{experiment}/runs.csv"] = runs_csv(lvm, headline)
     for relative, text in files.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
