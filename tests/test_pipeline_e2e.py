@@ -259,7 +259,9 @@ def test_ape_chain(repro: tuple[Path, str, str]) -> None:
         "scratch",
         "dual_source",
     ]
-    keys = [f"low_resource/{s}/seed0" for s in systems] + ["augmented/sa_tied_encoder/seed0"]
+    keys = [f"low_resource/{s}/seed0" for s in systems] + [
+        f"augmented/{s}/seed0" for s in ("sa_tied_encoder", "dual_source")
+    ]
     assert sorted(trained) == sorted(keys)
     assert (
         trained["augmented/sa_tied_encoder/seed0"]["train_examples"]

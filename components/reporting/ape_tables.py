@@ -68,6 +68,8 @@ _RESULT_ROWS = {
     ("low_resource", "transformer_decoder"): ("BERT Enc. + Transformer Dec. (ours)", "23K"),
     ("low_resource", "sa_tied_encoder"): ("BERT Enc. + BERT Dec. (ours)", "23K"),
     ("augmented", "sa_tied_encoder"): ("BERT Enc. + BERT Dec. (ours)", "8M"),
+    # the thesis' 8M dual-source row is the original system's (its authors' own training)
+    ("augmented", "dual_source"): ("Junczys-Dowmunt & Grundkiewicz (2018)", "8M"),
 }
 _MT_BASELINE = "MT baseline (uncorrected)"
 DO_NOTHING = "Do nothing (mt as is)"

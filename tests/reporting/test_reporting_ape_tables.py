@@ -61,6 +61,19 @@ def test_results_table_reads_each_test_year_beside_its_published_column() -> Non
     assert table.rows[low].cells["ter_test2018"].references[0].value == 19.34  # 23K
     assert table.rows[augmented].cells["ter_test2018"].references[0].value == 17.71  # 8M
     assert low < augmented  # the low-resource regime first
+    # the 8M dual-source is the original system's single model (test 2018: not published)
+    dual = labels.index("Dual-source Transformer [augmented]")
+    assert table.rows[dual].cells["ter_test2018"].references[0].value is None
+    twenty17 = ape_results_table(
+        _scores("augmented", ("test2017",)),
+        {"test2017": {"ter": 24.48, "tokenized_bleu": 62.49}},
+        "paper",
+        "wmt_ape_pbsmt_en_de",
+        ["sig"],
+        ["test2017"],
+    )
+    dual_row = next(r for r in twenty17.rows if r.system == "Dual-source Transformer [augmented]")
+    assert dual_row.cells["ter_test2017"].references[0].value == 18.10
 
 
 def test_a_smoke_test_split_is_read_beside_all_three_years() -> None:
