@@ -15,9 +15,11 @@ import torch
 import yaml
 
 from components.analysis.alpha import (
-    BIMODALITY_THRESHOLD,
+    STEEPEST_SLOPE,
+    alpha_movement,
+    alpha_statistics,
     alpha_trajectories,
-    bimodality_coefficient,
+    modality,
     softmax_then_sparser,
 )
 from components.analysis.blocks import split_block
@@ -32,6 +34,7 @@ from components.analysis.heads import (
     summary,
 )
 from components.analysis.roles import QUESTION_MARKS, roles, source_word_features
+from components.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit
 from components.data.bpe import BpeModel, train_joint_bpe
 from components.data.generated import SOURCE_LANGUAGE, WH_ADVERBS, WH_PRONOUNS, generate_splits
 from components.data.registry import CORPORA
@@ -203,30 +206,64 @@ def test_smoke_corpus_questions_are_measurable_with_the_committed_settings() -> 
 # ----------------------------------------------------------------------------- α statistics
 
 
-def test_bimodality_separates_bimodal_from_unimodal_samples() -> None:
+def _skewed_unimodal(rng: np.random.Generator, n: int = 24) -> np.ndarray:
+    """α piled near the lower bound with a long right tail: one mode, strong skew."""
+    return ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) * rng.beta(0.7, 4.0, n)
+
+
+def test_modality_separates_two_modes_from_one_and_locates_them() -> None:
     rng = np.random.default_rng(0)
-    unimodal = rng.normal(1.5, 0.1, 400)
-    bimodal = np.concatenate([rng.normal(1.2, 0.05, 200), rng.normal(1.95, 0.05, 200)])
-    assert bimodality_coefficient(unimodal.tolist()) < BIMODALITY_THRESHOLD
-    assert bimodality_coefficient(torch.from_numpy(bimodal)) > BIMODALITY_THRESHOLD
-    uniform = np.linspace(0, 1, 10_001)
-    assert bimodality_coefficient(uniform.tolist()) == pytest.approx(5 / 9, abs=1e-3)
+    bimodal = np.concatenate([rng.normal(1.2, 0.05, 12), rng.normal(1.95, 0.02, 12)])
+    found = modality(torch.from_numpy(bimodal))
+    assert found.p_unimodal < 0.01 and found.n == 24
+    assert found.modes == pytest.approx((1.2, 1.95), abs=0.05)
+    assert modality(rng.normal(1.5, 0.1, 24).tolist()).p_unimodal > 0.05
     with pytest.raises(LearnableSparsityError, match="got 3"):
-        bimodality_coefficient([1.0, 2.0, 3.0])
+        modality([1.0, 2.0, 3.0])
     with pytest.raises(LearnableSparsityError, match=re.escape("1.5")):
-        bimodality_coefficient([1.5] * 5)
+        modality([1.5] * 5)
 
 
-def test_softmax_then_sparser_flag() -> None:
+def test_skew_does_not_make_alpha_look_bimodal() -> None:
+    """Sarle's coefficient, which the dip test replaced, called about 65% of these samples
+    bimodal; the dip test at 5% must call at most its level of them so."""
+    rng = np.random.default_rng(1)
+    samples = [_skewed_unimodal(rng) for _ in range(200)]
+    rejected = sum(modality(sample).p_unimodal < 0.05 for sample in samples)
+    assert rejected <= 10, f"{rejected} of 200 skewed unimodal samples called multimodal"
+    stats = alpha_statistics({"encoder.self.layer0": samples[0].tolist()})
+    assert stats["encoder.self"]["p_unimodal"] > 0.05
+
+
+def test_alpha_movement_reads_the_logit() -> None:
+    # Interior: the logit's move at the sigmoid's steepest slope bounds |Δα| from above.
+    assert alpha_movement(1.5, 1.5, 0.02) == 0.0
+    assert alpha_movement(1.5, 1.52, 0.02) == pytest.approx(0.02, rel=0.01)
+    # A head in the tail on its way back out: α moves 0.004, its logit by 0.8.
+    w = torch.tensor([-6.0, -5.2], dtype=torch.float64)
+    before, after = alpha_of_logit(w).tolist()
+    assert after - before < 0.005
+    assert alpha_movement(before, after, 0.02) == pytest.approx(0.8 * STEEPEST_SLOPE)
+    # The same head moving into the bound it lies within 0.02 of: α cannot move by more.
+    assert alpha_movement(after, before, 0.02) == pytest.approx(after - before)
+    # Values logged on a bound (float rounding) are read just inside it.
+    assert math.isfinite(alpha_movement(ALPHA_MIN, ALPHA_MIN + 0.3, 0.02))
+
+
+def test_softmax_then_sparser_needs_the_thesis_magnitudes() -> None:
+    # AST's example: from about 1.5 down to 1.3, then up to about 2
+    assert softmax_then_sparser([1.5, 1.38, 1.3, 1.6, 1.95])
     assert softmax_then_sparser([1.45, 1.35, 1.3, 1.5, 1.9], alpha_init=1.5)
-    assert softmax_then_sparser([1.5, 1.3, 1.36])  # start = first value
-    assert not softmax_then_sparser([1.5, 1.4, 1.3, 1.2], alpha_init=1.5)  # softmax only
+    assert not softmax_then_sparser([1.5, 1.4, 1.3, 1.2])  # softmax only
     assert not softmax_then_sparser([1.55, 1.7, 1.9], alpha_init=1.5)  # sparser only
-    assert not softmax_then_sparser([1.5, 1.47, 1.5, 1.49], alpha_init=1.5)  # wiggle < tol
-    assert not softmax_then_sparser([1.5, 1.3, 1.33], alpha_init=1.5)  # rise < tol
-    assert softmax_then_sparser([1.5, 1.3, 1.33], alpha_init=1.5, tolerance=0.01)
+    # a dip and rebound of 0.05 — the old tolerance's hit on heads that all end near softmax
+    assert not softmax_then_sparser([1.3, 1.25, 1.3])
+    assert not softmax_then_sparser([1.5, 1.3, 1.5])  # rebound 0.2 < 0.35
+    assert softmax_then_sparser([1.5, 1.3, 1.33], min_dip=0.05, min_rebound=0.01)
     with pytest.raises(LearnableSparsityError, match="empty"):
         softmax_then_sparser([])
+    with pytest.raises(LearnableSparsityError, match=re.escape("-0.1")):
+        softmax_then_sparser([1.5], min_dip=-0.1)
 
 
 def test_alpha_trajectories_transpose_the_history() -> None:
