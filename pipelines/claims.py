@@ -4,10 +4,12 @@ Reads what the NMT, speed, head-analysis, latent-variable and APE stages wrote, 
 (``components.claims.Results``) and gives each claim of ``components/claims/claims.yaml`` a
 verdict — reproduced, not reproduced, not measurable in this profile — with its evidence.
 
-Outputs: ``results/claims/claims.json`` (every verdict with its numbers), ``metrics.json`` (DVC
-metrics: how many claims have each verdict), ``reports/claims.md`` (the table the report opens
-with) and ``reports/figures/claims/alpha_histograms.png`` (the learned α the bimodality claim
-reads, pooled over layers and seeds).
+Outputs: ``results/claims/claims.json`` (every verdict with its numbers), ``results.json`` (the
+gathered results themselves, ``components.claims.results_to_json``: what an evidence record keeps
+so that later checks can judge it again), ``metrics.json`` (DVC metrics: how many claims have each
+verdict), ``reports/claims.md`` (the table the report opens with) and
+``reports/figures/claims/alpha_histograms.png`` (the learned α the bimodality claim reads, pooled
+over layers and seeds).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from components.analysis.blocks import split_block
 from components.analysis.figures import alpha_histograms
-from components.claims import Results, evaluate
+from components.claims import Results, evaluate, results_to_json
 from components.claims.report import claims_markdown, claims_record, counts
 from components.nmt.cells import NmtCell
 from pipelines.scaffold import layout
@@ -65,6 +67,29 @@ def speed_results(results: Results) -> None:
         results.speed[row["variant"]] = row["ratio_to_softmax_each_round"]
 
 
+def _role_confidence(summary: dict) -> dict[str, float | None]:
+    """Role → the confidence of the cell's strongest head for it (None: not measurable)."""
+    best = summary["best_heads"]
+    return {
+        role: best[role]["confidence"] if found["measurable"] and role in best else None
+        for role, found in summary["roles"].items()
+    }
+
+
+def _density(summary: dict) -> dict[str, list[float | None]]:
+    """Every head's mean density and its spread between inputs of one length, over the blocks
+    in order (an undefined spread is None)."""
+    within = summary["density_within_length_sd"]
+    return {
+        "heads": [d for heads in summary["head_density"].values() for d in heads],
+        "within_length_sd": [
+            sd
+            for block, heads in summary["head_density"].items()
+            for sd in (within[block] or [None] * len(heads))
+        ],
+    }
+
+
 def head_results(results: Results) -> dict[str, list[float]]:
     """Fills the head results; returns the final α per block, pooled over seeds (the figure)."""
     heads_file = layout.results("analyze_heads") / "heads.json"
@@ -76,8 +101,12 @@ def head_results(results: Results) -> dict[str, list[float]]:
             for role, found in summary["roles"].items():
                 count = found["count"] if found["measurable"] else None
                 _add(results.roles, variant, role, value=count)
-            if variant == "entmax_alpha":
-                results.dense_then_sparse.append(summary["heads_towards_softmax_then_sparser"])
+            for role, confidence in _role_confidence(summary).items():
+                _add(results.role_confidence, variant, role, value=confidence)
+            if "head_density" in summary:
+                _add(results.density, variant, value=_density(summary))
+            else:
+                results.missing["density"] = f"{heads_file} has no per-head densities"
     trajectories = layout.results("train_nmt") / "alpha_trajectories.json"
     if not trajectories.exists():
         results.missing["alphas"] = f"{trajectories} not found"
@@ -97,21 +126,27 @@ def head_results(results: Results) -> dict[str, list[float]]:
 
 
 def lvm_results(results: Results) -> None:
+    """Test metrics, training-loss and decoder-calls curves of every method and seed."""
     for experiment in LVM_EXPERIMENTS:
-        results_file = layout.results("train_lvm") / f"{experiment}.json"
-        curves_file = layout.results("train_lvm") / experiment / "loss.csv"
-        missing = [path for path in (results_file, curves_file) if not path.exists()]
+        folder = layout.results("train_lvm")
+        files = {
+            "results": folder / f"{experiment}.json",
+            "loss": folder / experiment / "loss.csv",
+            "decoder_calls": folder / experiment / "calls.csv",
+        }
+        missing = [path for path in files.values() if not path.exists()]
         if missing:
             results.missing[experiment] = f"{missing[0]} not found"
             continue
-        results.lvm[experiment] = read_json(results_file)["methods"]
-        runs = {
-            run: (series.rpartition("/")[2], curve)  # the method, without the bit-vector's D
-            for series, by_run in read_curves(curves_file, "loss").items()
-            for run, curve in by_run.items()
-        }
-        for _, (method, curve) in sorted(runs.items()):
-            _add(results.lvm_curves, experiment, method, value=curve)
+        results.lvm[experiment] = read_json(files["results"])["methods"]
+        for curve, table in (("loss", results.lvm_curves), ("decoder_calls", results.lvm_calls)):
+            runs = {
+                run: (series.rpartition("/")[2], points)  # the method, without the bit-vector D
+                for series, by_run in read_curves(files[curve], curve).items()
+                for run, points in by_run.items()
+            }
+            for _, (method, points) in sorted(runs.items()):
+                _add(table, experiment, method, value=points)
 
 
 def ape_results(results: Results) -> None:
@@ -141,6 +176,7 @@ def main(stage: Stage) -> None:
     lvm_results(results)
     ape_results(results)
     verdicts = evaluate(results)
+    stage.write_json(RESULTS / "results.json", results_to_json(results), artifact="")
     record = claims_record(verdicts, stage.profile, results)
     stage.write_json(RESULTS / "claims.json", record, artifact="")
     stage.write_metrics(counts(verdicts))

@@ -2,13 +2,17 @@
 
 Each claim of ``claims.yaml`` has an ``id``, the ``work`` it comes from (AST, EST, SparseMarg,
 APE), its ``source`` (table or section), the ``text`` a reader checks, the ``check`` that tests
-it (a function of :mod:`components.claims.catalog`) and that check's ``args``.
-:func:`evaluate` gives each claim a :class:`~components.claims.checks.Verdict` on a
-:class:`~components.claims.catalog.Results`.
+it (a function of :mod:`components.claims.catalog`), that check's ``args`` and its pre-registered
+``thresholds`` (:mod:`components.claims.preregistered`: each with the publication's value, source,
+reason and history). :func:`evaluate` gives each claim a
+:class:`~components.claims.checks.Verdict` on :class:`~components.claims.results.Results`; the
+claims no check covers are listed, with their reasons, by :func:`out_of_scope`.
 """
 
-from components.claims.catalog import CHECKS, Claim, ClaimResult, Results, evaluate, load_claims
+from components.claims.catalog import CHECKS, ClaimResult, evaluate, load_claims, out_of_scope
 from components.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, Verdict
+from components.claims.preregistered import Claim, OutOfScope, Threshold
+from components.claims.results import Results, results_from_json, results_to_json
 
 __all__ = [
     "CHECKS",
@@ -17,8 +21,13 @@ __all__ = [
     "REPRODUCED",
     "Claim",
     "ClaimResult",
+    "OutOfScope",
     "Results",
+    "Threshold",
     "Verdict",
     "evaluate",
     "load_claims",
+    "out_of_scope",
+    "results_from_json",
+    "results_to_json",
 ]

@@ -1,89 +1,44 @@
-"""The claim checks on a grid's results, and the claims of ``claims.yaml`` they evaluate.
+"""The claim checks on a run's :class:`~components.claims.results.Results`, and the claims of
+``claims.yaml`` they evaluate.
 
-:class:`Results` holds what the checks read, as plain numbers per seed; a check is a function
-``(results, **args) -> Verdict`` registered in :data:`CHECKS` under the name ``claims.yaml``
-uses. Where a result is missing (a stage not run, a variant not in the grid) the verdict is
-"not measurable", naming what is missing.
+A check is a function ``(results, **args, **thresholds) -> Verdict`` registered in
+:data:`CHECKS` under the name ``claims.yaml`` uses. Where a result is missing (a stage not run, a
+variant not in the grid, a record kept before the result existed) the verdict is "not
+measurable", naming what is missing. Every gate that holds a verdict back (training still
+deciding a comparison, too short a run) holds it back whichever way the result points: a claim
+is never reproduced on a run that would not have been allowed to refute it.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
-
-import yaml
 
 from components.analysis.alpha import (
-    BIMODALITY_THRESHOLD,
-    MIN_BIMODALITY_VALUES,
-    bimodality_coefficient,
+    MIN_MODALITY_VALUES,
+    alpha_movement,
+    modality,
+    softmax_then_sparser,
 )
 from components.claims import checks
 from components.claims.checks import (
-    NOT_REPRODUCED,
+    SIGNIFICANCE,
     Verdict,
     all_of,
-    describe,
     not_measurable,
     verdict,
 )
-from components.errors import LearnableSparsityError
+from components.claims.preregistered import Claim, OutOfScope, parse_claims
+from components.claims.results import Results
 from components.reporting.lvm_tables import COLLAPSED_KL_NATS, UNSETTLED_NLL_BITS
 
-Curve = list[tuple[float, float]]
 # Learned α has settled when its heads moved by at most 0.02 on average over the last window of
-# the steps: 2% of the range (1, 2] it lives in, well below the gap between the modes it reads.
+# the steps — read in the logit (:func:`components.analysis.alpha.alpha_movement`) —: 2% of the
+# range (1, 2] it lives in, well below the gap between the modes it reads.
 ALPHA_SETTLED = 0.02
-
-
-@dataclass(frozen=True)
-class Results:
-    """Everything the checks read, per seed (lists are over seeds, in seed order).
-
-    ``bleu``: corpus → variant → BLEU; ``valid_nll``: corpus → variant → validation NLL curves
-    (step, nll) of the seeds; ``speed``: variant → ``train`` / ``inference`` → the ratio to
-    softmax's tokens/s in each round; ``js``: variant → block → mean JS between the block's heads
-    (None where the block has fewer than two heads); ``roles``: variant →
-    role → number of heads with the role (None where the corpus cannot show it); ``final_alphas``:
-    attention type → the learned α of every head, layer and seed; ``alpha_trajectories``: per
-    seed, (step, every head's α) as training logged them; ``dense_then_sparse``: heads
-    whose α went toward softmax and then sparser, per seed; ``lvm``: experiment → method → the
-    test metrics; ``lvm_curves``: experiment → method → training-loss curves; ``ape``:
-    "<regime>/<system>" → split → TER of each seed; ``ape_do_nothing``: split → TER of the MT
-    output itself; ``ape_valid_nll``: "<regime>/<system>" → validation NLL curves of the seeds;
-    ``missing``: result → why it is absent.
-    """
-
-    bleu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    valid_nll: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
-    speed: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    js: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
-    roles: dict[str, dict[str, list[int | None]]] = field(default_factory=dict)
-    final_alphas: dict[str, list[float]] = field(default_factory=dict)
-    alpha_trajectories: list[list[tuple[float, list[float]]]] = field(default_factory=list)
-    dense_then_sparse: list[int] = field(default_factory=list)
-    lvm: dict[str, dict[str, list[dict[str, float]]]] = field(default_factory=dict)
-    lvm_curves: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
-    ape: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    ape_do_nothing: dict[str, float] = field(default_factory=dict)
-    ape_valid_nll: dict[str, list[Curve]] = field(default_factory=dict)
-    missing: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One qualitative claim of a paper and how it is tested."""
-
-    id: str
-    work: str
-    source: str
-    text: str
-    check: str
-    args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,21 +117,6 @@ def _catching_up(
     )
 
 
-def _trained_to_plateau(results: Results, variants: Sequence[str]) -> Verdict | None:
-    """ "Not measurable" while the validation perplexity of a model the claim analyses still
-    improves: heads it has not grown yet may still appear."""
-    return checks.unconverged(
-        {
-            f"{corpus}/{variant}/seed{i}": curve
-            for corpus, by_variant in results.valid_nll.items()
-            for variant in variants
-            for i, curve in enumerate(by_variant.get(variant, []))
-        },
-        "validation perplexity",
-        log_loss=True,
-    )
-
-
 def bleu_at_least_as_good(
     results: Results, variants: Sequence[str], baseline: str, margin: float
 ) -> Verdict:
@@ -208,20 +148,42 @@ def bleu_a_little_below(
     return all_of(parts)
 
 
-def speed_near_softmax(results: Results, variant: str, tolerance: float) -> Verdict:
-    """Training and inference tokens/s of the variant within 1 ± tolerance of softmax's."""
+def speed_near_softmax(
+    results: Results, variant: str, train_tolerance: float, inference_tolerance: float
+) -> Verdict:
+    """Training and inference tokens/s of the variant within 1 ± the phase's tolerance of
+    softmax's (:func:`checks.ratio_near_one` on the rounds' ratios)."""
     missing = _missing(results, "speed")
     if missing:
         return missing
     if variant not in results.speed:
         return not_measurable(f"{variant} was not timed")
     rounds = results.speed[variant]
+    tolerances = {"train": train_tolerance, "inference": inference_tolerance}
     return all_of(
         {
             phase: checks.ratio_near_one(rounds[phase], tolerance, f"{phase} tokens/s ratio")
-            for phase in ("train", "inference")
+            for phase, tolerance in tolerances.items()
         }
     )
+
+
+def decodes_faster(results: Results, variant: str, other: str, at_least: float) -> Verdict:
+    """The variant's inference tokens/s over the other's, round by round (both ratios to the
+    softmax of the same round), at least ``at_least`` (:func:`checks.ratio_at_least`)."""
+    missing = _missing(results, "speed")
+    if missing:
+        return missing
+    absent = [v for v in (variant, other) if not results.speed.get(v, {}).get("inference")]
+    if absent:
+        return not_measurable(f"{', '.join(absent)} not timed at inference")
+    ratios = [
+        mine / theirs
+        for mine, theirs in zip(
+            results.speed[variant]["inference"], results.speed[other]["inference"], strict=True
+        )
+    ]
+    return checks.ratio_at_least(ratios, at_least, f"{variant}/{other} inference tokens/s")
 
 
 def slowest(results: Results, variant: str) -> Verdict:
@@ -240,10 +202,18 @@ def slowest(results: Results, variant: str) -> Verdict:
     )
 
 
-def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[str]) -> Verdict:
-    """Bimodality coefficient of the learned α, pooled over layers and seeds: above 5/9 in the
-    ``bimodal`` attention types, not above it in the ``unimodal`` ones, once α has settled and
-    the α-entmax models no longer catch up with softmax (α may stall early in training)."""
+def alpha_modes(
+    results: Results,
+    bimodal: Sequence[str],
+    unimodal: Sequence[str],
+    upper_mode_at_least: float,
+    lower_mode_at_most: float,
+) -> Verdict:
+    """The learned α pooled over layers and seeds, per attention type (:func:`modality`): in the
+    ``bimodal`` types Hartigan's dip test rejects one mode (p < :data:`SIGNIFICANCE`) and the
+    two modes lie where the claim puts them (the upper at least ``upper_mode_at_least``, the
+    lower at most ``lower_mode_at_most``); in the ``unimodal`` types it does not reject one
+    mode. Judged once α has settled and the α-entmax models no longer catch up with softmax."""
     blocked = (
         _missing(results, "alphas")
         or _alpha_still_moving(results)
@@ -254,25 +224,35 @@ def alpha_bimodal(results: Results, bimodal: Sequence[str], unimodal: Sequence[s
     parts = {}
     for kind, expect in [(k, True) for k in bimodal] + [(k, False) for k in unimodal]:
         alphas = results.final_alphas.get(kind, [])
-        if len(alphas) < MIN_BIMODALITY_VALUES or max(alphas) == min(alphas):
+        if len(alphas) < MIN_MODALITY_VALUES or max(alphas) == min(alphas):
             parts[kind] = not_measurable(f"{len(alphas)} learned α in {kind}")
             continue
-        coefficient = bimodality_coefficient(alphas)
-        is_bimodal = coefficient > BIMODALITY_THRESHOLD
-        parts[kind] = verdict(
-            is_bimodal == expect,
-            f"bimodality coefficient {coefficient:.2f} over {len(alphas)} heads "
-            f"({'>' if is_bimodal else '≤'} 5/9; expected {'bimodal' if expect else 'one mode'})",
-            coefficient=coefficient,
-            heads=len(alphas),
+        found = modality(alphas)
+        multimodal = found.p_unimodal < SIGNIFICANCE
+        low, high = found.modes
+        text = (
+            f"dip test over {found.n} heads: dip {found.dip:.3f}, p = {found.p_unimodal:.3f} "
+            f"for one mode ({'rejected' if multimodal else 'not rejected'} at {SIGNIFICANCE}); "
+            f"two-component modes {low:.2f} and {high:.2f}"
         )
+        numbers = {"dip": found.dip, "p_unimodal": found.p_unimodal, "modes": [low, high]}
+        if expect:
+            placed = high >= upper_mode_at_least and low <= lower_mode_at_most
+            where = (
+                f"; expected two modes, the upper at least {upper_mode_at_least:g} and the "
+                f"lower at most {lower_mode_at_most:g}"
+            )
+            parts[kind] = verdict(multimodal and placed, text + where, **numbers)
+        else:
+            parts[kind] = verdict(not multimodal, text + "; expected one mode", **numbers)
     return all_of(parts)
 
 
 def _alpha_still_moving(results: Results) -> Verdict | None:
-    """ "Not measurable" while the learned α still moves: the mean |Δα| over heads between the
-    α logged last and the α logged :data:`checks.CONVERGENCE_WINDOW` of the steps earlier is
-    above :data:`ALPHA_SETTLED` in some seed."""
+    """ "Not measurable" while the learned α still moves: the mean over heads of
+    :func:`alpha_movement` between the α logged last and the α logged
+    :data:`checks.CONVERGENCE_WINDOW` of the steps earlier is above :data:`ALPHA_SETTLED` in
+    some seed."""
     drifts = []
     for trajectory in results.alpha_trajectories:
         if len(trajectory) < 2:
@@ -280,47 +260,60 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
         last_step, last = trajectory[-1]
         start = last_step * (1 - checks.CONVERGENCE_WINDOW)
         earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
-        drifts.append(statistics.fmean(abs(a - b) for a, b in zip(last, earlier, strict=True)))
+        moves = [alpha_movement(a, b, ALPHA_SETTLED) for a, b in zip(earlier, last, strict=True)]
+        drifts.append(statistics.fmean(moves))
     moving = [d for d in drifts if d > ALPHA_SETTLED]
     if not moving:
         return None
     return not_measurable(
         f"not measurable in this profile: α still moves by {max(moving):.3f} on average per "
-        f"head over the last {checks.CONVERGENCE_WINDOW:.0%} of the steps (settled: at most "
-        f"{ALPHA_SETTLED}); a longer profile decides it",
+        f"head over the last {checks.CONVERGENCE_WINDOW:.0%} of the steps (read in its logit; "
+        f"settled: at most {ALPHA_SETTLED}); a longer profile decides it",
         alpha_drift=drifts,
     )
 
 
-def _found_or_still_training(found: Verdict, results: Results, variants: Sequence[str]) -> Verdict:
-    """An existence claim: found heads reproduce it at any training length; none found is
-    "not reproduced" only once the models have stopped improving (they may still appear)."""
-    if found.status != NOT_REPRODUCED:
-        return found
-    if not any(
-        results.valid_nll.get(corpus, {}).get(v) for corpus in results.valid_nll for v in variants
-    ):
-        return not_measurable(
-            f"none found, and no validation curves of {', '.join(variants)} "
-            "to tell whether training has ended"
-        )
-    return _trained_to_plateau(results, variants) or found
+def _too_short(steps: Sequence[float], judged_after_steps: float, what: str) -> Verdict | None:
+    """ "Not measurable" while a run is shorter than the pre-registered length after which the
+    claim is judged — found or not: a verdict that waits only when it goes one way is biased."""
+    short = [s for s in steps if s < judged_after_steps]
+    if not short:
+        return None
+    return not_measurable(
+        f"not measurable in this profile: {what} trained {min(short):g} steps; the claim is "
+        f"judged, either way, after {judged_after_steps:g}",
+        steps=list(steps),
+    )
 
 
-def heads_dense_then_sparse(results: Results) -> Verdict:
-    """At least one head's α first moves toward softmax and then becomes sparser."""
+def heads_dense_then_sparse(
+    results: Results, min_dip: float, min_rebound: float, judged_after_steps: float
+) -> Verdict:
+    """Some head's α first falls toward softmax by at least ``min_dip`` and then rises by at
+    least ``min_rebound`` (:func:`softmax_then_sparser`), in any seed, once every α-entmax model
+    trained ``judged_after_steps``."""
     missing = _missing(results, "alphas")
     if missing:
         return missing
-    counts = results.dense_then_sparse
-    if not counts:
+    trajectories = [t for t in results.alpha_trajectories if t]
+    if not trajectories:
         return not_measurable("no α-entmax model with an α trajectory")
-    found = verdict(
+    blocked = _too_short([t[-1][0] for t in trajectories], judged_after_steps, "the α-entmax")
+    if blocked:
+        return blocked
+    counts = [
+        sum(
+            softmax_then_sparser(list(head), min_dip=min_dip, min_rebound=min_rebound)
+            for head in zip(*(alphas for _, alphas in trajectory), strict=True)
+        )
+        for trajectory in trajectories
+    ]
+    return verdict(
         sum(counts) > 0,
-        f"heads toward softmax then sparser, per seed: {counts}",
+        f"heads whose α fell by ≥ {min_dip:g} and then rose by ≥ {min_rebound:g}, per seed: "
+        f"{counts}",
         per_seed=counts,
     )
-    return _found_or_still_training(found, results, ["entmax_alpha"])
 
 
 def _mean_over_blocks(per_seed: list[dict[str, float | None]]) -> list[float]:
@@ -349,22 +342,119 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
     return all_of(parts)
 
 
-def head_roles_exist(results: Results, variant: str, roles: Sequence[str]) -> Verdict:
-    """Each role has at least one head in some seed of the variant; a role the corpus cannot
-    show (no interrogative, no split word) is not measurable."""
+def _trained_steps(results: Results, variants: Sequence[str]) -> dict[str, set[float]]:
+    """Variant → the last validation step of its runs (the length each trained)."""
+    return {
+        variant: {curve[-1][0] for c in results.valid_nll.values() for curve in c.get(variant, [])}
+        for variant in variants
+    }
+
+
+def head_roles_exist(
+    results: Results, variant: str, roles: Sequence[str], baselines: Sequence[str]
+) -> Verdict:
+    """Each role has a head in some seed of the variant, judged against the ``baselines``
+    (the other attention variants) trained as long: a role the variant has is reproduced; one
+    it lacks while a baseline has it is not (the corpus and the length can grow the role); one
+    no model has is not measurable (the corpus or the length cannot show it), as is a role the
+    corpus has no query for."""
     blocked = _missing(results, "heads")
     if blocked:
         return blocked
-    if variant not in results.roles:
-        return not_measurable(f"no head analysis of {variant}")
+    absent = [v for v in (variant, *baselines) if v not in results.roles]
+    if absent:
+        return not_measurable(f"no head analysis of {', '.join(absent)}")
+    lengths = _trained_steps(results, [variant, *baselines])
+    if len(set().union(*lengths.values())) > 1:
+        return not_measurable(f"the models trained for different lengths: {lengths}")
     parts = {}
     for role in roles:
-        counts = results.roles[variant].get(role, [])
-        if not counts or any(c is None for c in counts):
+        counts = {v: results.roles[v].get(role, []) for v in (variant, *baselines)}
+        if any(not c or any(n is None for n in c) for c in counts.values()):
             parts[role] = not_measurable(f"{role}: the corpus cannot show this role")
-        else:
-            found = verdict(sum(counts) > 0, f"{role} heads per seed {counts}")
-            parts[role] = _found_or_still_training(found, results, [variant])
+            continue
+        listing = ", ".join(f"{v} {c}" for v, c in counts.items())
+        holders = [v for v, c in counts.items() if sum(c) > 0]
+        if not holders:
+            parts[role] = not_measurable(
+                f"{role}: no model has such a head at these steps (heads per seed: {listing}): "
+                "the corpus or the training length cannot show the role"
+            )
+            continue
+        parts[role] = verdict(
+            variant in holders,
+            f"{role} heads per seed: {listing}",
+            counts=counts,
+        )
+    return all_of(parts)
+
+
+def roles_more_confident(
+    results: Results, variant: str, baseline: str, roles: Sequence[str]
+) -> Verdict:
+    """Per role, the confidence of the variant's strongest head for it (per seed) significantly
+    above the baseline's (one-sided Welch), once neither catches up with the other."""
+    blocked = _missing(results, "heads") or _missing(results, "role_confidence")
+    if blocked:
+        return blocked
+    absent = [v for v in (variant, baseline) if v not in results.role_confidence]
+    if absent:
+        return not_measurable(f"no role confidences of {', '.join(absent)}")
+    gate = _catching_up(results, variant, baseline)
+    if gate:
+        return gate
+    parts = {}
+    for role in roles:
+        mine, theirs = (results.role_confidence[v].get(role, []) for v in (variant, baseline))
+        if not mine or not theirs or None in mine or None in theirs:
+            parts[role] = not_measurable(f"{role}: the corpus cannot show this role")
+            continue
+        parts[role] = checks.significantly_below(theirs, mine, names=(baseline, variant))
+    return all_of(parts)
+
+
+def adaptive_sparsity(
+    results: Results, variant: str, fixed_alpha: str, fixed_support: str, density_below: float
+) -> Verdict:
+    """The variant's attention is sparse and adapts per head and per input, per seed:
+
+    * sparse: its mean density over heads significantly below ``density_below`` (softmax's 1);
+    * per head: the spread (population sd) of its heads' densities significantly above
+      ``fixed_alpha``'s, whose α is the same in every head;
+    * per input: its heads' mean density spread between inputs of one length significantly above
+      ``fixed_support``'s, whose support is fixed by k at each length.
+
+    Each comparison waits until neither model catches up with the other."""
+    blocked = _missing(results, "heads") or _missing(results, "density")
+    if blocked:
+        return blocked
+    absent = [v for v in (variant, fixed_alpha, fixed_support) if v not in results.density]
+    if absent:
+        return not_measurable(f"no attention densities of {', '.join(absent)}")
+
+    def per_seed(name: str, statistic: Callable[[list[float]], float], key: str) -> list[float]:
+        return [
+            statistic([v for v in seed[key] if v is not None]) for seed in results.density[name]
+        ]
+
+    mean, spread = statistics.fmean, statistics.pstdev
+    parts = {
+        "sparse": checks.significantly_below_value(
+            per_seed(variant, mean, "heads"), density_below, names=(variant, "dense")
+        ),
+        "per head": _catching_up(results, variant, fixed_alpha)
+        or checks.significantly_below(
+            per_seed(fixed_alpha, spread, "heads"),
+            per_seed(variant, spread, "heads"),
+            names=(f"{fixed_alpha} head-density sd", f"{variant} head-density sd"),
+        ),
+        "per input": _catching_up(results, variant, fixed_support)
+        or checks.significantly_below(
+            per_seed(fixed_support, mean, "within_length_sd"),
+            per_seed(variant, mean, "within_length_sd"),
+            names=(f"{fixed_support} within-length sd", f"{variant} within-length sd"),
+        ),
+    }
     return all_of(parts)
 
 
@@ -431,10 +521,8 @@ def marginalization_matches_dense(
     dense, _ = _metric(results, experiment, baseline, metric)
     calls = checks.finite([r["decoder_calls"] for r in results.lvm[experiment][candidate]])
     dense_calls = results.lvm[experiment][baseline][0]["decoder_calls"]
-    few_calls = verdict(
-        bool(calls) and statistics.fmean(calls) <= largest_calls,
-        f"{candidate} decoder calls {describe(calls)} of {dense_calls:g} (at most {largest_calls})",
-        calls=calls,
+    few_calls = checks.mean_at_most(
+        calls, largest_calls, f"{candidate} decoder calls (of {dense_calls:g})"
     )
     accuracy = checks.at_least_as_good(sparse, dense, margin, names=(candidate, baseline))
     return all_of({metric: accuracy, "decoder calls": few_calls})
@@ -510,6 +598,28 @@ def nll_at_or_below(
     return all_of(parts)
 
 
+def calls_fall(results: Results, experiments: Sequence[str], method: str) -> Verdict:
+    """In each experiment, the method's decoder calls per example over the last
+    :data:`checks.CONVERGENCE_WINDOW` of the training steps significantly below those over the
+    first (one-sided Welch over seeds): it gets sparser as it trains."""
+    parts = {}
+    for experiment in experiments:
+        blocked = _missing(results, "lvm_calls") or _lvm(results, experiment, [method])
+        curves = results.lvm_calls.get(experiment, {}).get(method, [])
+        if blocked or not curves:
+            parts[experiment] = blocked or not_measurable(f"no {method} calls curves")
+            continue
+        first, last = [], []
+        for curve in curves:
+            width = checks.CONVERGENCE_WINDOW * curve[-1][0]
+            first.append(statistics.fmean(v for s, v in curve if s <= curve[0][0] + width))
+            last.append(statistics.fmean(v for s, v in curve if s > curve[-1][0] - width))
+        parts[experiment] = checks.significantly_below(
+            last, first, names=(f"{method} calls, last fifth", "first fifth")
+        )
+    return all_of(parts)
+
+
 # ------------------------------------------------------------------------------ APE
 
 
@@ -525,32 +635,56 @@ def _ape(results: Results, systems: Sequence[str], split: str) -> Verdict | None
     )
 
 
-def _ape_or_still_training(found: Verdict, results: Results, systems: Sequence[str]) -> Verdict:
-    """A comparison that failed is "not reproduced" only once the systems' validation NLL has
-    stopped improving (a longer run may still separate them)."""
-    if found.status != NOT_REPRODUCED:
-        return found
+def _ape_unconverged(results: Results, systems: Sequence[str]) -> Verdict | None:
+    """ "Not measurable" while a system's own validation NLL still improves (for a comparison
+    with the do-nothing baseline, which has no curve)."""
     curves = {
         f"{s}/{i}": c for s in systems for i, c in enumerate(results.ape_valid_nll.get(s, []))
     }
-    return checks.unconverged(curves, "validation NLL", log_loss=True) or found
+    return checks.unconverged(curves, "validation NLL", log_loss=True)
 
 
-def ape_below_do_nothing(results: Results, systems: Sequence[str], split: str) -> Verdict:
-    """Each system's TER significantly below the do-nothing TER (the MT output scored as is,
-    which has no seed variance: a one-sample test of the systems' seeds)."""
+def _ape_gap_moving(results: Results, candidate: str, other: str) -> Verdict | None:
+    """ "Not measurable" while the gap between two systems' validation NLL still moves (one is
+    still catching up): training length, not the system, would decide the comparison."""
+    pair = (results.ape_valid_nll.get(candidate, []), results.ape_valid_nll.get(other, []))
+    return checks.unsettled({f"{candidate} vs {other}": pair}, "validation NLL", log_loss=True)
+
+
+def _against_do_nothing(
+    results: Results, systems: Sequence[str], split: str, below: bool
+) -> Verdict:
+    """Each system's TER significantly below (``below``) or above the do-nothing TER (the MT
+    output scored as is, which has no seed variance: a one-sample test of the systems' seeds),
+    once the system's validation NLL has stopped improving."""
     blocked = _ape(results, systems, split)
     if blocked:
         return blocked
     if split not in results.ape_do_nothing:
         return not_measurable(f"no do-nothing score on {split}")
-    parts = {}
-    for system in systems:
-        part = checks.significantly_below_value(
-            results.ape[system][split], results.ape_do_nothing[split], names=(system, "do nothing")
-        )
-        parts[system] = _ape_or_still_training(part, results, [system])
-    return all_of(parts)
+    test = checks.significantly_below_value if below else checks.significantly_above_value
+    return all_of(
+        {
+            system: _ape_unconverged(results, [system])
+            or test(
+                results.ape[system][split],
+                results.ape_do_nothing[split],
+                names=(system, "do nothing"),
+            )
+            for system in systems
+        }
+    )
+
+
+def ape_below_do_nothing(results: Results, systems: Sequence[str], split: str) -> Verdict:
+    """Each system lowers TER below the MT output's (:func:`_against_do_nothing`)."""
+    return _against_do_nothing(results, systems, split, below=True)
+
+
+def ape_above_do_nothing(results: Results, systems: Sequence[str], split: str) -> Verdict:
+    """Each system raises TER above the MT output's: it does worse than leaving the MT output
+    as it is (:func:`_against_do_nothing`)."""
+    return _against_do_nothing(results, systems, split, below=False)
 
 
 def _ape_against_each(
@@ -560,20 +694,15 @@ def _ape_against_each(
     split: str,
     compare: Callable[[list[float], list[float], tuple[str, str]], Verdict],
 ) -> Verdict:
-    """``compare(candidate's TERs, other's TERs, names)`` for each other system, a failure
-    counted only once both have stopped improving."""
+    """``compare(candidate's TERs, other's TERs, names)`` for each other system, once the gap
+    between the two systems' validation NLL has settled."""
     blocked = _ape(results, [candidate, *others], split)
     if blocked:
         return blocked
     return all_of(
         {
-            other: _ape_or_still_training(
-                compare(
-                    results.ape[candidate][split], results.ape[other][split], (candidate, other)
-                ),
-                results,
-                [candidate, other],
-            )
+            other: _ape_gap_moving(results, candidate, other)
+            or compare(results.ape[candidate][split], results.ape[other][split], (candidate, other))
             for other in others
         }
     )
@@ -608,47 +737,68 @@ def ape_best_of(
     )
 
 
+def ape_nearly_as_good(
+    results: Results, candidate: str, baseline: str, split: str, margin: float
+) -> Verdict:
+    """The candidate's TER nearly as good as the baseline's: at most ``margin`` TER points
+    higher, and not significantly more (:func:`checks.nearly_as_good`)."""
+    return _ape_against_each(
+        results,
+        candidate,
+        [baseline],
+        split,
+        lambda ter, other, names: checks.nearly_as_good(
+            ter, other, margin, higher_is_better=False, names=names
+        ),
+    )
+
+
 CHECKS: dict[str, Callable[..., Verdict]] = {
     f.__name__: f
     for f in (
         bleu_at_least_as_good,
         bleu_a_little_below,
         speed_near_softmax,
+        decodes_faster,
         slowest,
-        alpha_bimodal,
+        alpha_modes,
         heads_dense_then_sparse,
         sparse_heads_more_diverse,
         head_roles_exist,
+        roles_more_confident,
+        adaptive_sparsity,
         marginalization_matches_dense,
         methods_below,
         nll_at_or_below,
+        calls_fall,
         ape_below_do_nothing,
+        ape_above_do_nothing,
         ape_ter_below,
         ape_best_of,
+        ape_nearly_as_good,
     )
 }
 
 
 @cache
-def load_claims() -> tuple[Claim, ...]:
-    """The claims of ``claims.yaml``, checked: known check names, unique ids."""
+def _claims_file() -> tuple[tuple[Claim, ...], tuple[OutOfScope, ...]]:
     text = resources.files(__package__).joinpath("claims.yaml").read_text("utf-8")
-    claims = tuple(Claim(**entry) for entry in yaml.safe_load(text)["claims"])
-    seen: set[str] = set()
-    for claim in claims:
-        if claim.check not in CHECKS:
-            raise LearnableSparsityError(
-                f"claims.yaml: claim {claim.id!r} names an unknown check {claim.check!r}"
-            )
-        if claim.id in seen:
-            raise LearnableSparsityError(f"claims.yaml: claim id {claim.id!r} appears twice")
-        seen.add(claim.id)
-    return claims
+    return parse_claims(text, CHECKS)
+
+
+def load_claims() -> tuple[Claim, ...]:
+    """The claims of ``claims.yaml`` (:func:`parse_claims`: checked against :data:`CHECKS`)."""
+    return _claims_file()[0]
+
+
+def out_of_scope() -> tuple[OutOfScope, ...]:
+    """The claims of the seed documents that ``claims.yaml`` leaves out, with the reasons."""
+    return _claims_file()[1]
 
 
 def evaluate(results: Results, claims: Sequence[Claim] | None = None) -> list[ClaimResult]:
     """Every claim's verdict on ``results`` (default: the claims of ``claims.yaml``)."""
     return [
-        ClaimResult(claim, CHECKS[claim.check](results, **claim.args))
+        ClaimResult(claim, CHECKS[claim.check](results, **claim.arguments()))
         for claim in (load_claims() if claims is None else claims)
     ]

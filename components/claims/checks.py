@@ -88,7 +88,10 @@ def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
     """p-value of Welch's t-test of mean(a) − mean(b) with H1 ``less`` or ``greater``.
 
     When both samples have no spread the test is undefined; the difference of the means then
-    decides (p = 0 when it lies in the direction of H1, else 1).
+    decides (p = 0 when it lies in the direction of H1, else 1). When one has none, Welch's
+    statistic and degrees of freedom are those of a one-sample t-test of the other against its
+    constant, which is computed as such (the same p, without scipy's precision warning on a
+    constant sample).
     """
     if alternative not in ("less", "greater"):
         raise LearnableSparsityError(
@@ -98,10 +101,16 @@ def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
         raise LearnableSparsityError(
             f"Welch's test needs 2+ values per side, got {len(a)}, {len(b)}"
         )
-    if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
+    constant_a, constant_b = statistics.pvariance(a) == 0, statistics.pvariance(b) == 0
+    if constant_a and constant_b:
         difference = statistics.fmean(a) - statistics.fmean(b)
         toward = difference < 0 if alternative == "less" else difference > 0
         return 0.0 if toward else 1.0
+    if constant_b:
+        return float(stats.ttest_1samp(a, b[0], alternative=alternative).pvalue)
+    if constant_a:
+        flipped = "greater" if alternative == "less" else "less"
+        return float(stats.ttest_1samp(b, a[0], alternative=flipped).pvalue)
     return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
 
 
@@ -281,6 +290,33 @@ def at_least_as_good(
     return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, margin=margin)
 
 
+def nearly_as_good(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    margin: float,
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """ "Nearly as good": the candidate may trail the baseline by up to ``margin`` (a gap the
+    publication itself reports). Reproduced when its mean trails by at most ``margin`` and it is
+    not significantly further behind (one-sided Welch against the baseline moved ``margin`` in
+    the candidate's favour)."""
+    toward_candidate = -margin if higher_is_better else margin
+    handicapped = [value + toward_candidate for value in baseline]
+    c = compare(candidate, handicapped, higher_is_better=higher_is_better, names=names)
+    if isinstance(c, Verdict):
+        return c
+    gap = c.better_by - margin  # the candidate's advantage over the baseline itself
+    evidence = (
+        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
+        f"{'better' if gap >= 0 else 'worse'} by {abs(gap):.2f} (nearly: at most {margin} worse); "
+        f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin} worse'"
+    )
+    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= 0
+    return verdict(holds, evidence, gap=gap, p=c.p_worse, margin=margin)
+
+
 def worse_by_at_most(
     candidate: Sequence[float],
     baseline: Sequence[float],
@@ -317,38 +353,72 @@ def significantly_below(
     return verdict(c.p_worse < SIGNIFICANCE, evidence, p=c.p_worse)
 
 
-def significantly_below_value(
-    values: Sequence[float], value: float, *, names: tuple[str, str] = ("candidate", "value")
+def _against_value(
+    values: Sequence[float], value: float, *, below: bool, names: tuple[str, str]
 ) -> Verdict:
-    """The mean of ``values`` (seeds) significantly below a number without seed variance (a
-    deterministic baseline): one-sided one-sample t-test; with no spread among the seeds the
-    mean's side of the value decides (p = 0 or 1)."""
+    """One-sided one-sample t-test of the mean of ``values`` (seeds) against a number without
+    seed variance (a deterministic baseline), below it or above it; with no spread among the
+    seeds the mean's side of the value decides (p = 0 or 1)."""
     short = too_few_seeds({names[0]: values})
     if short:
         return short
+    side = "below" if below else "above"
     if statistics.pvariance(values) == 0:
-        p = 0.0 if statistics.fmean(values) < value else 1.0
+        mean = statistics.fmean(values)
+        p = 0.0 if (mean < value if below else mean > value) else 1.0
     else:
-        p = float(stats.ttest_1samp(values, value, alternative="less").pvalue)
+        alternative = "less" if below else "greater"
+        p = float(stats.ttest_1samp(values, value, alternative=alternative).pvalue)
     evidence = (
         f"{names[0]} {describe(values)} vs {names[1]} {value:.2f}: one-sample t-test one-sided "
-        f"p = {p:.3f} for '{names[0]} below {names[1]}'"
+        f"p = {p:.3f} for '{names[0]} {side} {names[1]}'"
     )
     return verdict(p < SIGNIFICANCE, evidence, p=p)
 
 
+def significantly_below_value(
+    values: Sequence[float], value: float, *, names: tuple[str, str] = ("candidate", "value")
+) -> Verdict:
+    """The mean of ``values`` (seeds) significantly below ``value``, a number without seed
+    variance (:func:`_against_value`)."""
+    return _against_value(values, value, below=True, names=names)
+
+
+def significantly_above_value(
+    values: Sequence[float], value: float, *, names: tuple[str, str] = ("candidate", "value")
+) -> Verdict:
+    """The mean of ``values`` (seeds) significantly above ``value`` (:func:`_against_value`)."""
+    return _against_value(values, value, below=False, names=names)
+
+
+def mean_at_most(values: Sequence[float], bound: float, what: str) -> Verdict:
+    """The mean of ``values`` (seeds) at most ``bound``: a published level the claim must not
+    exceed (a cost such as decoder calls); no values: not measurable."""
+    if not values:
+        return not_measurable(f"no {what}")
+    mean = statistics.fmean(values)
+    return verdict(
+        mean <= bound,
+        f"{what} {describe(values)} ({'at most' if mean <= bound else 'above'} {bound:g})",
+        values=list(values),
+        bound=bound,
+    )
+
+
 def all_of(parts: Mapping[str, Verdict]) -> Verdict:
-    """One verdict from several: not measurable if any part is, else reproduced iff all are."""
+    """One verdict from several: not reproduced if any part is (a decided failure outranks a
+    part the results cannot decide), else not measurable if any part is, else reproduced."""
     if not parts:
         raise LearnableSparsityError("all_of needs at least one part")
     lines = "; ".join(f"{name}: {part.evidence}" for name, part in parts.items())
     numbers = {name: {"status": part.status, **part.numbers} for name, part in parts.items()}
+    failed = [name for name, part in parts.items() if part.status == NOT_REPRODUCED]
+    if failed:
+        return Verdict(NOT_REPRODUCED, f"fails for {', '.join(failed)} — {lines}", numbers)
     blocked = [name for name, part in parts.items() if part.status == NOT_MEASURABLE]
     if blocked:
         return Verdict(NOT_MEASURABLE, lines, numbers)
-    failed = [name for name, part in parts.items() if part.status == NOT_REPRODUCED]
-    prefix = f"fails for {', '.join(failed)} — " if failed else ""
-    return Verdict(NOT_REPRODUCED if failed else REPRODUCED, prefix + lines, numbers)
+    return Verdict(REPRODUCED, lines, numbers)
 
 
 def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verdict:
@@ -376,6 +446,28 @@ def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verd
             **numbers,
         )
     return verdict(inside, evidence, **numbers)
+
+
+def ratio_at_least(rounds: Sequence[float], floor: float, name: str) -> Verdict:
+    """The per-round ratio is at least ``floor``: reproduced when the interquartile range of the
+    rounds lies at or above it, not reproduced when it lies wholly below, not measurable when it
+    straddles it (as :func:`ratio_near_one`)."""
+    if not rounds:
+        return not_measurable(f"no measurement of {name}")
+    median = statistics.median(rounds)
+    q1, q3 = quartiles(rounds)
+    evidence = (
+        f"{name} median {median:.2f} (IQR {q1:.3f}–{q3:.3f}) over {len(rounds)} rounds; "
+        f"at least {floor:g} needed"
+    )
+    numbers = {"median": median, "quartiles": [q1, q3], "rounds": list(rounds), "floor": floor}
+    if q1 < floor <= q3:
+        return not_measurable(
+            f"{evidence}; the rounds' interquartile range straddles {floor:g}: the rounds cannot "
+            "tell on which side the ratio lies",
+            **numbers,
+        )
+    return verdict(q1 >= floor, evidence, **numbers)
 
 
 def lowest(rounds: Mapping[str, Sequence[float]], name: str, what: str) -> Verdict:

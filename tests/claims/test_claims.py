@@ -4,11 +4,15 @@ the results cannot decide it (too few seeds, runs still improving, collapsed run
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
+import numpy as np
 import pytest
+import torch
 from scipy import stats
 
+from components.analysis.alpha import DENSE_THEN_SPARSE_DIP, DENSE_THEN_SPARSE_REBOUND
 from components.claims import (
     NOT_MEASURABLE,
     NOT_REPRODUCED,
@@ -19,8 +23,10 @@ from components.claims import (
     checks,
     evaluate,
     load_claims,
+    out_of_scope,
 )
 from components.claims.report import claims_markdown, claims_record
+from components.core.attention import alpha_of_logit
 from components.errors import LearnableSparsityError
 
 FLAT = [(100, 2.0), (200, 1.5), (300, 1.4), (400, 1.39), (500, 1.39)]  # converged
@@ -63,6 +69,11 @@ def test_welch_p_matches_scipy_and_handles_zero_spread() -> None:
     a, b = [1.0, 2.0, 3.5], [2.0, 3.0, 4.0, 5.0]
     expected = stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue
     assert checks.welch_p(a, b, "less") == pytest.approx(expected)
+    # one sample without spread: Welch's t and df are a one-sample test's against its value
+    one = stats.ttest_1samp(a, 3.0, alternative="less").pvalue
+    assert checks.welch_p(a, [3.0, 3.0], "less") == pytest.approx(one)
+    assert checks.welch_p([3.0, 3.0], a, "greater") == pytest.approx(one)
+    assert checks.welch_p(a, [3.0, 3.0 + 1e-9], "less") == pytest.approx(one, rel=1e-6)
     assert checks.welch_p([1, 1, 1], [2, 2, 2], "less") == 0.0
     assert checks.welch_p([1, 1, 1], [2, 2, 2], "greater") == 1.0
     with pytest.raises(LearnableSparsityError, match="2\\+ values"):
@@ -81,13 +92,19 @@ def test_still_improving_measures_the_last_window() -> None:
     assert checks.still_improving(nll, log_loss=True) == pytest.approx(math.expm1(0.01))
 
 
-def test_all_of_is_not_measurable_if_any_part_is() -> None:
+def test_all_of_lets_a_decided_failure_outrank_an_undecided_part() -> None:
+    """Defect 4 of issue 24: a part that cannot be decided hid a decided failure."""
     ok, bad = checks.verdict(True, "a"), checks.verdict(False, "b")
     unknown = checks.not_measurable("c")
     assert checks.all_of({"x": ok, "y": ok}).status == REPRODUCED
     assert checks.all_of({"x": ok, "y": bad}).status == NOT_REPRODUCED
     assert "fails for y" in checks.all_of({"x": ok, "y": bad}).evidence
-    assert checks.all_of({"x": bad, "y": unknown}).status == NOT_MEASURABLE
+    for parts in ({"x": bad, "y": unknown}, {"y": unknown, "x": bad}, {"x": bad, "y": bad}):
+        verdict = checks.all_of(parts)
+        assert verdict.status == NOT_REPRODUCED and "fails for x" in verdict.evidence
+    assert checks.all_of({"x": ok, "y": unknown}).status == NOT_MEASURABLE
+    with pytest.raises(LearnableSparsityError, match="at least one part"):
+        checks.all_of({})
 
 
 # ------------------------------------------------------------------------------ NMT
@@ -154,7 +171,8 @@ def test_missing_variant_or_results_are_not_measurable() -> None:
 @pytest.mark.parametrize(
     ("sparsemax", "status"),
     [
-        ([77.0, 77.5, 76.8], REPRODUCED),  # 3 below: a little
+        ([77.0, 77.5, 76.8], REPRODUCED),  # 3 below: a little (EST: 4.1)
+        ([75.5, 75.9, 75.3], NOT_REPRODUCED),  # 4.6 below: more than EST's gap
         ([68.3, 68.0, 69.1], NOT_REPRODUCED),  # 12 below: more than a little
         ([80.2, 80.5, 79.9], NOT_REPRODUCED),  # not below at all
     ],
@@ -164,122 +182,127 @@ def test_sparsemax_a_little_below_softmax(sparsemax: list[float], status: str) -
     assert _verdict("est_sparsemax_bleu", results).status == status
 
 
+def realistic_nll(offset: float = 0.0, catching_up: float = 0.0) -> list[tuple[float, float]]:
+    """A validation NLL curve shaped like the evidence runs' (validated every 250 of 4000 steps,
+    still 5-10% better in perplexity over the last fifth: it never levels off on a learnable
+    corpus), ``offset`` above it, plus a gap of ``catching_up`` at the start that closes as
+    1/step."""
+    return [
+        (step, 0.3 + 2.5 * (step / 250) ** -0.7 + offset + catching_up * 250 / step)
+        for step in range(250, 4001, 250)
+    ]
+
+
+def test_realistic_curves_improving_in_parallel_are_decided() -> None:
+    """The gap gate closes on curves like the real ones: two variants whose NLL keeps falling
+    in parallel are compared; one still closing a gap is not."""
+    assert checks.still_improving(realistic_nll(), log_loss=True) > checks.STILL_IMPROVING
+    bleu = {"softmax": [80.0, 80.4, 79.8], "entmax_alpha": [79.9, 80.2, 80.1]}
+    parallel = Results(
+        bleu={"smoke": bleu},
+        valid_nll={
+            "smoke": {
+                "softmax": [realistic_nll()] * 3,
+                "entmax_alpha": [realistic_nll(offset=0.03)] * 3,
+            }
+        },
+    )
+    verdict = catalog.bleu_at_least_as_good(parallel, ["entmax_alpha"], "softmax", margin=0.91)
+    assert verdict.status == REPRODUCED
+    closing = dataclasses.replace(
+        parallel,
+        valid_nll={
+            "smoke": {
+                "softmax": [realistic_nll()] * 3,
+                "entmax_alpha": [realistic_nll(catching_up=3.0)] * 3,
+            }
+        },
+    )
+    verdict = catalog.bleu_at_least_as_good(closing, ["entmax_alpha"], "softmax", margin=0.91)
+    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ speed
+
+
 def _speed(**ratios: tuple[list[float], list[float]]) -> Results:
     return Results(
         speed={v: {"train": train, "inference": infer} for v, (train, infer) in ratios.items()}
     )
 
 
-TRAINED = {"smoke": {"entmax_alpha": [FLAT] * 3}}
-STILL_LEARNING = {"smoke": {v: [FALLING] * 3 for v in ("entmax_alpha", "entmax15", "softmax")}}
-ROLES = ("positional_prev", "positional_next", "bpe_merge", "interrogation")
-
-
-@pytest.mark.parametrize(
-    ("claim_id", "found", "none"),
-    [
-        ("ast_dense_then_sparse", Results(dense_then_sparse=[1, 2, 0]), [0, 0, 0]),
-        (
-            "ast_head_roles",
-            Results(roles={"entmax_alpha": {role: [1, 0, 1] for role in ROLES}}),
-            [0] * 3,
-        ),
-    ],
-)
-def test_heads_found_reproduce_at_any_length_none_found_waits_for_a_plateau(
-    claim_id: str, found: Results, none: list[int]
-) -> None:
-    learning = dataclasses.replace(found, valid_nll=STILL_LEARNING)
-    assert _verdict(claim_id, learning).status == REPRODUCED
-    if claim_id == "ast_dense_then_sparse":
-        absent = dataclasses.replace(learning, dense_then_sparse=none)
-    else:
-        absent = dataclasses.replace(
-            learning, roles={"entmax_alpha": {role: none for role in ROLES}}
-        )
-    verdict = _verdict(claim_id, absent)
-    assert verdict.status == NOT_MEASURABLE and "still improve" in verdict.evidence
-    assert _verdict(claim_id, dataclasses.replace(absent, valid_nll=TRAINED)).status == (
-        NOT_REPRODUCED
-    )
-
-
-# Both sparse variants' heads clearly more diverse than softmax's, over 3 seeds.
-DIVERSE = Results(
-    js={
-        "softmax": _js(0.10, 0.12, 0.11),
-        "entmax_alpha": _js(0.30, 0.33, 0.31),
-        "entmax15": _js(0.25, 0.27, 0.24),
-    }
-)
-
-
-def test_head_diversity_waits_until_neither_variant_catches_up() -> None:
-    parallel = dataclasses.replace(DIVERSE, valid_nll=STILL_LEARNING)
-    assert _verdict("ast_head_diversity", parallel).status == REPRODUCED
-    catching_up = {"smoke": {**STILL_LEARNING["smoke"], "entmax_alpha": [CATCHING_UP] * 3}}
-    verdict = _verdict("ast_head_diversity", dataclasses.replace(DIVERSE, valid_nll=catching_up))
-    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
-
-
-def test_alpha_bimodality_waits_for_alpha_to_settle() -> None:
-    alphas = {"encoder.self": [1.1, 1.2, 1.9, 2.0]}
-    # per seed (step, every head's α): the heads move 0.1 on average over the last 20% of steps
-    moving = [[(0, [1.5, 1.5]), (400, [1.4, 1.6]), (500, [1.3, 1.7])]]
-    verdict = _verdict("ast_alpha_bimodal", Results(final_alphas=alphas, alpha_trajectories=moving))
-    assert verdict.status == NOT_MEASURABLE and "α still moves by 0.100" in verdict.evidence
-    settled = [[(0, [1.5, 1.5]), (400, [1.31, 1.7]), (500, [1.3, 1.7])]]
-    verdict = _verdict(
-        "ast_alpha_bimodal", Results(final_alphas=alphas, alpha_trajectories=settled)
-    )
-    assert verdict.status != NOT_MEASURABLE or "still moves" not in verdict.evidence
-    # α stalled, but the α-entmax model still catches up with softmax: α may move again
-    early = {"smoke": {"entmax_alpha": [CATCHING_UP], "softmax": [FLAT]}}
-    stalled = Results(final_alphas=alphas, alpha_trajectories=settled, valid_nll=early)
-    verdict = _verdict("ast_alpha_bimodal", stalled)
-    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
-
-
 def test_speed_claims() -> None:
     results = _speed(
-        softmax=([1.0] * 3, [1.0] * 3),
-        topk=([0.97, 0.95, 1.02], [0.93, 0.9, 0.96]),
-        sparsemax=([0.9] * 3, [0.85] * 3),
-        entmax_alpha=([0.7, 0.72, 0.69], [0.6, 0.64, 0.62]),
+        softmax=([1.0] * 5, [1.0] * 5),
+        topk=([0.99, 0.985, 1.0, 0.99, 0.995], [0.96, 0.95, 0.97, 0.96, 0.955]),
+        sparsemax=([0.9] * 5, [0.45] * 5),
+        entmax_alpha=([0.7, 0.72, 0.69, 0.71, 0.7], [0.09, 0.08, 0.1, 0.09, 0.085]),
     )
     assert _verdict("est_topk_speed", results).status == REPRODUCED
     assert _verdict("est_alpha_slowest", results).status == REPRODUCED
+    assert _verdict("est_topk_faster_than_sparsemax", results).status == REPRODUCED
+    assert _verdict("est_topk_faster_than_alpha", results).status == REPRODUCED
     slow_topk = dataclasses.replace(
-        results, speed={**results.speed, "topk": {"train": [0.6] * 3, "inference": [0.5] * 3}}
+        results, speed={**results.speed, "topk": {"train": [0.6] * 5, "inference": [0.5] * 5}}
     )
     assert _verdict("est_topk_speed", slow_topk).status == NOT_REPRODUCED
     assert _verdict("est_alpha_slowest", slow_topk).status == NOT_REPRODUCED
 
 
+def test_topk_speed_band_is_the_published_gap() -> None:
+    """Defect 5 of issue 24: the ±15% band was chosen after the smoke runs; EST's top-k is 2%
+    slower than softmax in training and 6% in inference. The kept smoke run's ratios (0.93 and
+    0.86) lie outside what EST measured."""
+    train = [0.93, 0.92, 0.95, 0.94, 0.92, 0.93, 0.95]
+    inference = [0.86, 0.80, 0.87, 0.85, 0.86, 0.80, 0.87]
+    results = _speed(softmax=([1.0] * 7, [1.0] * 7), topk=(train, inference))
+    verdict = _verdict("est_topk_speed", results)
+    assert verdict.status == NOT_REPRODUCED
+    assert "within ±0.02" in verdict.evidence and "within ±0.057" in verdict.evidence
+
+
 @pytest.mark.parametrize(
     ("inference", "status", "words"),
     [
-        # every quartile inside 0.85–1.15
-        ([0.93, 0.9, 0.96, 0.94, 0.92], REPRODUCED, "IQR 0.920–0.940"),
+        # every quartile inside 0.943–1.057
+        ([0.96, 0.955, 0.97, 0.965, 0.958], REPRODUCED, "IQR 0.958–0.965"),
         # wholly below the band
         ([0.80, 0.78, 0.82, 0.79, 0.81], NOT_REPRODUCED, "IQR 0.790–0.810"),
-        # the median (0.86) inside, the first quartile (0.84) outside: the rounds cannot tell
-        ([0.84, 0.86, 0.87, 0.83, 0.86], NOT_MEASURABLE, "straddles 0.85"),
-        # straddling the upper edge
-        ([1.12, 1.16, 1.18, 1.14, 1.17], NOT_MEASURABLE, "straddles 1.15"),
-        # a first quartile of 0.847 would read 0.85 at two digits: the evidence shows three
-        ([0.83, 0.847, 0.86, 0.87, 0.88], NOT_MEASURABLE, "IQR 0.847–0.870"),
+        # the median (0.95) inside, the first quartile (0.94) outside: the rounds cannot tell
+        ([0.94, 0.95, 0.96, 0.93, 0.95], NOT_MEASURABLE, "straddles 0.94"),
+        # a first quartile of 0.9425 reads 0.943 at three digits, under the band's 0.943
+        ([0.93, 0.9425, 0.95, 0.955, 0.96], NOT_MEASURABLE, "IQR 0.943–0.955"),
     ],
 )
 def test_near_softmax_speed_reads_the_rounds_spread(
     inference: list[float], status: str, words: str
 ) -> None:
-    train = [0.97, 0.95, 1.02, 0.99, 0.96]
+    train = [0.99, 0.985, 1.0, 0.99, 0.995]
     results = _speed(softmax=([1.0] * 5, [1.0] * 5), topk=(train, inference))
     verdict = _verdict("est_topk_speed", results)
     assert verdict.status == status
     assert words in verdict.evidence
     assert verdict.numbers["train"]["status"] == REPRODUCED
+
+
+@pytest.mark.parametrize(
+    ("topk", "sparsemax", "status"),
+    [
+        ([0.95, 0.96, 0.94, 0.95, 0.96], [0.45, 0.44, 0.46, 0.45, 0.47], REPRODUCED),  # 2.1×
+        # the kept smoke run: sparsemax 0.99 and top-k 0.86 of softmax — top-k is slower
+        ([0.86, 0.80, 0.87, 0.85, 0.86], [0.99, 0.96, 1.01, 0.99, 0.97], NOT_REPRODUCED),
+        # 1.33–1.50×: across √2
+        ([0.95, 0.96, 0.94, 0.95, 0.96], [0.64, 0.67, 0.70, 0.66, 0.69], NOT_MEASURABLE),
+    ],
+)
+def test_topk_decodes_faster_than_sparsemax(
+    topk: list[float], sparsemax: list[float], status: str
+) -> None:
+    results = _speed(topk=([1.0] * 5, topk), sparsemax=([1.0] * 5, sparsemax))
+    verdict = _verdict("est_topk_faster_than_sparsemax", results)
+    assert verdict.status == status, verdict.evidence
+    assert "at least 1.41" in verdict.evidence
+    assert _verdict("est_topk_faster_than_alpha", results).status == NOT_MEASURABLE
 
 
 SPEED_CLEAR_TRAIN = {
@@ -345,46 +368,158 @@ def test_slowest_is_not_measurable_without_a_rival_or_rounds() -> None:
     assert verdict.status == NOT_MEASURABLE and "needs entmax_alpha" in verdict.evidence
 
 
+# ------------------------------------------------------------------------------ learned α
+
+
 def _alpha_types(encoder: list[float], decoder: list[float]) -> dict[str, list[float]]:
     return {"encoder.self": encoder, "decoder.self": decoder, "decoder.context": decoder}
 
 
+BIMODAL = [1.05, 1.1, 1.15, 1.2, 1.95, 1.97, 1.99, 2.0] * 3
+UNIMODAL = [1.3, 1.35, 1.4, 1.42, 1.45, 1.5, 1.55, 1.6] * 3
+
+
 def test_alpha_bimodal_in_the_encoder_only() -> None:
-    bimodal = [1.05, 1.1, 1.15, 1.2, 1.95, 1.97, 1.99, 2.0] * 3
-    unimodal = [1.3, 1.35, 1.4, 1.42, 1.45, 1.5, 1.55, 1.6] * 3
-    results = Results(
-        final_alphas={
-            "encoder.self": bimodal,
-            "decoder.self": unimodal,
-            "decoder.context": unimodal,
-        }
-    )
-    verdict = _verdict("ast_alpha_bimodal", results)
+    verdict = _verdict("ast_alpha_bimodal", Results(final_alphas=_alpha_types(BIMODAL, UNIMODAL)))
     assert verdict.status == REPRODUCED, verdict.evidence
-    assert "bimodality coefficient" in verdict.evidence
-    swapped = Results(
-        final_alphas={
-            "encoder.self": unimodal,
-            "decoder.self": bimodal,
-            "decoder.context": unimodal,
-        }
-    )
+    assert "dip test" in verdict.evidence and "modes 1.1" in verdict.evidence
+    swapped = Results(final_alphas=_alpha_types(UNIMODAL, BIMODAL))
     assert _verdict("ast_alpha_bimodal", swapped).status == NOT_REPRODUCED
-    too_few = Results(final_alphas={"encoder.self": [1.1, 1.9], "decoder.self": unimodal})
+    too_few = Results(final_alphas={"encoder.self": [1.1, 1.9], "decoder.self": UNIMODAL})
     assert _verdict("ast_alpha_bimodal", too_few).status == NOT_MEASURABLE
 
 
-def test_dense_then_sparse_heads() -> None:
-    assert _verdict("ast_dense_then_sparse", Results(dense_then_sparse=[0, 2, 1])).status == (
-        REPRODUCED
+def test_skewed_unimodal_alpha_is_not_bimodal() -> None:
+    """Defect 3 of issue 24: 24 right-skewed α piled near the lower bound (as every encoder α
+    of the kept evidence run, 1.02–1.31) read as bimodal under Sarle's coefficient."""
+    rng = np.random.default_rng(3)
+    skewed = (1.01 + 0.99 * rng.beta(0.7, 4.0, 24)).tolist()
+    verdict = _verdict("ast_alpha_bimodal", Results(final_alphas=_alpha_types(skewed, UNIMODAL)))
+    assert verdict.status == NOT_REPRODUCED
+    assert "fails for encoder.self" in verdict.evidence and "not rejected" in verdict.evidence
+
+
+def test_two_modes_in_the_wrong_places_are_not_the_claim() -> None:
+    """Two clear modes, but both toward softmax (near 1.03 and 1.43): not "one near 2"."""
+    low_modes = [1.02, 1.03, 1.04, 1.05, 1.41, 1.42, 1.44, 1.45] * 3
+    verdict = _verdict("ast_alpha_bimodal", Results(final_alphas=_alpha_types(low_modes, UNIMODAL)))
+    assert verdict.status == NOT_REPRODUCED
+    assert "rejected" in verdict.evidence and "upper at least 1.75" in verdict.evidence
+
+
+def _trajectory(steps: list[int], logits: list[list[float]]) -> list[tuple[float, list[float]]]:
+    """(step, every head's α) from the heads' logits at each step."""
+    return [
+        (step, alpha_of_logit(torch.tensor(w, dtype=torch.float64)).tolist())
+        for step, w in zip(steps, logits, strict=True)
+    ]
+
+
+def test_alpha_bimodality_waits_for_alpha_to_settle() -> None:
+    alphas = _alpha_types(BIMODAL, UNIMODAL)
+    # per seed (step, every head's α): the heads move 0.1 on average over the last 20% of steps
+    moving = [[(0, [1.5, 1.5]), (400, [1.4, 1.6]), (500, [1.3, 1.7])]]
+    verdict = _verdict("ast_alpha_bimodal", Results(final_alphas=alphas, alpha_trajectories=moving))
+    assert verdict.status == NOT_MEASURABLE and "α still moves by 0.1" in verdict.evidence
+    settled = [[(0, [1.5, 1.5]), (400, [1.301, 1.7]), (500, [1.3, 1.7])]]
+    verdict = _verdict(
+        "ast_alpha_bimodal", Results(final_alphas=alphas, alpha_trajectories=settled)
     )
-    none = Results(dense_then_sparse=[0, 0, 0], valid_nll=TRAINED)
+    assert verdict.status == REPRODUCED
+    # α stalled, but the α-entmax model still catches up with softmax: α may move again
+    early = {"smoke": {"entmax_alpha": [CATCHING_UP], "softmax": [FLAT]}}
+    stalled = Results(final_alphas=alphas, alpha_trajectories=settled, valid_nll=early)
+    verdict = _verdict("ast_alpha_bimodal", stalled)
+    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
+
+
+def test_a_logit_travelling_in_the_sigmoid_tail_is_not_settled() -> None:
+    """Defect 7 of issue 24: heads near α = 1.01 whose logits still climb out of the tail (each
+    by 0.8 over the last fifth of the steps) move α by under 0.005 — settled by |Δα|, not by the
+    logit. Heads sinking further into the bound they sit on have settled."""
+    steps = [0, 400, 500]
+    climbing = [_trajectory(steps, [[-7.0, -7.0], [-6.0, -6.0], [-5.2, -5.2]])]
+    assert max(abs(a - b) for a, b in zip(*(e[1] for e in climbing[0][1:]), strict=True)) < 0.005
+    verdict = _verdict(
+        "ast_alpha_bimodal",
+        Results(final_alphas=_alpha_types(BIMODAL, UNIMODAL), alpha_trajectories=climbing),
+    )
+    assert verdict.status == NOT_MEASURABLE and "α still moves" in verdict.evidence
+    sinking = [_trajectory(steps, [[-5.2, -5.2], [-6.0, -6.0], [-7.0, -7.0]])]
+    verdict = _verdict(
+        "ast_alpha_bimodal",
+        Results(final_alphas=_alpha_types(BIMODAL, UNIMODAL), alpha_trajectories=sinking),
+    )
+    assert verdict.status == REPRODUCED
+
+
+def _heads(*trajectories: list[float], steps: int = 4000) -> list[tuple[float, list[float]]]:
+    """One seed's (step, every head's α): each head's α values spread evenly over ``steps``."""
+    length = len(trajectories[0])
+    return [(round(steps * i / (length - 1)), [t[i] for t in trajectories]) for i in range(length)]
+
+
+# Heads that drift toward softmax and settle there, as every head of the kept evidence run did.
+TOWARD_SOFTMAX = [1.6, 1.4, 1.25, 1.15, 1.1, 1.08]
+# AST's example: down to about 1.3, then up to about 2.
+THESIS_EXAMPLE = [1.55, 1.4, 1.3, 1.5, 1.8, 1.95]
+# A wiggle the old 0.05 tolerance counted: down by 0.1 and back up by 0.06, near softmax.
+WIGGLE = [1.2, 1.15, 1.1, 1.12, 1.15, 1.16]
+
+
+def test_dense_then_sparse_needs_the_thesis_magnitudes() -> None:
+    """Defect 2 of issue 24: a dip and rebound of 0.05 counted, beside heads that all ended at
+    1.02-1.31; AST's example turns from about 1.3 to about 2."""
+    found = Results(alpha_trajectories=[_heads(TOWARD_SOFTMAX, THESIS_EXAMPLE)] * 3)
+    verdict = _verdict("ast_dense_then_sparse", found)
+    assert verdict.status == REPRODUCED and "[1, 1, 1]" in verdict.evidence
+    wiggles = Results(alpha_trajectories=[_heads(TOWARD_SOFTMAX, WIGGLE)] * 3)
+    verdict = _verdict("ast_dense_then_sparse", wiggles)
+    assert verdict.status == NOT_REPRODUCED and "[0, 0, 0]" in verdict.evidence
+
+
+def test_the_head_analysis_flags_with_the_claims_magnitudes() -> None:
+    """The α-trajectory figures highlight the heads the claim counts."""
+    thresholds = _claim("ast_dense_then_sparse").thresholds
+    assert thresholds["min_dip"].value == DENSE_THEN_SPARSE_DIP
+    assert thresholds["min_rebound"].value == DENSE_THEN_SPARSE_REBOUND
+
+
+def test_dense_then_sparse_is_judged_either_way_after_a_fixed_length() -> None:
+    """Defect 1 of issue 24: none found waited for the model's own perplexity to plateau (it
+    never does on a learnable corpus), while one found counted at any length. Now both count
+    from the pre-registered length (AST: the turn comes after about 1,000 steps) on, and
+    neither before it."""
+    improving = {"smoke": {"entmax_alpha": [realistic_nll()] * 3}}
+    none = Results(alpha_trajectories=[_heads(TOWARD_SOFTMAX, WIGGLE)] * 3, valid_nll=improving)
     assert _verdict("ast_dense_then_sparse", none).status == NOT_REPRODUCED
+    short = Results(alpha_trajectories=[_heads(TOWARD_SOFTMAX, THESIS_EXAMPLE, steps=600)] * 3)
+    verdict = _verdict("ast_dense_then_sparse", short)
+    assert verdict.status == NOT_MEASURABLE and "judged, either way, after 1000" in verdict.evidence
     assert _verdict("ast_dense_then_sparse", Results()).status == NOT_MEASURABLE
-    # none found, and no curves to tell whether the models had finished training
-    no_curves = dataclasses.replace(none, valid_nll={})
-    verdict = _verdict("ast_dense_then_sparse", no_curves)
-    assert verdict.status == NOT_MEASURABLE and "no validation curves" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ heads
+
+
+# Both sparse variants' heads clearly more diverse than softmax's, over 3 seeds.
+DIVERSE = Results(
+    js={
+        "softmax": _js(0.10, 0.12, 0.11),
+        "entmax_alpha": _js(0.30, 0.33, 0.31),
+        "entmax15": _js(0.25, 0.27, 0.24),
+    }
+)
+TRAINED = {"smoke": {"entmax_alpha": [FLAT] * 3}}
+STILL_LEARNING = {"smoke": {v: [FALLING] * 3 for v in ("entmax_alpha", "entmax15", "softmax")}}
+
+
+def test_head_diversity_waits_until_neither_variant_catches_up() -> None:
+    parallel = dataclasses.replace(DIVERSE, valid_nll=STILL_LEARNING)
+    assert _verdict("ast_head_diversity", parallel).status == REPRODUCED
+    catching_up = {"smoke": {**STILL_LEARNING["smoke"], "entmax_alpha": [CATCHING_UP] * 3}}
+    verdict = _verdict("ast_head_diversity", dataclasses.replace(DIVERSE, valid_nll=catching_up))
+    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
 
 
 def test_sparse_heads_more_diverse() -> None:
@@ -393,15 +528,110 @@ def test_sparse_heads_more_diverse() -> None:
     assert _verdict("ast_head_diversity", same).status == NOT_REPRODUCED
 
 
-def test_head_roles_exist_or_are_not_measurable() -> None:
-    roles = {"positional_prev": [1, 0, 2], "positional_next": [0, 1, 0], "bpe_merge": [1, 1, 0]}
-    found = Results(roles={"entmax_alpha": {**roles, "interrogation": [0, 1, 0]}})
+ROLES = ("positional_prev", "positional_next", "bpe_merge", "interrogation")
+VARIANTS = ("entmax_alpha", "softmax", "sparsemax", "entmax15", "topk")
+
+
+def _roles(counts: dict[str, list[int | None]], **variants: dict[str, list[int | None]]) -> Results:
+    """Role counts per seed: α-entmax's ``counts``, every other variant none (or its own),
+    all trained 4000 steps and still improving, as the real runs are."""
+    none = {role: [0, 0, 0] for role in ROLES}
+    roles = {v: {**none, **variants.get(v, {})} for v in VARIANTS}
+    roles["entmax_alpha"] = {**none, **counts}
+    curves = {v: [realistic_nll()] * 3 for v in VARIANTS}
+    return Results(roles=roles, valid_nll={"smoke": curves})
+
+
+def test_head_roles_found_or_missing_against_the_other_variants() -> None:
+    """Defect 1 of issue 24: no α-entmax head with a role waited for its perplexity to plateau,
+    so a role could never be "not reproduced". Now a role α-entmax lacks while a model of
+    another attention trained as long has it counts against the claim."""
+    found = _roles({role: [1, 0, 2] for role in ROLES})
     assert _verdict("ast_head_roles", found).status == REPRODUCED
-    none = Results(roles={"entmax_alpha": {**roles, "interrogation": [0, 0, 0]}}, valid_nll=TRAINED)
-    assert _verdict("ast_head_roles", none).status == NOT_REPRODUCED
-    unmeasurable = Results(roles={"entmax_alpha": {**roles, "interrogation": [None] * 3}})
+    softmax_has_it = _roles(
+        {role: [1, 0, 1] for role in ROLES[1:]}, softmax={"positional_prev": [3, 2, 3]}
+    )
+    verdict = _verdict("ast_head_roles", softmax_has_it)
+    assert verdict.status == NOT_REPRODUCED and "fails for positional_prev" in verdict.evidence
+    assert "softmax [3, 2, 3]" in verdict.evidence
+    nobody = _roles({role: [1, 0, 1] for role in ROLES[1:]})
+    verdict = _verdict("ast_head_roles", nobody)
+    assert verdict.status == NOT_MEASURABLE and "no model has such a head" in verdict.evidence
+    unmeasurable = _roles({**{role: [1, 0, 1] for role in ROLES}, "interrogation": [None] * 3})
     verdict = _verdict("ast_head_roles", unmeasurable)
     assert verdict.status == NOT_MEASURABLE and "cannot show" in verdict.evidence
+
+
+def test_head_roles_are_compared_at_the_same_length_only() -> None:
+    found = _roles({role: [1, 0, 2] for role in ROLES})
+    longer = {**found.valid_nll["smoke"], "softmax": [[*realistic_nll(), (4250, 0.5)]] * 3}
+    verdict = _verdict("ast_head_roles", dataclasses.replace(found, valid_nll={"smoke": longer}))
+    assert verdict.status == NOT_MEASURABLE and "different lengths" in verdict.evidence
+
+
+def _confidence(alpha: list[float], softmax: list[float]) -> Results:
+    return Results(
+        role_confidence={
+            "entmax_alpha": {role: alpha for role in ROLES},
+            "softmax": {role: softmax for role in ROLES},
+        }
+    )
+
+
+def test_alpha_entmax_heads_hold_their_roles_more_confidently() -> None:
+    clearer = _confidence([0.95, 0.96, 0.94], [0.90, 0.91, 0.89])
+    assert _verdict("ast_roles_confident", clearer).status == REPRODUCED
+    alike = _confidence([0.90, 0.93, 0.88], [0.91, 0.90, 0.92])
+    verdict = _verdict("ast_roles_confident", alike)
+    assert verdict.status == NOT_REPRODUCED and "Welch" in verdict.evidence
+    one_seed = _confidence([0.95], [0.90])
+    assert _verdict("ast_roles_confident", one_seed).status == NOT_MEASURABLE
+    no_question = dataclasses.replace(
+        clearer,
+        role_confidence={
+            v: {**c, "interrogation": [None] * 3} for v, c in clearer.role_confidence.items()
+        },
+    )
+    verdict = _verdict("ast_roles_confident", no_question)
+    assert verdict.status == NOT_MEASURABLE and "cannot show" in verdict.evidence
+
+
+def _density(heads: list[float], within: list[float | None]) -> dict[str, list]:
+    return {"heads": heads, "within_length_sd": within}
+
+
+def _densities(alpha: dict[str, list], seeds: int = 3) -> Results:
+    """Per seed: 1.5-entmax's heads at similar densities, top-k's fixed by the length."""
+    return Results(
+        density={
+            "entmax_alpha": [alpha] * seeds,
+            "entmax15": [_density([0.4, 0.45, 0.42, 0.44], [0.1] * 4)] * (seeds - 1)
+            + [_density([0.41, 0.45, 0.43, 0.44], [0.1] * 4)],
+            "topk": [
+                _density([0.6, 0.6, 0.6, 0.6], [0.0, 0.0, 0.001 * (seed % 2), None])
+                for seed in range(seeds)
+            ],
+        }
+    )
+
+
+def test_alpha_entmax_attention_is_sparse_and_adapts_per_head_and_per_input() -> None:
+    adaptive = _densities(_density([0.1, 0.3, 0.7, 1.0], [0.15, 0.2, 0.1, 0.0]))
+    adaptive.density["entmax_alpha"][1] = _density([0.1, 0.31, 0.7, 1.0], [0.15, 0.2, 0.1, 0.0])
+    verdict = _verdict("ast_adaptive_sparsity", adaptive)
+    assert verdict.status == REPRODUCED, verdict.evidence
+    # every head near softmax, as the kept evidence run's α: all but dense, and no head's
+    # support changes with the input more than top-k's fixed one
+    near_softmax = _densities(_density([0.99, 1.0, 0.98, 1.0], [0.0, 0.0, 0.001, None]))
+    near_softmax.density["entmax_alpha"][1] = _density([0.99, 1.0, 0.97, 1.0], [0, 0, 0, None])
+    verdict = _verdict("ast_adaptive_sparsity", near_softmax)
+    assert verdict.status == NOT_REPRODUCED and "fails for per head, per input" in verdict.evidence
+    assert verdict.numbers["sparse"]["status"] == REPRODUCED  # 0.98-0.99: some exact zeros
+    one_seed = _densities(_density([0.1, 0.3, 0.7, 1.0], [0.15, 0.2, 0.1, 0.0]), seeds=1)
+    assert _verdict("ast_adaptive_sparsity", one_seed).status == NOT_MEASURABLE
+    older = Results(missing={"density": "not in reports/evidence/results.json"})
+    verdict = _verdict("ast_adaptive_sparsity", older)
+    assert verdict.status == NOT_MEASURABLE and "not in reports/evidence" in verdict.evidence
 
 
 # ------------------------------------------------------------------------------ latent variables
@@ -419,20 +649,54 @@ def _lvm(experiment: str, methods: dict[str, list[dict]], curve=FLAT) -> Results
 def test_sparse_marginalization_matches_dense_with_few_calls() -> None:
     methods = {
         "dense": _runs("accuracy", [0.95, 0.96, 0.955], 10),
-        "sparsemax": _runs("accuracy", [0.952, 0.958, 0.95], 1.1),
+        "sparsemax": _runs("accuracy", [0.952, 0.958, 0.955], 1.1),
     }
     assert _verdict("marg_ssvae_sparse_matches_dense", _lvm("ssvae", methods)).status == (
         REPRODUCED
     )
-    many_calls = {**methods, "sparsemax": _runs("accuracy", [0.952, 0.958, 0.95], 6.0)}
-    verdict = _verdict("marg_ssvae_sparse_matches_dense", _lvm("ssvae", many_calls))
-    assert verdict.status == NOT_REPRODUCED and "decoder calls" in verdict.evidence
     worse = {**methods, "sparsemax": _runs("accuracy", [0.90, 0.91, 0.905], 1.0)}
     assert _verdict("marg_ssvae_sparse_matches_dense", _lvm("ssvae", worse)).status == (
         NOT_REPRODUCED
     )
     unconverged = _lvm("ssvae", methods, curve=FALLING)
     assert _verdict("marg_ssvae_sparse_matches_dense", unconverged).status == NOT_MEASURABLE
+
+
+@pytest.mark.parametrize(
+    ("claim_id", "experiment", "metric", "calls", "status"),
+    [
+        # Defect 5 of issue 24: "≤ 2 calls" (thesis 1.01, "mostly 1, sometimes 2") passed the
+        # smoke run's 1.80 and "≤ 10" (thesis 3.13 ± 0.48) the evidence run's 4.33
+        ("marg_ssvae_sparse_matches_dense", "ssvae", "accuracy", 1.8, NOT_REPRODUCED),
+        ("marg_ssvae_sparse_matches_dense", "ssvae", "accuracy", 1.4, REPRODUCED),
+        ("marg_game_sparse_matches_dense", "signal_game", "communication_success", 4.33,
+         NOT_REPRODUCED),
+        ("marg_game_sparse_matches_dense", "signal_game", "communication_success", 3.5,
+         REPRODUCED),
+    ],
+)  # fmt: skip
+def test_decoder_call_bounds_come_from_the_thesis(
+    claim_id: str, experiment: str, metric: str, calls: float, status: str
+) -> None:
+    methods = {
+        "dense": _runs(metric, [0.95, 0.96, 0.955], 10),
+        "sparsemax": _runs(metric, [0.952, 0.958, 0.955], calls),
+    }
+    verdict = _verdict(claim_id, _lvm(experiment, methods))
+    assert verdict.status == status, verdict.evidence
+    assert "decoder calls" in verdict.evidence
+
+
+SSVAE_SAMPLING = ["sfe", "sfe_plus", "nvil", "sum_and_sample", "gumbel", "st_gumbel"]
+
+
+def test_sampling_estimators_below_marginalization_in_the_ssvae() -> None:
+    methods = {m: _runs("accuracy", [0.80, 0.82, 0.81], 1) for m in SSVAE_SAMPLING}
+    methods["sparsemax"] = _runs("accuracy", [0.87, 0.88, 0.86], 1.4)
+    assert _verdict("marg_ssvae_sampling_below", _lvm("ssvae", methods)).status == REPRODUCED
+    methods["sum_and_sample"] = _runs("accuracy", [0.87, 0.86, 0.88], 2)
+    verdict = _verdict("marg_ssvae_sampling_below", _lvm("ssvae", methods))
+    assert verdict.status == NOT_REPRODUCED and "fails for sum_and_sample" in verdict.evidence
 
 
 def test_sampling_estimators_below_marginalization_in_the_game() -> None:
@@ -445,11 +709,39 @@ def test_sampling_estimators_below_marginalization_in_the_game() -> None:
     assert verdict.status == NOT_REPRODUCED and "fails for gumbel" in verdict.evidence
 
 
+def _calls(*per_seed: list[float]) -> list[list[tuple[float, float]]]:
+    """Decoder calls curves, one value every 100 steps."""
+    return [[(100 * (i + 1), v) for i, v in enumerate(values)] for values in per_seed]
+
+
+def test_sparse_marginalization_gets_sparser_as_it_trains() -> None:
+    falling = _calls(
+        [4.0, 3.0, 2.0, 1.5, 1.2], [4.2, 2.9, 2.1, 1.6, 1.3], [3.9, 3.1, 2.0, 1.4, 1.2]
+    )
+    game = {"sparsemax": _runs("communication_success", [0.9] * 3, 3)}
+    vae = {"sparsemax": _runs("accuracy", [0.9] * 3, 1.3)}
+    results = Results(
+        lvm={"ssvae": vae, "signal_game": game},
+        lvm_calls={"ssvae": {"sparsemax": falling}, "signal_game": {"sparsemax": falling}},
+    )
+    verdict = _verdict("marg_eventually_sparse", results)
+    assert verdict.status == REPRODUCED, verdict.evidence
+    flat = _calls([2.0, 2.1, 1.9, 2.0, 2.1], [2.0, 1.9, 2.1, 2.0, 2.0], [2.1, 2.0, 2.0, 1.9, 2.0])
+    denser = dataclasses.replace(
+        results, lvm_calls={**results.lvm_calls, "signal_game": {"sparsemax": flat}}
+    )
+    verdict = _verdict("marg_eventually_sparse", denser)
+    assert verdict.status == NOT_REPRODUCED and "fails for signal_game" in verdict.evidence
+    older = dataclasses.replace(results, lvm_calls={}, missing={"lvm_calls": "not in the record"})
+    verdict = _verdict("marg_eventually_sparse", older)
+    assert verdict.status == NOT_MEASURABLE and "not in the record" in verdict.evidence
+
+
 def test_the_game_loss_toward_zero_converges_as_a_perplexity() -> None:
     """0.135 -> 0.114 nats per game is 16% relative but 2.1% in perplexity; 0.12 -> 0.115 is
     4% relative, 0.5% in perplexity: the game reads the second as converged, the VAEs would not."""
     methods = {
-        "dense": _runs("communication_success", [0.95, 0.96, 0.955], 16),
+        "dense": _runs("communication_success", [0.95, 0.96, 0.955], 256),
         "sparsemax": _runs("communication_success", [0.95, 0.955, 0.96], 3),
     }
     settled = [(200, 0.3), (400, 0.2), (600, 0.125), (800, 0.12), (1000, 0.115)]
@@ -497,9 +789,23 @@ def test_bitvector_nll_at_or_below_sfe_and_collapsed_runs_left_out() -> None:
     assert "topk_sparsemax seed #0 fell 0.12" in verdict.evidence
 
 
-def _ape(ter: dict[str, list[float]], split: str = "test", curve=FLAT, **curves) -> Results:
+# ------------------------------------------------------------------------------ APE
+
+
+def linear_decay_nll(end: float, catching_up: float = 0.0) -> list[tuple[float, float]]:
+    """A validation NLL like the APE runs' under a linear learning-rate decay to 0 (validated
+    every 250 of 2000 steps): steep early, flat at the end; ``catching_up``: an extra gap at
+    the end that the curve is still closing."""
+    return [
+        (step, end + 2.5 * (1 - step / 2000) ** 5 + catching_up * (2000 / step - 1) / 3)
+        for step in range(250, 2001, 250)
+    ]
+
+
+def _ape(ter: dict[str, list[float]], split: str = "test", curve=None, **curves) -> Results:
     """APE results: each "<regime>/<system>" has these TERs (one per seed) on ``split``, its
     seeds' validation curves follow ``curve`` (or its own), do nothing scores 30."""
+    curve = curve or linear_decay_nll(0.7)
     return Results(
         ape={cell: {split: values} for cell, values in ter.items()},
         ape_do_nothing={split: 30.0},
@@ -507,33 +813,68 @@ def _ape(ter: dict[str, list[float]], split: str = "test", curve=FLAT, **curves)
     )
 
 
-LOW = (
-    "low_resource/sa_tied_encoder",
-    "low_resource/transformer_decoder",
-    "low_resource/dual_source",
-)
+BERT_23K = ("low_resource/sa_tied_encoder", "low_resource/transformer_decoder")
 
 
 def test_ape_below_do_nothing_is_a_one_sample_test_against_the_mt_output() -> None:
-    better = _ape({cell: [24.0, 25.0, 24.5] for cell in LOW})
+    better = _ape({cell: [24.0, 25.0, 24.5] for cell in BERT_23K})
     assert _verdict("ape_beats_mt", better).status == REPRODUCED
-    worse = _ape({**{cell: [24.0, 25.0, 24.5] for cell in LOW}, LOW[2]: [35.0, 36.0, 34.0]})
+    worse = _ape({**{cell: [24.0, 25.0, 24.5] for cell in BERT_23K}, BERT_23K[1]: [35, 36, 34]})
     verdict = _verdict("ape_beats_mt", worse)
-    assert verdict.status == NOT_REPRODUCED and "dual_source" in verdict.evidence
-    # Worse while still training: a longer run decides it.
-    still = _ape({cell: [35.0, 36.0, 34.0] for cell in LOW}, curve=FALLING)
+    assert verdict.status == NOT_REPRODUCED and "transformer_decoder" in verdict.evidence
+    # Still training (either way): a longer run decides it.
+    still = _ape({cell: [24.0, 25.0, 24.5] for cell in BERT_23K}, curve=FALLING)
     assert _verdict("ape_beats_mt", still).status == NOT_MEASURABLE
-    # One seed cannot be tested.
-    one = _ape({cell: [24.0] for cell in LOW})
+    one = _ape({cell: [24.0] for cell in BERT_23K})
     assert _verdict("ape_beats_mt", one).status == NOT_MEASURABLE
 
 
-def test_ape_synthetic_data_must_lower_ter_significantly() -> None:
+def test_dual_source_on_23k_is_not_among_the_systems_that_beat_the_mt_output() -> None:
+    """Defect 6 of issue 24: the thesis' dual-source Transformer on 23K is worse than the MT
+    output (28.00 vs 24.24 TER): "beats MT" does not include it, a claim of its own says so."""
+    cells = {
+        **{cell: [24.0, 25.0, 24.5] for cell in BERT_23K},
+        "low_resource/dual_source": [33.0, 34.0, 33.5],
+    }
+    assert _verdict("ape_beats_mt", _ape(cells)).status == REPRODUCED
+    assert _verdict("ape_dual_source_23k_below_mt", _ape(cells)).status == REPRODUCED
+    better = {**cells, "low_resource/dual_source": [25.0, 26.0, 25.5]}
+    verdict = _verdict("ape_dual_source_23k_below_mt", _ape(better))
+    assert verdict.status == NOT_REPRODUCED and "above do nothing" in verdict.evidence
+
+
+def test_ape_comparisons_wait_while_either_system_catches_up_either_way() -> None:
     low, augmented = "low_resource/sa_tied_encoder", "augmented/sa_tied_encoder"
     helps = _ape({low: [20.0, 20.5, 19.5], augmented: [17.0, 17.5, 16.5]})
     assert _verdict("ape_synthetic_helps", helps).status == REPRODUCED
     same = _ape({low: [20.0, 20.5, 19.5], augmented: [20.1, 19.6, 20.4]})
     assert _verdict("ape_synthetic_helps", same).status == NOT_REPRODUCED
+    # the low-resource system still closes its gap: neither the success nor the failure counts
+    for ters in (helps.ape, same.ape):
+        closing = _ape(
+            {cell: values["test"] for cell, values in ters.items()},
+            curve=linear_decay_nll(0.7),
+            sa_tied_encoder=linear_decay_nll(0.7, catching_up=0.5),
+        )
+        closing.ape_valid_nll[augmented] = [linear_decay_nll(0.6)] * 3
+        verdict = _verdict("ape_synthetic_helps", closing)
+        assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
+
+
+def test_bert_on_23k_nearly_matches_dual_source_on_8m_and_beats_it_on_8m() -> None:
+    low, dual8m, bert8m = (
+        "low_resource/sa_tied_encoder",
+        "augmented/dual_source",
+        "augmented/sa_tied_encoder",
+    )
+    # 0.5 TER behind, consistently: within the published 0.93
+    nearly = _ape({low: [18.6, 18.5, 18.7], dual8m: [18.1, 18.0, 18.2], bert8m: [17.2, 17.3, 17.1]})
+    assert _verdict("ape_23k_nearly_8m_dual_source", nearly).status == REPRODUCED
+    assert _verdict("ape_8m_beats_dual_source", nearly).status == REPRODUCED
+    far = _ape({low: [20.1, 20.0, 20.2], dual8m: [18.1, 18.0, 18.2], bert8m: [18.2, 18.0, 18.3]})
+    verdict = _verdict("ape_23k_nearly_8m_dual_source", far)
+    assert verdict.status == NOT_REPRODUCED and "at most 0.93 worse" in verdict.evidence
+    assert _verdict("ape_8m_beats_dual_source", far).status == NOT_REPRODUCED
 
 
 def test_ape_best_decoder_within_margin_of_every_other_variant() -> None:
@@ -549,30 +890,56 @@ def test_ape_best_decoder_within_margin_of_every_other_variant() -> None:
 def test_ape_claims_say_why_they_are_not_measurable() -> None:
     verdict = _verdict("ape_beats_mt", Results(missing={"ape": "no APE stage"}))
     assert verdict.status == NOT_MEASURABLE and "no APE stage" in verdict.evidence
-    absent = _verdict("ape_bert_beats_baselines", _ape({LOW[0]: [20.0, 21.0, 22.0]}))
+    absent = _verdict("ape_bert_beats_baselines", _ape({BERT_23K[0]: [20.0, 21.0, 22.0]}))
     assert absent.status == NOT_MEASURABLE and "low_resource/dual_source" in absent.evidence
 
 
 # ------------------------------------------------------------------------------ the catalog
 
 
-def test_every_claim_names_a_known_check_with_valid_arguments() -> None:
+def test_every_claim_names_a_known_check_with_sourced_thresholds() -> None:
     claims = load_claims()
-    assert len({c.id for c in claims}) == len(claims) >= 15
+    assert len({c.id for c in claims}) == len(claims) >= 25
     assert {c.work for c in claims} == {"AST", "EST", "SparseMarg", "APE"}
+    for claim in claims:
+        for name, threshold in claim.thresholds.items():
+            assert threshold.publication and threshold.source and threshold.reason, (claim.id, name)
+            if threshold.history:  # a changed value names the date and the reason
+                assert all(change.why for change in threshold.history)
     for result in evaluate(Results()):  # empty results: every claim runs, none is decided
         assert result.verdict.status == NOT_MEASURABLE, result.claim.id
+    excluded = out_of_scope()
+    assert {c.id for c in excluded} >= {"est_k8_best", "est_topk_training_only"}
+    assert all(c.reason for c in excluded)
+    assert not {c.id for c in excluded} & {c.id for c in claims}
+
+
+def test_the_seed_claims_issue_24_listed_are_each_covered_or_out_of_scope() -> None:
+    covered = {c.id for c in load_claims()} | {c.id for c in out_of_scope()}
+    assert covered >= {
+        "ast_roles_confident",  # clearer roles / more confident than softmax
+        "ast_adaptive_sparsity",  # sparse and adaptive, per head and per input
+        "est_topk_faster_than_sparsemax",  # EST §5.1: about 2× sparsemax at inference
+        "est_topk_faster_than_alpha",  # and about 10× α-entmax
+        "est_k8_best",  # EST §5.2
+        "est_topk_training_only",  # EST Table 5
+        "marg_ssvae_sampling_below",  # the SSVAE's sampling estimators below marginalization
+        "marg_bitvector_calls",  # bit-vector VAE decoder calls
+        "marg_eventually_sparse",  # "mostly, and eventually, very sparse"
+        "ape_23k_nearly_8m_dual_source",  # BERT on 23K nearly matches dual-source on 8M
+        "ape_8m_beats_dual_source",  # and beats it at 8M
+    }
 
 
 def test_unknown_check_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(catalog, "CHECKS", {})
-    catalog.load_claims.cache_clear()
+    catalog._claims_file.cache_clear()
     try:
         with pytest.raises(LearnableSparsityError, match="unknown check"):
             catalog.load_claims()
     finally:
         monkeypatch.undo()
-        catalog.load_claims.cache_clear()
+        catalog._claims_file.cache_clear()
 
 
 def test_matched_nll_steps_find_where_each_seed_reaches_softmax() -> None:
@@ -588,14 +955,28 @@ def test_matched_nll_steps_find_where_each_seed_reaches_softmax() -> None:
     assert catalog.matched_nll_steps(never)["smoke"]["sparsemax"] == [None]
 
 
-def test_report_lists_every_claim_with_its_verdict() -> None:
+def test_report_lists_every_claim_with_its_thresholds_and_the_ones_out_of_scope() -> None:
     measured = _nmt({"softmax": [80.0, 80.2, 79.9], "topk": [80.1, 79.8, 80.0]})
     verdicts = evaluate(measured)
-    text = claims_markdown(verdicts, "smoke", measured)
-    table = text.split("\n\nTraining length")[0]
+    text = claims_markdown(verdicts, "smoke", measured, note="A kept record.")
+    table = text.split("\n\nOut of scope")[0]
     assert table.count("\n| ") == len(verdicts) + 1  # header + one row per claim
     assert "**reproduced**" in text and "**not measurable**" in text
+    assert "A kept record." in text
+    assert (
+        "margin = 0.5 BLEU (Explicit Sparse Transformer Tables 1 and 4); was 1 until 2026-11-26"
+        in text
+    )
+    assert f"{len(out_of_scope())} more are out of scope" in text
+    assert "137 seeds per arm" in text  # an out-of-scope reason
     assert "| topk | 400, 400, 400 |" in text
-    record = claims_record(verdicts, "smoke", measured)
-    assert sum(record["counts"].values()) == len(verdicts)
-    assert record["claims"][0]["status"] in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
+    record = claims_record(verdicts, "smoke", measured, judged_by={"commit": "abc"})
+    assert sum(record["counts"][s] for s in ("reproduced", "not_reproduced", "not_measurable")) == (
+        len(verdicts)
+    )
+    assert record["counts"]["out_of_scope"] == len(out_of_scope())
+    assert record["judged_by"] == {"commit": "abc"}
+    first = record["claims"][0]
+    assert first["status"] in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
+    assert first["thresholds"]["margin"]["history"][0]["until"] == "2026-11-26"
+    json.dumps(record)  # dates and all: JSON-ready

@@ -1,0 +1,144 @@
+"""claims.yaml as pre-registered data: the loader refuses a threshold without its source, reason
+or dated history, and a kept record's thresholds are compared with today's; the results the
+checks read survive their JSON form."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+
+import pytest
+import yaml
+
+from components.claims import CHECKS, Results, load_claims, results_from_json, results_to_json
+from components.claims.preregistered import parse_claims, threshold_changes
+from components.errors import LearnableSparsityError
+
+CLAIM = {
+    "id": "c",
+    "work": "EST",
+    "source": "Table 4",
+    "text": "top-k translates as well as softmax",
+    "check": "bleu_at_least_as_good",
+    "args": {"variants": ["topk"], "baseline": "softmax"},
+    "thresholds": {
+        "margin": {
+            "value": 0.5,
+            "unit": "BLEU",
+            "publication": "31.1 vs 30.6",
+            "source": "Table 1",
+            "reason": "the largest published difference",
+            "history": [{"value": 1.0, "until": "2026-11-26", "why": "unsourced"}],
+        }
+    },
+}
+
+
+def _parse(*claims: dict, out_of_scope: tuple[dict, ...] = ()) -> tuple:
+    return parse_claims(
+        yaml.safe_dump({"claims": list(claims), "out_of_scope": list(out_of_scope)}), CHECKS
+    )
+
+
+def _with_margin(**changes: object) -> dict:
+    margin = {**CLAIM["thresholds"]["margin"], **changes}
+    return {**CLAIM, "thresholds": {"margin": {k: v for k, v in margin.items() if v is not None}}}
+
+
+def test_a_sourced_threshold_reaches_the_check_with_its_history() -> None:
+    (claim,), excluded = _parse(CLAIM)
+    assert excluded == ()
+    assert claim.arguments() == {"variants": ["topk"], "baseline": "softmax", "margin": 0.5}
+    (change,) = claim.thresholds["margin"].history
+    assert change.value == 1.0 and change.until == datetime.date(2026, 11, 26)
+    assert claim.thresholds["margin"].describe("margin") == (
+        "margin = 0.5 BLEU (Table 1); was 1 until 2026-11-26"
+    )
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        (_with_margin(source=None), "threshold 'margin' needs source"),
+        (_with_margin(reason=""), "threshold 'margin' needs reason"),
+        (_with_margin(publication=None), "needs publication"),
+        (_with_margin(value="half"), "margin'.value must be a number"),
+        (_with_margin(limit=3), "unknown keys ['limit']"),
+        (_with_margin(history=[{"value": 1.0, "until": "soon", "why": "x"}]), "not a date"),
+        (_with_margin(history=[{"value": 1.0, "why": "x"}]), "history[0] needs exactly"),
+        (
+            _with_margin(
+                history=[
+                    {"value": 2.0, "until": "2026-12-01", "why": "x"},
+                    {"value": 1.0, "until": "2026-11-01", "why": "y"},
+                ]
+            ),
+            "oldest first",
+        ),
+        ({**CLAIM, "check": "bleu_better"}, "unknown check 'bleu_better'"),
+        ({**CLAIM, "work": "GPT"}, "unknown work 'GPT'"),
+        ({**CLAIM, "args": {"variants": ["topk"]}}, "do not fit check 'bleu_at_least_as_good'"),
+        ({**CLAIM, "args": {**CLAIM["args"], "margin": 1}}, "as args and thresholds"),
+        ({k: v for k, v in CLAIM.items() if k != "source"}, "claim 'c' needs source"),
+    ],
+)
+def test_a_claim_without_what_it_needs_is_refused_naming_it(claim: dict, message: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=re.escape(message)):
+        _parse(claim)
+
+
+def test_out_of_scope_claims_need_a_reason_and_ids_are_unique() -> None:
+    excluded = {"id": "x", "work": "EST", "source": "§5.2", "text": "k = 8 is best", "reason": "r"}
+    _, (entry,) = _parse(CLAIM, out_of_scope=(excluded,))
+    assert entry.reason == "r"
+    with pytest.raises(LearnableSparsityError, match="needs reason"):
+        _parse(CLAIM, out_of_scope=({**excluded, "reason": ""},))
+    with pytest.raises(LearnableSparsityError, match="'c' appears twice"):
+        _parse(CLAIM, out_of_scope=({**excluded, "id": "c"},))
+
+
+def test_a_threshold_moved_after_a_record_was_kept_needs_its_history() -> None:
+    claims, _ = _parse(CLAIM)
+    kept = datetime.date(2026, 11, 25)
+    # kept with 1.0, changed to 0.5 on 2026-11-26 with the reason: accounted for
+    (change,) = threshold_changes(claims, {"c": {"margin": 1.0}}, kept)
+    assert (change.recorded, change.value, change.in_history) == (1.0, 0.5, True)
+    # kept with 0.7: no history entry says 0.7 was replaced
+    (change,) = threshold_changes(claims, {"c": {"margin": 0.7}}, kept)
+    assert not change.in_history and "NOT in the threshold's history" in change.describe()
+    # the history entry predates the record: the record was judged with 0.5 already
+    (change,) = threshold_changes(claims, {"c": {"margin": 1.0}}, datetime.date(2026, 12, 1))
+    assert not change.in_history
+    assert threshold_changes(claims, {"c": {"margin": 0.5}}, kept) == []
+    # a threshold the record did not have is new, not moved
+    (change,) = threshold_changes(claims, {}, kept)
+    assert change.recorded is None and change.in_history
+
+
+def test_results_survive_their_json_form_and_an_older_record_names_what_it_lacks() -> None:
+    results = Results(
+        bleu={"smoke": {"softmax": [90.0, float("nan")]}},
+        valid_nll={"smoke": {"softmax": [[(250, 1.5), (500, 1.2)]]}},
+        alpha_trajectories=[[(20, [1.5, 1.6])]],
+        missing={"ape": "no APE stage"},
+    )
+    data = results_to_json(results)
+    assert data["bleu"]["smoke"]["softmax"][1] is None  # JSON has no NaN
+    back = results_from_json(data, "r.json")
+    assert back.valid_nll == {"smoke": {"softmax": [[[250, 1.5], [500, 1.2]]]}}
+    assert back.missing == {"ape": "no APE stage"}
+    older = {k: v for k, v in data.items() if k not in ("density", "lvm_calls")}
+    back = results_from_json(older, "reports/evidence/results.json")
+    assert "kept before it was recorded" in back.missing["density"]
+    assert set(back.missing) == {"ape", "density", "lvm_calls"}
+    with pytest.raises(LearnableSparsityError, match=re.escape("unknown result fields ['bleus']")):
+        results_from_json({**data, "bleus": {}}, "r.json")
+    with pytest.raises(LearnableSparsityError, match="results format 7"):
+        results_from_json({**data, "format": 7}, "r.json")
+    assert math.isnan(results.bleu["smoke"]["softmax"][1])  # the original is left as it was
+
+
+def test_the_committed_claims_file_parses_with_every_check() -> None:
+    claims = load_claims()
+    assert {claim.check for claim in claims} == set(CHECKS)  # no check without a claim
