@@ -28,6 +28,13 @@ TABLES = REPORTS / "tables"  # stage tables: <name>.{md,csv,tex}
 TABLES_INDEX = REPORTS / "tables.md"
 REPORT_INDEX = REPORTS / "index.md"
 CLAIMS_REPORT = REPORTS / "claims.md"  # stage claims: the verdicts, the report opens with them
+# A kept evidence record, reports/<record>/ (python -m pipelines.record): the report of one run,
+# the results its claims read (RECORD_RESULTS) and where they came from (RECORD_META); stage
+# rejudge@<record> judges them again with today's checks (RECORD_CLAIMS_*).
+RECORD_RESULTS = "results.json"
+RECORD_META = "record.json"
+RECORD_CLAIMS_REPORT = "claims.md"
+RECORD_CLAIMS = "claims.json"
 
 
 def corpus_dir(corpus: str) -> Path:
@@ -73,6 +80,11 @@ def metrics(stage: str) -> Path:
 def cells(stage: str) -> Path:
     """``results/<stage>/cells``: one directory per grid cell of an evaluation stage."""
     return RESULTS / stage / "cells"
+
+
+def record(name: str) -> Path:
+    """``reports/<name>``: a kept evidence record."""
+    return REPORTS / name
 
 
 def figures(kind: str) -> Path:

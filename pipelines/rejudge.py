@@ -1,0 +1,68 @@
+"""DVC stages ``rejudge@<record>``: a kept evidence record judged again with today's checks.
+
+``python -m pipelines.rejudge <record>`` reads ``reports/<record>/results.json`` (the results the
+claims of that run read, as the claims stage wrote them) and ``record.json`` (where they came
+from: profile, date, commit, the thresholds they were judged with when kept), gives every claim of
+today's ``claims.yaml`` its verdict, and writes ``reports/<record>/claims.json`` and
+``claims.md``. The verdicts a record shows are therefore always those of the current checks:
+changing a check or a threshold reruns this stage. A threshold that differs from the one the
+record was kept with is named in the report, with whether its history in ``claims.yaml``
+accounts for the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from dataclasses import asdict
+
+from components.claims import evaluate, load_claims, results_from_json
+from components.claims.preregistered import threshold_changes
+from components.claims.report import claims_markdown, claims_record
+from pipelines.scaffold import layout
+from pipelines.scaffold.imports import ROOT, code_digest
+from pipelines.scaffold.stage import Stage, file_digest, fingerprint, read_json, run_stage
+
+CHECKS_ENTRY = "components.claims.catalog"  # the checks, and all the code they run
+CLAIMS_FILE = ROOT / "components" / "claims" / "claims.yaml"
+
+
+def judged_by() -> dict[str, str]:
+    """The checks that give the verdicts: a digest of their code and ``claims.yaml``. The
+    verdicts are committed with the checks that gave them (a test holds them equal), so the
+    commit that last changed a record's ``claims.json`` is the commit of its checks."""
+    return {"checks_digest": fingerprint(code_digest(CHECKS_ENTRY), file_digest(CLAIMS_FILE))}
+
+
+def main(stage: Stage, name: str) -> None:
+    folder = layout.record(name)
+    meta = read_json(folder / layout.RECORD_META)
+    results = results_from_json(
+        read_json(folder / layout.RECORD_RESULTS), str(folder / layout.RECORD_RESULTS)
+    )
+    kept_on = datetime.date.fromisoformat(meta["recorded"][:10])
+    verdicts = evaluate(results)
+    changes = threshold_changes(load_claims(), meta["thresholds"], kept_on)
+    by = judged_by()
+    note = (
+        f"A kept record: the `{meta['profile']}` profile run at commit "
+        f"`{str(meta['commit'])[:10]}` (kept {meta['recorded'][:10]}; `record.json`), judged "
+        f"with today's checks (digest `{by['checks_digest']}`; their commit is the one that "
+        f"last changed `{folder / layout.RECORD_CLAIMS}`)."
+    )
+    if changes:
+        listed = "; ".join(change.describe() for change in changes)
+        note += f" Thresholds changed since the record was kept: {listed}."
+    record = claims_record(verdicts, meta["profile"], results, judged_by=by)
+    record["threshold_changes"] = [asdict(change) for change in changes]
+    stage.write_json(folder / layout.RECORD_CLAIMS, record, artifact="")
+    report = claims_markdown(verdicts, meta["profile"], results, note=note)
+    stage.write_text(folder / layout.RECORD_CLAIMS_REPORT, report, artifact="")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("record", help="the record's folder under reports/")
+    parser.add_argument("--verbose", action="store_true", help="tracebacks of errors")
+    chosen = parser.parse_args().record
+    run_stage(f"rejudge/{chosen}", lambda stage: main(stage, chosen))

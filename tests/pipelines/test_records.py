@@ -1,0 +1,174 @@
+"""Evidence records: keeping a run (``pipelines.record``), judging it again with today's checks
+(stage ``rejudge``), and the kept ``reports/evidence`` record itself — its verdicts are today's,
+its links resolve, and every threshold moved since it was kept is in the threshold's history."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from components.claims import Results, evaluate, load_claims, results_from_json, results_to_json
+from components.claims.preregistered import threshold_changes
+from components.data.atomic import atomic_write_text
+from components.errors import LearnableSparsityError
+from pipelines import rejudge
+from pipelines.record import FIGURE_WIDTH, keep, relative_links
+from pipelines.scaffold import layout
+from pipelines.scaffold.stage import write_json
+
+ROOT = Path(__file__).resolve().parents[2]
+EVIDENCE = ROOT / "reports" / "evidence"
+
+REPORT = """# Reproduction report
+
+## The papers' claims, checked on these results (evidence profile)
+
+| Claim | Verdict |
+|---|---|
+| top-k ≈ softmax | **reproduced** |
+
+## Tables
+
+[Markdown](tables/speed.md) · see also [the paper](https://example.org/paper.pdf)
+
+## Figures
+
+![density](figures/heads/smoke/seed0/density.png)
+"""
+
+
+def _run(root: Path) -> None:
+    """What a finished run leaves behind: the claims stage's results and the report."""
+    write_json(root / "results/claims/results.json", results_to_json(Results()))
+    write_json(root / "results/claims/claims.json", {"profile": "evidence"})
+    atomic_write_text(root / "reports/index.md", REPORT)
+    atomic_write_text(root / "reports/tables.md", "[speed](tables/speed.md)\n")
+    atomic_write_text(root / "reports/tables/speed.md", "| a |\n|---|\n| 1 |\n")
+    figure = root / "reports/figures/heads/smoke/seed0/density.png"
+    figure.parent.mkdir(parents=True)
+    Image.new("RGBA", (2400, 1200), (255, 255, 255, 255)).save(figure)
+
+
+def test_keep_copies_the_run_with_small_figures_and_no_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _run(tmp_path)
+    atomic_write_text(tmp_path / "reports/evidence/README.md", "provenance in words\n")
+    folder = tmp_path / keep("evidence")
+    assert (folder / "README.md").read_text() == "provenance in words\n"  # left as it is
+    index = (folder / "index.md").read_text()
+    assert "**reproduced**" not in index and "[claims.md](claims.md)" in index
+    assert "## Tables" in index  # the rest of the report is kept
+    for link in relative_links(index) + relative_links((folder / "tables.md").read_text()):
+        assert link == "claims.md" or (folder / link).is_file(), link
+    with Image.open(folder / "figures/heads/smoke/seed0/density.png") as image:
+        assert image.width == FIGURE_WIDTH and image.mode == "P"
+    meta = json.loads((folder / "record.json").read_text())
+    assert meta["profile"] == "evidence"
+    assert datetime.datetime.fromisoformat(meta["recorded"]).tzinfo is not None
+    assert meta["thresholds"]["ast_entmax_bleu"] == {"margin": 0.91}
+    assert json.loads((folder / "results.json").read_text())["format"] == 1
+
+
+def test_keep_refuses_before_touching_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LearnableSparsityError, match=r"results/claims/results.json.*missing"):
+        keep("evidence")
+    _run(tmp_path)
+    (tmp_path / "reports/tables/speed.md").unlink()
+    with pytest.raises(LearnableSparsityError, match=r"not there: \['tables/speed.md'\]"):
+        keep("evidence")
+    assert not (tmp_path / "reports/evidence").exists()
+    with pytest.raises(LearnableSparsityError, match=re.escape("record name '../x'")):
+        keep("../x")
+
+
+class _Files:
+    """The part of a Stage that rejudge uses: its outputs, without an MLflow run."""
+
+    def write_json(self, path: Path, data: object, artifact: str | None = None) -> None:
+        write_json(path, data)
+
+    def write_text(self, path: Path, text: str, artifact: str | None = None) -> None:
+        atomic_write_text(path, text)
+
+
+def test_rejudge_gives_todays_verdicts_and_names_moved_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = layout.record("kept")
+    results = Results(speed={"topk": {"train": [0.99] * 5, "inference": [0.96] * 5}})
+    write_json(folder / layout.RECORD_RESULTS, results_to_json(results))
+    write_json(
+        folder / layout.RECORD_META,
+        {
+            "profile": "evidence",
+            "recorded": "2026-11-20T10:00:00+00:00",
+            "commit": "0123456789abcdef",
+            "thresholds": {"est_topk_speed": {"train_tolerance": 0.15}},
+        },
+    )
+    rejudge.main(_Files(), "kept")
+    record = json.loads((folder / layout.RECORD_CLAIMS).read_text())
+    verdicts = {claim["id"]: claim["status"] for claim in record["claims"]}
+    assert verdicts["est_topk_speed"] == "reproduced"
+    assert record["judged_by"]["checks_digest"]
+    moved = {(c["claim"], c["name"]): c for c in record["threshold_changes"]}
+    assert moved["est_topk_speed", "train_tolerance"]["in_history"]
+    report = (folder / layout.RECORD_CLAIMS_REPORT).read_text()
+    assert "`evidence` profile run at commit `0123456789`" in report
+    assert "est_topk_speed train_tolerance: 0.15 when the record was kept, 0.02 now" in report
+
+
+# ------------------------------------------------------------------------------ the kept record
+
+
+def _record_files() -> dict[str, Path]:
+    return {
+        name: EVIDENCE / name
+        for name in ("results.json", "record.json", "claims.json", "claims.md", "index.md")
+    }
+
+
+def test_the_evidence_record_shows_todays_verdicts() -> None:
+    """The committed verdicts are what today's checks give on the kept results: a check or a
+    threshold changed without `dvc repro` (stage rejudge@evidence) fails here."""
+    files = _record_files()
+    results = results_from_json(json.loads(files["results.json"].read_text()), "results.json")
+    judged = json.loads(files["claims.json"].read_text())
+    assert judged["judged_by"] == rejudge.judged_by()
+    kept, today = judged["claims"], evaluate(results)
+    assert [c["id"] for c in kept] == [r.claim.id for r in today]
+    for claim, result in zip(kept, today, strict=True):
+        assert (claim["status"], claim["evidence"]) == (
+            result.verdict.status,
+            result.verdict.evidence,
+        ), claim["id"]
+
+
+def test_every_threshold_moved_since_the_record_was_kept_is_in_its_history() -> None:
+    meta = json.loads(_record_files()["record.json"].read_text())
+    kept_on = datetime.date.fromisoformat(meta["recorded"][:10])
+    moved = threshold_changes(load_claims(), meta["thresholds"], kept_on)
+    assert all(change.in_history for change in moved), [c.describe() for c in moved]
+    assert meta["commit"] and meta["profile"] == "evidence"
+
+
+def test_every_link_of_the_evidence_record_resolves() -> None:
+    documents = sorted(EVIDENCE.rglob("*.md"))
+    assert len(documents) > 5
+    links = 0
+    for document in documents:
+        for link in relative_links(document.read_text(encoding="utf-8")):
+            assert (document.parent / link).is_file(), f"{document.relative_to(ROOT)}: {link}"
+            links += 1
+    assert links > 50  # the tables' files and every figure
