@@ -371,19 +371,19 @@ def head_roles_exist(
     for role in roles:
         counts = {v: results.roles[v].get(role, []) for v in (variant, *baselines)}
         if any(not c or any(n is None for n in c) for c in counts.values()):
-            parts[role] = not_measurable(f"{role}: the corpus cannot show this role")
+            parts[role] = not_measurable("the corpus cannot show this role")
             continue
         listing = ", ".join(f"{v} {c}" for v, c in counts.items())
         holders = [v for v, c in counts.items() if sum(c) > 0]
         if not holders:
             parts[role] = not_measurable(
-                f"{role}: no model has such a head at these steps (heads per seed: {listing}): "
-                "the corpus or the training length cannot show the role"
+                f"no model has such a head at these steps (heads per seed: {listing}): the "
+                "corpus or the training length cannot show the role"
             )
             continue
         parts[role] = verdict(
             variant in holders,
-            f"{role} heads per seed: {listing}",
+            f"heads per seed: {listing}",
             counts=counts,
         )
     return all_of(parts)
@@ -407,7 +407,7 @@ def roles_more_confident(
     for role in roles:
         mine, theirs = (results.role_confidence[v].get(role, []) for v in (variant, baseline))
         if not mine or not theirs or None in mine or None in theirs:
-            parts[role] = not_measurable(f"{role}: the corpus cannot show this role")
+            parts[role] = not_measurable("the corpus cannot show this role")
             continue
         parts[role] = checks.significantly_below(theirs, mine, names=(baseline, variant))
     return all_of(parts)
