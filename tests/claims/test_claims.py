@@ -180,6 +180,8 @@ def test_missing_variant_or_results_are_not_measurable() -> None:
 def test_sparsemax_a_little_below_softmax(sparsemax: list[float], status: str) -> None:
     results = _nmt({"softmax": [80.1, 80.6, 79.8], "sparsemax": sparsemax})
     assert _verdict("est_sparsemax_bleu", results).status == status
+    closing = _nmt({"softmax": [80.1, 80.6, 79.8], "sparsemax": sparsemax}, sparsemax=CATCHING_UP)
+    assert _verdict("est_sparsemax_bleu", closing).status == NOT_MEASURABLE
 
 
 def realistic_nll(offset: float = 0.0, catching_up: float = 0.0) -> list[tuple[float, float]]:
@@ -697,6 +699,8 @@ def test_sampling_estimators_below_marginalization_in_the_ssvae() -> None:
     methods["sum_and_sample"] = _runs("accuracy", [0.87, 0.86, 0.88], 2)
     verdict = _verdict("marg_ssvae_sampling_below", _lvm("ssvae", methods))
     assert verdict.status == NOT_REPRODUCED and "fails for sum_and_sample" in verdict.evidence
+    still = _verdict("marg_ssvae_sampling_below", _lvm("ssvae", methods, curve=FALLING))
+    assert still.status == NOT_MEASURABLE and "still improve" in still.evidence
 
 
 def test_sampling_estimators_below_marginalization_in_the_game() -> None:
@@ -707,6 +711,9 @@ def test_sampling_estimators_below_marginalization_in_the_game() -> None:
     methods["gumbel"] = _runs("communication_success", [0.93, 0.95, 0.94], 1)
     verdict = _verdict("marg_game_sampling_below", _lvm("signal_game", methods))
     assert verdict.status == NOT_REPRODUCED and "fails for gumbel" in verdict.evidence
+    methods["gumbel"] = _runs("communication_success", [0.93], 1)
+    verdict = _verdict("marg_game_sampling_below", _lvm("signal_game", methods))
+    assert verdict.status == NOT_MEASURABLE and "gumbel: 1" in verdict.evidence
 
 
 def _calls(*per_seed: list[float]) -> list[list[tuple[float, float]]]:
@@ -841,6 +848,8 @@ def test_dual_source_on_23k_is_not_among_the_systems_that_beat_the_mt_output() -
     better = {**cells, "low_resource/dual_source": [25.0, 26.0, 25.5]}
     verdict = _verdict("ape_dual_source_23k_below_mt", _ape(better))
     assert verdict.status == NOT_REPRODUCED and "above do nothing" in verdict.evidence
+    one = {**cells, "low_resource/dual_source": [33.0]}
+    assert _verdict("ape_dual_source_23k_below_mt", _ape(one)).status == NOT_MEASURABLE
 
 
 def test_ape_comparisons_wait_while_either_system_catches_up_either_way() -> None:
@@ -875,6 +884,9 @@ def test_bert_on_23k_nearly_matches_dual_source_on_8m_and_beats_it_on_8m() -> No
     verdict = _verdict("ape_23k_nearly_8m_dual_source", far)
     assert verdict.status == NOT_REPRODUCED and "at most 0.93 worse" in verdict.evidence
     assert _verdict("ape_8m_beats_dual_source", far).status == NOT_REPRODUCED
+    one_seed = _ape({low: [18.6], dual8m: [18.1], bert8m: [17.2]})
+    assert _verdict("ape_23k_nearly_8m_dual_source", one_seed).status == NOT_MEASURABLE
+    assert _verdict("ape_8m_beats_dual_source", one_seed).status == NOT_MEASURABLE
 
 
 def test_ape_best_decoder_within_margin_of_every_other_variant() -> None:
@@ -885,6 +897,10 @@ def test_ape_best_decoder_within_margin_of_every_other_variant() -> None:
     beaten = {**best, "low_resource/ca_init_sa": [16.0, 16.2, 15.8]}
     verdict = _verdict("ape_decoder_sharing", _ape(beaten, split="valid"))
     assert verdict.status == NOT_REPRODUCED and "ca_init_sa" in verdict.evidence
+    # the best decoder still closes its gap on the others: neither way counts yet
+    closing = _ape(best, split="valid", sa_tied_encoder=linear_decay_nll(0.7, catching_up=0.5))
+    verdict = _verdict("ape_decoder_sharing", closing)
+    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
 
 
 def test_ape_claims_say_why_they_are_not_measurable() -> None:
