@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import torch
+import yaml
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 
@@ -31,6 +32,7 @@ from components.analysis.heads import AnalysisSettings
 from components.ape.bert import BertSettings
 from components.ape.grid import ApeSettings
 from components.ape.triplets import SyntheticApeSettings
+from components.claims import results_from_json
 from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, corpus_settings
 from components.data.datasets import EggGame, IdxImages, dataset_settings
@@ -46,6 +48,7 @@ from components.settings import Settings
 from pipelines.scaffold import layout
 from pipelines.scaffold.params import Params, load_params
 from pipelines.scaffold.runner import RaySettings
+from pipelines.scaffold.stage import read_json
 from pipelines.scaffold.tracking import MlflowSettings, tracking_uri
 
 # Every params section a stage reads, with the settings it becomes.
@@ -246,6 +249,30 @@ def tracking_check() -> Check:
     return Check("MLflow store", True, uri)
 
 
+def record_checks(dvc_file: Path = Path("dvc.yaml")) -> Iterator[Check]:
+    """Every evidence record that stage rejudge judges (its ``foreach`` in ``dvc.yaml``) holds
+    the results and provenance it reads, in a format this code reads."""
+    if not dvc_file.is_file():
+        return
+    stages = yaml.safe_load(dvc_file.read_text(encoding="utf-8")).get("stages", {})
+    for name in stages.get("rejudge", {}).get("foreach", []):
+        folder = layout.record(name)
+        what = f"evidence record {name} (rejudge@{name})"
+        try:
+            read_json(folder / layout.RECORD_META)
+            results = folder / layout.RECORD_RESULTS
+            results_from_json(read_json(results), str(results))
+        except LearnableSparsityError as error:
+            yield Check(
+                what,
+                False,
+                f"{error} (keep one with `python -m pipelines.record {name}`, or take {name} out "
+                "of the foreach of stage rejudge in dvc.yaml)",
+            )
+            continue
+        yield Check(what, True, str(folder))
+
+
 def environment_checks() -> Iterator[Check]:
     """The benchmark's reference package and free disk space."""
     found = importlib.util.find_spec("entmax") is not None
@@ -261,6 +288,7 @@ def preflight(params: Params) -> list[Check]:
         *input_checks(params),
         *compute_checks(params),
         tracking_check(),
+        *record_checks(),
         *environment_checks(),
     ]
 

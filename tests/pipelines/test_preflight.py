@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from components.claims import Results, results_to_json
 from pipelines import preflight
 from pipelines.scaffold.params import Params, deep_merge
 
@@ -139,3 +141,19 @@ def test_a_hub_bert_must_be_cached_or_reachable(
     local = project / "my-bert"
     local.mkdir()
     assert failed(smoke_with({"bert": {"name_or_path": str(local)}})) == {}
+
+
+def test_every_evidence_record_the_dvc_file_judges_is_there(project: Path) -> None:
+    stages = {"stages": {"rejudge": {"foreach": ["evidence"], "do": {"cmd": "x"}}}}
+    (project / "dvc.yaml").write_text(yaml.safe_dump(stages))
+    problem = failed(smoke_with({}))["evidence record evidence (rejudge@evidence)"]
+    assert "reports/evidence/record.json is missing" in problem
+    assert "python -m pipelines.record evidence" in problem
+    folder = project / "reports" / "evidence"
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text("{}")
+    (folder / "results.json").write_text('{"format": 0}')
+    problem = failed(smoke_with({}))["evidence record evidence (rejudge@evidence)"]
+    assert "results format 0" in problem
+    (folder / "results.json").write_text(json.dumps(results_to_json(Results())))
+    assert failed(smoke_with({})) == {}
