@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import datetime
 from dataclasses import asdict
+from pathlib import Path
 
 from components.claims import evaluate, load_claims, results_from_json
 from components.claims.preregistered import threshold_changes
 from components.claims.report import claims_markdown, claims_record
+from components.errors import LearnableSparsityError
 from pipelines.scaffold import layout
 from pipelines.scaffold.imports import ROOT, code_digest
 from pipelines.scaffold.stage import Stage, file_digest, fingerprint, read_json, run_stage
@@ -36,6 +38,13 @@ def judged_by() -> dict[str, str]:
 
 def main(stage: Stage, name: str) -> None:
     folder = layout.record(name)
+    absent = [str(folder / f) for f in (layout.RECORD_META, layout.RECORD_RESULTS)]
+    absent = [path for path in absent if not Path(path).is_file()]
+    if absent:
+        raise LearnableSparsityError(
+            f"no evidence record {name!r}: {', '.join(absent)} missing (keep one with `python -m "
+            f"pipelines.record {name}`, or take {name} out of the foreach of stage rejudge)"
+        )
     meta = read_json(folder / layout.RECORD_META)
     results = results_from_json(
         read_json(folder / layout.RECORD_RESULTS), str(folder / layout.RECORD_RESULTS)
