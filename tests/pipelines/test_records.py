@@ -117,7 +117,7 @@ def test_rejudge_gives_todays_verdicts_and_names_moved_thresholds(
             "thresholds": {"est_topk_speed": {"train_tolerance": 0.15}},
         },
     )
-    with pytest.raises(LearnableSparsityError, match="python -m pipelines.record other"):
+    with pytest.raises(LearnableSparsityError, match=re.escape("python -m pipelines.record other")):
         rejudge.main(_Files(), "other")
     rejudge.main(_Files(), "kept")
     record = json.loads((folder / layout.RECORD_CLAIMS).read_text())
