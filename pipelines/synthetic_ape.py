@@ -21,9 +21,9 @@ import logging
 from dataclasses import asdict
 
 from components.ape.triplets import (
-    REAL_SPLITS,
     SyntheticApeSettings,
     Triplet,
+    cut_real_set,
     filter_triplets,
     kfold,
     ter_histogram,
@@ -154,17 +154,16 @@ def main(stage: Stage) -> None:
         stage.grid(task, tasks, store=layout.cells(STAGE))
         mt = translations(tasks, len(pairs))
         triplets = [Triplet(src, hyp, ref) for (src, ref), hyp in zip(pairs, mt, strict=True)]
-        real, start = {}, 0
-        for split in REAL_SPLITS:
-            real[split], start = triplets[start : start + ape.real[split]], start + ape.real[split]
-        kept, dropped = filter_triplets(triplets[start:], ape.filters, seed=0)
+        real, candidates, untranslated = cut_real_set(triplets, ape.real)
+        kept, dropped = filter_triplets(candidates, ape.filters, seed=0)
         if ape.synthetic and not kept:
             raise LearnableSparsityError(
-                f"synthetic_ape.filters kept none of the {len(triplets) - start} synthetic "
+                f"synthetic_ape.filters kept none of the {len(candidates)} synthetic "
                 f"candidates (dropped: {dropped}); loosen the filters or translate more pairs"
             )
         sets = {"real": real, "synthetic": {"train": kept[: ape.synthetic]}}
-        summary["filters"] = {"candidates": len(triplets) - start, "dropped": dropped}
+        summary["real_passed_over_untranslated"] = untranslated
+        summary["filters"] = {"candidates": len(candidates), "dropped": dropped}
     # Earlier sets are removed only now, after every check and translation succeeded.
     clear(layout.APE_DATA)
     clear(layout.figures("ape"))
@@ -181,12 +180,14 @@ def main(stage: Stage) -> None:
 
 
 def triplet_metrics(summary: dict) -> dict:
-    """The triplets and corpus TER of every set and split, and the filters' counts."""
+    """The triplets and corpus TER of every set and split, the untranslated sentences the
+    real set passed over, and the filters' counts."""
     sets = {
         name: {split: {k: ter[k] for k in ("triplets", "corpus_ter")} for split, ter in s.items()}
         for name, s in summary["sets"].items()
     }
-    return {**sets, **({"filters": summary["filters"]} if "filters" in summary else {})}
+    counts = {key: summary[key] for key in ("real_passed_over_untranslated", "filters")}
+    return {**sets, **(counts if "filters" in summary else {})}
 
 
 def translations(tasks: list[Cell], n_pairs: int) -> list[str]:

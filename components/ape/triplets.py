@@ -236,6 +236,37 @@ def ter_histogram(summary: dict[str, Any], title: str) -> Figure:
 REAL_SPLITS = ("train", "valid", "test")
 
 
+def cut_real_set(
+    triplets: Sequence[Triplet], sizes: dict[str, int]
+) -> tuple[dict[str, list[Triplet]], list[Triplet], int]:
+    """The real set's splits (``sizes`` triplets each, in corpus order, in ``REAL_SPLITS``
+    order), the triplets after the last one taken (the synthetic candidates), and how many
+    triplets were passed over because their translation is empty.
+
+    A model may emit nothing but end-of-sentence; such a triplet cannot enter the real set
+    (its files hold a sentence on every line, and an APE system has nothing to edit), so the
+    next translated one takes its place. The synthetic candidates keep theirs: the filters
+    count them as ``empty``.
+    """
+    real: dict[str, list[Triplet]] = {split: [] for split in REAL_SPLITS}
+    untranslated, position = 0, 0
+    for split in REAL_SPLITS:
+        while len(real[split]) < sizes[split]:
+            if position == len(triplets):
+                raise LearnableSparsityError(
+                    f"synthetic_ape.real needs {sum(sizes.values())} triplets with a "
+                    f"translation but only {position - untranslated} of the {len(triplets)} "
+                    f"translated sentences have one ({untranslated} came out empty); "
+                    "enlarge the split, shrink synthetic_ape.real or train the model longer"
+                )
+            if triplets[position].mt.strip():
+                real[split].append(triplets[position])
+            else:
+                untranslated += 1
+            position += 1
+    return real, list(triplets[position:]), untranslated
+
+
 @dataclass(frozen=True, kw_only=True)
 class SyntheticApeSettings(Settings):
     """Params ``synthetic_ape``: eSCAPE-style triplets (src, MT(src), reference) from a parallel

@@ -12,6 +12,7 @@ from components.ape.triplets import (
     TER_EDGES,
     FilterSettings,
     Triplet,
+    cut_real_set,
     filter_triplets,
     kfold,
     ter_histogram,
@@ -79,6 +80,20 @@ def test_filter_drops_empty_sides() -> None:
         "unchanged": 0,
     }
     assert tuple(dropped) == DROP_REASONS
+
+
+def test_the_real_set_passes_over_empty_translations_in_corpus_order() -> None:
+    triplets = [Triplet(f"s{i}", "" if i in (1, 4) else f"m{i}", f"p{i}") for i in range(9)]
+    real, candidates, untranslated = cut_real_set(triplets, {"train": 2, "valid": 1, "test": 2})
+    assert [[t.src for t in rows] for rows in real.values()] == [["s0", "s2"], ["s3"], ["s5", "s6"]]
+    assert list(real) == ["train", "valid", "test"]
+    assert candidates == triplets[7:] and untranslated == 2
+
+
+def test_the_real_set_refuses_too_few_translations() -> None:
+    triplets = [Triplet("s", "", "p"), Triplet("s", "m", "p"), Triplet("s", " ", "p")]
+    with pytest.raises(LearnableSparsityError, match=r"needs 2 triplets.*only 1 of the 3.*2 came"):
+        cut_real_set(triplets, {"train": 1, "valid": 1, "test": 0})
 
 
 def test_filter_drops_length_ratios_either_way_and_keeps_the_boundary() -> None:

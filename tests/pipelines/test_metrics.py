@@ -86,7 +86,11 @@ def test_every_stage_builds_scalar_metrics_from_its_results() -> None:
         "signatures": {"ter": "nrefs:1|case:mixed"},
     }
     ter = {"triplets": 3, "corpus_ter": 20.0, "signature": "tok:tercom", "quantiles": {"10": 0}}
-    summary = {"sets": {"real": {"test": ter}}, "filters": {"candidates": 5, "dropped": {"x": 1}}}
+    summary = {
+        "sets": {"real": {"test": ter}},
+        "real_passed_over_untranslated": 1,
+        "filters": {"candidates": 5, "dropped": {"x": 1}},
+    }
     for metrics in (
         cell_metrics({"smoke/entmax_alpha/seed0": built}),
         lvm_metrics(lvm, "nll_bits_per_dim"),

@@ -89,7 +89,7 @@ def test_kfold_cross_translation_runs_as_a_stage(
     other, the triplets in corpus order with the references as pe."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-    sizes = {"train": 60, "valid": 10, "test": 10, "heldout": 24}
+    sizes = {"train": 60, "valid": 10, "test": 10, "heldout": 40}  # room for empty outputs
     pairs = generate_splits(sizes, 0)
     write_corpus(tmp_path / "data/corpora/c", pairs)
     train_joint_bpe(pairs["train"] + pairs["heldout"], tmp_path / "data/bpe/c/bpe", 120)
@@ -113,8 +113,13 @@ def test_kfold_cross_translation_runs_as_a_stage(
     assert done.returncode == 0, done.stderr[-3000:]
     heldout = pairs["heldout"]
     real = read_triplets(tmp_path / "data/ape/real", ("train", "valid", "test"))
-    assert [(s, p) for s, _, p in real["train"] + real["valid"] + real["test"]] == heldout[:16]
+    summary = json.loads((tmp_path / "results/synthetic_ape/summary.json").read_text())
+    # A 4-step model may translate a sentence to nothing: the real set passes over it.
+    taken = 16 + summary["real_passed_over_untranslated"]
+    sources = [s for s, _, _ in real["train"] + real["valid"] + real["test"]]
+    assert [pair for pair in heldout[:taken] if pair[0] in sources] == [
+        (s, p) for s, _, p in real["train"] + real["valid"] + real["test"]
+    ]
     for fold in ("fold0", "fold1"):
         assert (tmp_path / "results/synthetic_ape/cells" / fold / "last.pt").exists()
-    summary = json.loads((tmp_path / "results/synthetic_ape/summary.json").read_text())
     assert summary["sets"]["real"]["train"]["triplets"] == 8
