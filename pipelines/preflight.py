@@ -34,10 +34,11 @@ from components.ape.grid import ApeSettings
 from components.ape.triplets import SyntheticApeSettings
 from components.claims import results_from_json
 from components.data.bpe import BpeSettings
-from components.data.corpora import DownloadedCorpus, LocalCorpus, corpus_settings
+from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
 from components.data.datasets import EggGame, IdxImages, dataset_settings
 from components.data.images import IDX_FILES, IMAGE_DATASETS
 from components.data.registry import CORPORA
+from components.data.sword import MODULES, SYSTEM_LIBRARY, install_command, missing_modules
 from components.errors import LearnableSparsityError
 from components.lvm.bitvector_vae import BitVectorVaeSettings
 from components.lvm.signal_game import SignalGameSettings
@@ -127,6 +128,23 @@ def _download_check(what: str, files: list[tuple[str, Path]]) -> Check:
     )
 
 
+def _sword_check(what: str, corpus: SwordCorpus) -> Check:
+    """The modules are in the configured library, or the system's, or their Debian packages
+    are cached or reachable."""
+    install = f"`{install_command(corpus.modules)}`"
+    if corpus.library is not None:
+        missing = missing_modules(Path(corpus.library), corpus.modules)
+        if missing:
+            return Check(what, False, f"{corpus.library} lacks {missing}; on Debian: {install}")
+        return Check(what, True, f"in {corpus.library}")
+    if not missing_modules(SYSTEM_LIBRARY, corpus.modules):
+        return Check(what, True, f"installed in {SYSTEM_LIBRARY}")
+    packages = [MODULES[name].package.url for name in corpus.modules]
+    files = [(url, Path(corpus.cache) / Path(url).name) for url in packages]
+    check = _download_check(what, files)
+    return check if check.ok else Check(what, False, f"{check.detail}; or install them: {install}")
+
+
 def input_checks(params: Params) -> Iterator[Check]:
     """The user's files exist in data/external; downloads are cached or reachable."""
     for name, corpus in _built(params, "corpora").items():
@@ -138,6 +156,8 @@ def input_checks(params: Params) -> Iterator[Check]:
             root = Path(corpus.cache) / spec.name
             files = [(remote.url, root / remote.name) for remote in spec.files]
             yield _download_check(f"corpus {name} (download {spec.name})", files)
+        elif isinstance(corpus, SwordCorpus):
+            yield _sword_check(f"corpus {name} (SWORD modules {corpus.modules})", corpus)
     yield from bert_checks(params)
     for name, dataset in _built(params, "images").items():
         if isinstance(dataset, EggGame):

@@ -8,6 +8,8 @@ A corpus entry names its ``source``:
   validated by :mod:`components.data.local`, and optionally ``source_lang`` (e.g. ``de``).
 * ``download`` — a published corpus of the registry (:mod:`components.data.registry`) by
   ``name``, fetched into ``cache`` with resume and checksums.
+* ``sword`` — two Bible translations in the SWORD module format aligned verse by verse
+  (:mod:`components.data.sword`): installed Debian packages, or the same packages downloaded.
 
 The prepared corpus is written by ``components.data.local.write_corpus``, one file per split and
 field (:func:`corpus_fields`: ``.src`` / ``.tgt``, or ``.src`` / ``.mt`` / ``.pe`` for a
@@ -25,6 +27,13 @@ from typing import Any, Literal
 from components.data.generated import SOURCE_LANGUAGE, generate_splits
 from components.data.local import PAIR_FIELDS, SPLITS, Rows, load_local_corpus
 from components.data.registry import CORPORA, fetch_corpus
+from components.data.sword import (
+    MODULES,
+    aligned_verses,
+    module_library,
+    read_module,
+    split_by_chapter,
+)
 from components.settings import Settings, SettingsError, build_tagged, setting
 
 
@@ -81,11 +90,51 @@ class DownloadedCorpus(Settings):
             raise SettingsError("name", f"is {self.name!r}; the registry has {sorted(CORPORA)}")
 
 
-CorpusSettings = GeneratedCorpus | LocalCorpus | DownloadedCorpus
+@dataclass(frozen=True, kw_only=True)
+class SwordCorpus(Settings):
+    """Two translations of :data:`components.data.sword.MODULES` aligned verse by verse,
+    ``source_module`` → ``target_module``.
+
+    ``library`` is a SWORD library holding both (null: the system's, ``/usr/share/sword``, when
+    it holds them, else their Debian packages downloaded into ``cache``). Pairs with more than
+    ``max_words`` whitespace words on either side are dropped (null: none are). ``sizes`` gives
+    the verses of every split but train (``valid``, ``test``, and e.g. ``heldout``), each filled
+    with whole chapters drawn with ``seed`` until it holds at least that many; train holds the
+    other chapters.
+    """
+
+    source: Literal["sword"]
+    source_module: str = "spaRV1909eb"
+    target_module: str = "engWEB2015eb"
+    library: str | None = None
+    cache: str = "data/cache"
+    sizes: dict[str, int] = setting(at_least=1)
+    max_words: int | None = setting(None, at_least=1)
+    seed: int = setting(0, at_least=0)
+
+    def validate(self) -> None:
+        for key in ("source_module", "target_module"):
+            if getattr(self, key) not in MODULES:
+                raise SettingsError(key, f"is {getattr(self, key)!r}; known: {sorted(MODULES)}")
+        if self.source_module == self.target_module:
+            raise SettingsError("target_module", "must differ from source_module")
+        if "train" in self.sizes or not {"valid", "test"} <= set(self.sizes):
+            raise SettingsError(
+                "sizes",
+                f"must name valid and test, not train (the rest); got {sorted(self.sizes)}",
+            )
+
+    @property
+    def modules(self) -> list[str]:
+        return [self.source_module, self.target_module]
+
+
+CorpusSettings = GeneratedCorpus | LocalCorpus | DownloadedCorpus | SwordCorpus
 SOURCES: dict[str, type[CorpusSettings]] = {
     "generated": GeneratedCorpus,
     "local": LocalCorpus,
     "download": DownloadedCorpus,
+    "sword": SwordCorpus,
 }
 
 
@@ -101,12 +150,14 @@ def corpus_settings(data: Any, where: str) -> CorpusSettings:
 
 def source_language(settings: CorpusSettings) -> str | None:
     """The language of the corpus's source side (ISO 639-1, e.g. "de"): English for the
-    generated corpus, the registry's for a downloaded one, ``source_lang`` for the user's files
-    (None: not given)."""
+    generated corpus, the registry's for a downloaded one or a SWORD module, ``source_lang``
+    for the user's files (None: not given)."""
     if isinstance(settings, GeneratedCorpus):
         return SOURCE_LANGUAGE
     if isinstance(settings, LocalCorpus):
         return settings.source_lang
+    if isinstance(settings, SwordCorpus):
+        return MODULES[settings.source_module].lang
     return CORPORA[settings.name].source_lang
 
 
@@ -127,4 +178,18 @@ def load_corpus(settings: CorpusSettings) -> Mapping[str, Rows]:
         return generate_splits(sizes, settings.seed)
     if isinstance(settings, LocalCorpus):
         return load_local_corpus({split: tuple(paths) for split, paths in settings.files.items()})
+    if isinstance(settings, SwordCorpus):
+        return load_bible(settings)
     return fetch_corpus(settings.name, Path(settings.cache))
+
+
+def load_bible(settings: SwordCorpus) -> dict[str, list[tuple[str, str]]]:
+    """The aligned verses of a ``sword`` corpus, filtered by length and split by chapter."""
+    configured = Path(settings.library) if settings.library is not None else None
+    library = module_library(settings.modules, configured, Path(settings.cache))
+    source, target = (read_module(library, name) for name in settings.modules)
+    rows = aligned_verses(source, target)
+    if settings.max_words is not None:
+        limit = settings.max_words
+        rows = [row for row in rows if max(len(row[1].split()), len(row[2].split())) <= limit]
+    return split_by_chapter(rows, dict(settings.sizes), settings.seed)

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from components.claims import Results, results_to_json
+from components.data import sword
 from pipelines import preflight
 from pipelines.scaffold.params import Params, deep_merge
 
@@ -107,6 +108,27 @@ def test_downloads_are_cached_or_reachable(tmp_path: Path) -> None:
     assert (
         not check.ok and "unreachable" in check.detail and str(tmp_path / "cache") in check.detail
     )
+
+
+def test_sword_modules_must_be_installed_or_their_packages_reachable(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = {"source": "sword", "sizes": {"valid": 10, "test": 10}, "cache": str(project / "c")}
+    monkeypatch.setattr(preflight, "SYSTEM_LIBRARY", project / "no-system-library")
+    offline = f"http://127.0.0.1:{_closed_port()}/pool"
+    for name, deb in (("spaRV1909eb", "sword-text-sparv"), ("engWEB2015eb", "sword-text-web")):
+        lang = preflight.MODULES[name].lang
+        package = sword.DebianPackage(f"{offline}/{deb}_1_all.deb", "0" * 64)
+        monkeypatch.setitem(preflight.MODULES, name, sword.Module(lang, package))
+    what = "corpus bible (SWORD modules ['spaRV1909eb', 'engWEB2015eb'])"
+    detail = failed(smoke_with({"corpora": {"bible": entry}}))[what]
+    assert "unreachable" in detail and "sudo apt install sword-text-sparv sword-text-web" in detail
+    (project / "c").mkdir()
+    for deb in ("sword-text-sparv", "sword-text-web"):
+        (project / "c" / f"{deb}_1_all.deb").write_bytes(b"cached")
+    assert what not in failed(smoke_with({"corpora": {"bible": entry}}))
+    library = {"corpora": {"bible": {**entry, "library": str(project / "lib")}}}
+    assert "lib lacks ['spaRV1909eb', 'engWEB2015eb']" in failed(smoke_with(library))[what]
 
 
 @pytest.mark.skipif(torch.cuda.device_count() > 0, reason="this machine has a GPU")
