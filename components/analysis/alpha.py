@@ -38,6 +38,15 @@ MIXTURE_SEED = 0
 # α = ALPHA_MIN + (ALPHA_MAX − ALPHA_MIN)·sigmoid(w) changes fastest at w = 0, by this much per
 # unit of w: a logit's move times it is the largest move of α it can make anywhere.
 STEEPEST_SLOPE = (ALPHA_MAX - ALPHA_MIN) / 4
+# The sigmoid's flat tails: where dα/dw = (ALPHA_MAX − ALPHA_MIN)·σ(w)(1 − σ(w)) is below this
+# share of its steepest (at w = 0), a head needs that many times the gradient to move α as far.
+# σ(1 − σ) = share/4 gives σ = (1 − √(1 − share))/2: |w| > 3.64, α < 1.035 or α > 1.975.
+FLAT_TAIL_SLOPE_SHARE = 0.1
+FLAT_TAIL_SIGMOID = (1 - math.sqrt(1 - FLAT_TAIL_SLOPE_SHARE)) / 2
+FLAT_TAIL_ALPHAS = (
+    ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) * FLAT_TAIL_SIGMOID,
+    ALPHA_MAX - (ALPHA_MAX - ALPHA_MIN) * FLAT_TAIL_SIGMOID,
+)
 # Dense → sparse, AST's example (encoder self-attention layer 2, head 8): α drops to about 1.3
 # and ends near 2, a rebound of about 0.7; from a start at the random initialisation's median α
 # (1.5) its dip is about 0.2. A head counts when it makes half of each (the claim pre-registers
@@ -163,7 +172,9 @@ def alpha_trajectories(
 
 def alpha_statistics(alphas: Mapping[str, Sequence[float]]) -> dict[str, dict[str, float | None]]:
     """Mean, min, max and the dip test's p-value of "one mode" (:func:`modality`) of the final α
-    per attention type.
+    per attention type, and how many heads end in the parametrisation's flat tails
+    (``flat_tail_softmax``: α below ``FLAT_TAIL_ALPHAS[0]``; ``flat_tail_sparsemax``: above
+    ``FLAT_TAIL_ALPHAS[1]``), where α responds to its gradient at a tenth of the rate it can.
 
     ``alphas``: {block key: [α per head]}. The p-value is None where it is undefined (fewer than
     :data:`MIN_MODALITY_VALUES` values, or all equal).
@@ -178,6 +189,8 @@ def alpha_statistics(alphas: Mapping[str, Sequence[float]]) -> dict[str, dict[st
                 "min": min(values),
                 "max": max(values),
                 "p_unimodal": modality(values).p_unimodal if defined else None,
+                "flat_tail_softmax": sum(a < FLAT_TAIL_ALPHAS[0] for a in values),
+                "flat_tail_sparsemax": sum(a > FLAT_TAIL_ALPHAS[1] for a in values),
             }
     return out
 

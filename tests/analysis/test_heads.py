@@ -15,6 +15,7 @@ import torch
 import yaml
 
 from components.analysis.alpha import (
+    FLAT_TAIL_ALPHAS,
     STEEPEST_SLOPE,
     alpha_movement,
     alpha_statistics,
@@ -34,7 +35,7 @@ from components.analysis.heads import (
     summary,
 )
 from components.analysis.roles import QUESTION_MARKS, roles, source_word_features
-from components.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit
+from components.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit, logit_of_alpha
 from components.data.bpe import BpeModel, train_joint_bpe
 from components.data.generated import SOURCE_LANGUAGE, WH_ADVERBS, WH_PRONOUNS, generate_splits
 from components.data.registry import CORPORA
@@ -233,6 +234,24 @@ def test_skew_does_not_make_alpha_look_bimodal() -> None:
     assert rejected <= 10, f"{rejected} of 200 skewed unimodal samples called multimodal"
     stats = alpha_statistics({"encoder.self.layer0": samples[0].tolist()})
     assert stats["encoder.self"]["p_unimodal"] > 0.05
+
+
+def test_heads_in_the_flat_tails_are_counted_where_the_slope_is_a_tenth_of_its_steepest() -> None:
+    low, high = (logit_of_alpha(torch.tensor(a, dtype=torch.float64)) for a in FLAT_TAIL_ALPHAS)
+    for w in (low, high):  # the slope dα/dw there is a tenth of the one at w = 0
+        w = w.clone().requires_grad_(True)
+        alpha_of_logit(w).backward()
+        assert w.grad.item() == pytest.approx(0.1 * STEEPEST_SLOPE)
+    alphas = {"encoder.self.layer0": [1.02, 1.034, 1.036, 1.5], "decoder.self.layer0": [1.98, 1.9]}
+    stats = alpha_statistics(alphas)
+    assert (
+        stats["encoder.self"]["flat_tail_softmax"],
+        stats["encoder.self"]["flat_tail_sparsemax"],
+    ) == (2, 0)
+    assert (
+        stats["decoder.self"]["flat_tail_softmax"],
+        stats["decoder.self"]["flat_tail_sparsemax"],
+    ) == (0, 1)
 
 
 def test_alpha_movement_reads_the_logit() -> None:
