@@ -40,6 +40,7 @@ from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, long_csv
 from pipelines.scaffold.stage import (
     CellRun,
+    Grid,
     Stage,
     clear,
     done_record,
@@ -140,7 +141,8 @@ def js_csv(summaries: dict[str, dict]) -> str:
     return long_csv(rows, ("layer", SERIES, RUN, "js"))
 
 
-def main(stage: Stage) -> None:
+def grid(stage: Stage) -> Grid:
+    """The grid: every trained cell, analysed on its corpus's validation set."""
     nmt = stage.settings("nmt", NmtSettings)
     settings = stage.settings("analysis", AnalysisSettings)
     stage.require_entries("nmt.corpora", nmt.corpora, "corpora")
@@ -150,7 +152,12 @@ def main(stage: Stage) -> None:
         "source_languages": {corpus: corpus_source_language(corpus) for corpus in nmt.corpora},
     }
     cells = nmt_cells(nmt, ("valid",), shared, reads_model=True)
-    results = stage.grid(analyze_cell, cells, store=layout.cells(STAGE))
+    return Grid(analyze_cell, cells, layout.cells(STAGE))
+
+
+def main(stage: Stage) -> None:
+    nmt = stage.settings("nmt", NmtSettings)
+    results = stage.run_grid(grid(stage))
     clear(FIGURES)
     summaries = {}
     for cell, result in zip(nmt.cells(), results, strict=True):

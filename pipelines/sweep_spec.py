@@ -45,7 +45,14 @@ from pipelines.scaffold.stage import Grid, Stage
 
 # A stage of the chain: its module under pipelines/ and, after "@", the argument of its grid
 # (the latent-variable experiment). Each exposes ``grid(stage[, argument]) -> Grid``.
-SWEEPABLE = ("train_nmt", "evaluate_nmt", "train_ape", "evaluate_ape", "train_lvm")
+SWEEPABLE = (
+    "train_nmt",
+    "evaluate_nmt",
+    "analyze_heads",
+    "train_ape",
+    "evaluate_ape",
+    "train_lvm",
+)
 SEARCH_KINDS = ("grid", "choice", "uniform", "loguniform", "randint")
 # The checks build each stage's grid for every combination of the discrete values; past this
 # many the spec is better split.

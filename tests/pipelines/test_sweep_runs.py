@@ -171,13 +171,14 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
 
 
 def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Path) -> None:
-    """`[train_nmt, evaluate_nmt]`: each trial trains its Transformer and translates the test set
-    with it; its one run holds the training curves, every head's α and the BLEU."""
+    """`[train_nmt, evaluate_nmt, analyze_heads]`: each trial trains its Transformer, translates
+    the test set and analyses the heads with it; its one run holds the training curves, every
+    head's α, the BLEU and the head analysis (the strongest head of each role, α per type)."""
     spec = write_spec(
         project,
         "chain",
         {
-            "stages": ["train_nmt", "evaluate_nmt"],
+            "stages": ["train_nmt", "evaluate_nmt", "analyze_heads"],
             "profile": "ci",
             "search": {
                 "nmt.variants": {"grid": ["entmax_alpha"]},
@@ -197,6 +198,12 @@ def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Pa
         assert trial.info.status == "FINISHED"
         assert trial.data.params["decode.beam_size"] == "2"  # evaluate_nmt's settings too
         assert {"results/bleu", "results/final_valid_nll"} <= set(trial.data.metrics)
+        analysed = {
+            "results/best_heads/positional_prev/score",
+            "results/alpha/encoder.self/max",
+            "results/alpha/encoder.self/flat_tail_softmax",
+        }
+        assert analysed <= set(trial.data.metrics), sorted(trial.data.metrics)
         # every head's α (3 blocks × 2 heads), from the trial's initial value on
         heads = [name for name in trial.data.metrics if name.startswith("alpha/")]
         assert len(heads) == 6
@@ -209,6 +216,7 @@ def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Pa
     columns = (project / "reports/sweeps/chain/summary.csv").read_text().splitlines()[0]
     assert columns.startswith("trial,name,status,nmt.variants,nmt.model.alpha_init,")
     assert {"final_valid_nll", "bleu", "chrf", "error"} <= set(columns.split(","))
+    assert "best_heads/positional_prev/score" in columns.split(",")
 
 
 @pytest.fixture(scope="module")
