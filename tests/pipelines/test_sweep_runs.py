@@ -199,7 +199,7 @@ def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Pa
         assert trial.data.params["decode.beam_size"] == "2"  # evaluate_nmt's settings too
         assert {"results/bleu", "results/final_valid_nll"} <= set(trial.data.metrics)
         analysed = {
-            "results/best_heads/positional_prev/score",
+            "results/best_heads/positional_prev",  # its score
             "results/alpha/encoder.self/max",
             "results/alpha/encoder.self/flat_tail_softmax",
         }
@@ -216,7 +216,7 @@ def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Pa
     columns = (project / "reports/sweeps/chain/summary.csv").read_text().splitlines()[0]
     assert columns.startswith("trial,name,status,nmt.variants,nmt.model.alpha_init,")
     assert {"final_valid_nll", "bleu", "chrf", "error"} <= set(columns.split(","))
-    assert "best_heads/positional_prev/score" in columns.split(",")
+    assert "best_heads/positional_prev" in columns.split(",")
 
 
 @pytest.fixture(scope="module")
