@@ -5,8 +5,9 @@ A record is a run too long for ``make repro`` (the ``evidence`` profile's, say) 
 
 * ``results.json`` — the results the claims read (the claims stage's
   ``results/claims/results.json``);
-* ``record.json`` — the profile, when it was kept, the commit of the code that produced it (and
-  whether the working tree had changes), and every claim threshold it was judged with;
+* ``record.json`` — the profile, when it was kept, the commit of the code that kept it (and
+  whether ``components/`` or ``pipelines/`` had uncommitted changes), and every claim threshold
+  it was judged with;
 * ``index.md``, ``tables.md``, ``tables/``, ``figures/`` — the report of the run, with every link
   relative and resolving inside the record (figures re-encoded as small PNGs, so that git holds
   them); its claims section points to ``claims.md``.
@@ -126,14 +127,15 @@ def keep(name: str) -> Path:
     for relative, text in texts.items():
         atomic_write_text(folder / relative, text)
     shutil.copyfile(results, folder / layout.RECORD_RESULTS)
-    changed = _git("status", "--porcelain", "--", "components", "pipelines", "params.yaml")
+    # The code only: params.yaml differs from the commit's by design (the profile applied).
+    changed = _git("status", "--porcelain", "--", "components", "pipelines")
     write_json(
         folder / layout.RECORD_META,
         {
             "profile": read_json(claims)["profile"],
             "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": _git("rev-parse", "HEAD"),
-            "uncommitted_changes": bool(changed) if changed is not None else None,
+            "uncommitted_code_changes": bool(changed) if changed is not None else None,
             "thresholds": {
                 claim.id: {key: t.value for key, t in claim.thresholds.items()}
                 for claim in load_claims()
