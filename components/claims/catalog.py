@@ -393,7 +393,10 @@ def roles_more_confident(
     results: Results, variant: str, baseline: str, roles: Sequence[str]
 ) -> Verdict:
     """Per role, the confidence of the variant's strongest head for it (per seed) significantly
-    above the baseline's (one-sided Welch), once neither catches up with the other."""
+    above the baseline's (one-sided Welch), once neither catches up with the other.
+
+    A role that no head of either model holds (at the role's threshold, in any seed) has no
+    confidence to compare: the strongest heads are then heads without the role."""
     blocked = _missing(results, "heads") or _missing(results, "role_confidence")
     if blocked:
         return blocked
@@ -408,6 +411,14 @@ def roles_more_confident(
         mine, theirs = (results.role_confidence[v].get(role, []) for v in (variant, baseline))
         if not mine or not theirs or None in mine or None in theirs:
             parts[role] = not_measurable("the corpus cannot show this role")
+            continue
+        held = {v: results.roles.get(v, {}).get(role) or [] for v in (variant, baseline)}
+        if not any(count for counts in held.values() for count in counts):
+            parts[role] = not_measurable(
+                f"no head of {variant} or {baseline} holds it at its threshold (heads per seed: "
+                + ", ".join(f"{v} {counts}" for v, counts in held.items())
+                + "): no role confidence to compare"
+            )
             continue
         parts[role] = checks.significantly_below(theirs, mine, names=(baseline, variant))
     return all_of(parts)

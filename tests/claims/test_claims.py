@@ -571,12 +571,16 @@ def test_head_roles_are_compared_at_the_same_length_only() -> None:
     assert verdict.status == NOT_MEASURABLE and "different lengths" in verdict.evidence
 
 
-def _confidence(alpha: list[float], softmax: list[float]) -> Results:
+def _confidence(alpha: list[float], softmax: list[float], held: int = 1) -> Results:
+    """Confidences of the strongest heads; ``held`` heads of each model hold every role."""
     return Results(
+        roles={
+            v: {role: [held] * len(alpha) for role in ROLES} for v in ("entmax_alpha", "softmax")
+        },
         role_confidence={
             "entmax_alpha": {role: alpha for role in ROLES},
             "softmax": {role: softmax for role in ROLES},
-        }
+        },
     )
 
 
@@ -596,6 +600,16 @@ def test_alpha_entmax_heads_hold_their_roles_more_confidently() -> None:
     )
     verdict = _verdict("ast_roles_confident", no_question)
     assert verdict.status == NOT_MEASURABLE and "cannot show" in verdict.evidence
+    # No head of either holds a role (the kept evidence run: strongest positional heads at
+    # 0.22 vs 0.23): their strongest heads are no role heads, whatever their confidences.
+    unheld = _verdict("ast_roles_confident", _confidence([0.22, 0.19, 0.25], [0.23, 0.2, 0.26], 0))
+    assert (
+        unheld.status == NOT_MEASURABLE and "no head of entmax_alpha or softmax" in unheld.evidence
+    )
+    # Only α-entmax holds them ("BPE merging: 89.8% vs no softmax head above 80%"): compared.
+    only_alpha = _confidence([0.95, 0.96, 0.94], [0.5, 0.55, 0.6], 0)
+    only_alpha.roles["entmax_alpha"] = {role: [1, 1, 1] for role in ROLES}
+    assert _verdict("ast_roles_confident", only_alpha).status == REPRODUCED
 
 
 def _density(heads: list[float], within: list[float | None]) -> dict[str, list]:
