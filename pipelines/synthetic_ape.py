@@ -7,12 +7,12 @@ it did), ``kfold`` trains one NMT model per fold on the other folds. Translation
 tasks (chunks or folds; finished ones are reused).
 
 The triplets, in corpus order, become the low-resource ``real`` set (the WMT APE 23K analogue;
-train / valid / test kept as translated) and, from the rest, the ``synthetic`` training set (the
-eSCAPE analogue; filtered). Outputs: ``data/ape/<set>/<split>.{src,mt,pe}``,
-``results/synthetic_ape/summary.json`` (sizes, filter counts and the TER of mt against pe per
-set and split: the "do nothing" error the APE models must reduce), ``metrics.json`` (DVC
-metrics: triplets and corpus TER per set and split, the filters' counts) and a TER histogram per
-set in ``reports/figures/ape/``.
+train / valid / test kept as translated, passing over sentences translated to nothing) and,
+from the rest, the ``synthetic`` training set (the eSCAPE analogue; filtered). Outputs:
+``data/ape/<set>/<split>.{src,mt,pe}``, ``results/synthetic_ape/summary.json`` (sizes, filter
+counts and the TER of mt against pe per set and split: the "do nothing" error the APE models
+must reduce), ``metrics.json`` (DVC metrics: triplets and corpus TER per set and split, the
+filters' counts) and a TER histogram per set in ``reports/figures/ape/``.
 """
 
 from __future__ import annotations

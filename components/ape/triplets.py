@@ -277,8 +277,9 @@ class SyntheticApeSettings(Settings):
     ``split`` into ``folds`` folds, trains one NMT model (params ``nmt.model``/``nmt.train``,
     attention and seed of ``model``) on all folds but one and translates that one. The
     translated triplets, in corpus order, are cut into the ``real`` set (its splits' sizes,
-    kept as translated) and the ``synthetic`` training set (``synthetic`` triplets kept by the
-    ``filters``). Sizes of 0 produce no set (the paper profile downloads its real data).
+    kept as translated but for sentences translated to nothing, which the next one replaces:
+    :func:`cut_real_set`) and the ``synthetic`` training set (``synthetic`` triplets kept by
+    the ``filters``). Sizes of 0 produce no set (the paper profile downloads its real data).
     """
 
     corpus: str
