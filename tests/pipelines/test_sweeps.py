@@ -44,11 +44,12 @@ SSVAE = {
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory with the project's params and profiles and the files the grids of
-    the example specs look at (the images stage's index, the APE triplets, the BERT's record);
-    empty files are enough to build the grids."""
-    for name in ("params.yaml", "profiles/ci.yaml", "profiles/paper.yaml"):
+    the example specs look at (the images stage's index, the APE triplets, the Bible corpus's
+    record); empty files are enough to build the grids."""
+    for path in [ROOT / "params.yaml", *sorted((ROOT / "profiles").glob("*.yaml"))]:
+        name = path.relative_to(ROOT)
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text((ROOT / name).read_text())
+        (tmp_path / name).write_text(path.read_text())
     images = tmp_path / "data/images"
     images.mkdir(parents=True)
     kinds = {"digits": {"kind": "images"}, "digits_game": {"kind": "game"}}
@@ -58,6 +59,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             path = tmp_path / f"data/ape/real/{split}.{side}"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
+    # analyze_heads reads a corpus's source language from the settings its meta.json records.
+    bible = tmp_path / "data/corpora/bible/meta.json"
+    bible.parent.mkdir(parents=True)
+    bible.write_text(json.dumps({"source": {"source": "sword", "sizes": {"valid": 1, "test": 1}}}))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
