@@ -4,7 +4,9 @@ A corpus entry is generated (the smoke corpus), the user's local files (which mu
 ``data/external``, a DVC dependency of this stage), or a published corpus downloaded through the
 registry (see ``components.data.corpora``). Each corpus directory holds
 ``{train,valid,test}.{src,tgt}`` (an APE corpus of the registry: ``<split>.{src,mt,pe}`` for its
-own splits) and ``meta.json`` (its settings, sizes and the SHA-256 of every file).
+own splits) and ``meta.json`` (its settings, sizes and the SHA-256 of every file; for a SWORD
+corpus also each module's version and digest, which the preflight compares with the library's:
+a library outside the project is no DVC dependency).
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from components.data.corpora import LocalCorpus, corpus_fields, corpus_settings, load_corpus
+from components.data.corpora import (
+    LocalCorpus,
+    SwordCorpus,
+    bible_modules,
+    corpus_fields,
+    corpus_settings,
+    load_corpus,
+)
 from components.data.local import write_corpus
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage, write_json
@@ -29,6 +38,8 @@ def main(stage: Stage) -> None:
                     stage.require_external(f"corpora.{name}.files.{split}[{index}]", path)
     for name, settings in corpora.items():
         meta = write_corpus(layout.corpus_dir(name), load_corpus(settings), corpus_fields(settings))
+        if isinstance(settings, SwordCorpus):  # the preflight compares them with the library's
+            meta["modules"] = bible_modules(settings)
         source = dataclasses.asdict(settings)
         write_json(layout.corpus_dir(name) / "meta.json", {"source": source, **meta})
         log.info("corpus %s: %s", name, meta["sizes"])

@@ -38,7 +38,13 @@ from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, 
 from components.data.datasets import EggGame, IdxImages, dataset_settings
 from components.data.images import IDX_FILES, IMAGE_DATASETS
 from components.data.registry import CORPORA
-from components.data.sword import MODULES, SYSTEM_LIBRARY, install_command, missing_modules
+from components.data.sword import (
+    MODULES,
+    SYSTEM_LIBRARY,
+    install_command,
+    missing_modules,
+    module_fingerprint,
+)
 from components.errors import LearnableSparsityError
 from components.lvm.bitvector_vae import BitVectorVaeSettings
 from components.lvm.signal_game import SignalGameSettings
@@ -128,21 +134,46 @@ def _download_check(what: str, files: list[tuple[str, Path]]) -> Check:
     )
 
 
-def _sword_check(what: str, corpus: SwordCorpus) -> Check:
+def _sword_check(what: str, name: str, corpus: SwordCorpus) -> Check:
     """The modules are in the configured library, or the system's, or their Debian packages
-    are cached or reachable."""
+    are cached or reachable; a library's modules are those ``data/corpora/<name>`` was made
+    from, if it was."""
     install = f"`{install_command(corpus.modules)}`"
     if corpus.library is not None:
         missing = missing_modules(Path(corpus.library), corpus.modules)
         if missing:
             return Check(what, False, f"{corpus.library} lacks {missing}; on Debian: {install}")
-        return Check(what, True, f"in {corpus.library}")
+        return _sword_unchanged(what, name, Path(corpus.library), corpus)
     if not missing_modules(SYSTEM_LIBRARY, corpus.modules):
-        return Check(what, True, f"installed in {SYSTEM_LIBRARY}")
+        return _sword_unchanged(what, name, SYSTEM_LIBRARY, corpus)
     packages = [MODULES[name].package.url for name in corpus.modules]
     files = [(url, Path(corpus.cache) / Path(url).name) for url in packages]
     check = _download_check(what, files)
     return check if check.ok else Check(what, False, f"{check.detail}; or install them: {install}")
+
+
+def _sword_unchanged(what: str, name: str, library: Path, corpus: SwordCorpus) -> Check:
+    """DVC does not see a library outside the project change (a package upgrade): compare its
+    modules with the versions and digests ``data/corpora/<name>/meta.json`` recorded."""
+    meta_file = layout.corpus_dir(name) / "meta.json"
+    recorded = read_json(meta_file).get("modules", {}) if meta_file.is_file() else {}
+    changed = []
+    for module in corpus.modules:
+        now = module_fingerprint(library, module)
+        if module in recorded and recorded[module] != now:
+            before = recorded[module]
+            changed.append(
+                f"{module} (version {before['version']} → {now['version']}, SHA-256 "
+                f"{before['sha256'][:12]}… → {now['sha256'][:12]}…)"
+            )
+    if changed:
+        return Check(
+            what,
+            False,
+            f"{library} holds other texts than {meta_file.parent} was made from: "
+            f"{'; '.join(changed)}; `dvc repro -f corpora` remakes the corpus from them",
+        )
+    return Check(what, True, f"in {library}")
 
 
 def input_checks(params: Params) -> Iterator[Check]:
@@ -157,7 +188,7 @@ def input_checks(params: Params) -> Iterator[Check]:
             files = [(remote.url, root / remote.name) for remote in spec.files]
             yield _download_check(f"corpus {name} (download {spec.name})", files)
         elif isinstance(corpus, SwordCorpus):
-            yield _sword_check(f"corpus {name} (SWORD modules {corpus.modules})", corpus)
+            yield _sword_check(f"corpus {name} (SWORD modules {corpus.modules})", name, corpus)
     yield from bert_checks(params)
     for name, dataset in _built(params, "images").items():
         if isinstance(dataset, EggGame):

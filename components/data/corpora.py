@@ -30,6 +30,7 @@ from components.data.registry import CORPORA, fetch_corpus
 from components.data.sword import (
     MODULES,
     aligned_verses,
+    module_fingerprint,
     module_library,
     read_module,
     split_by_chapter,
@@ -183,10 +184,23 @@ def load_corpus(settings: CorpusSettings) -> Mapping[str, Rows]:
     return fetch_corpus(settings.name, Path(settings.cache))
 
 
+def bible_library(settings: SwordCorpus) -> Path:
+    """The SWORD library a ``sword`` corpus is read from (:func:`module_library`)."""
+    configured = Path(settings.library) if settings.library is not None else None
+    return module_library(settings.modules, configured, Path(settings.cache))
+
+
+def bible_modules(settings: SwordCorpus) -> dict[str, dict[str, str]]:
+    """The version and digest of each module a ``sword`` corpus is read from
+    (:func:`module_fingerprint`), to be recorded beside the corpus: the library may lie outside
+    the project, where DVC does not see it change."""
+    library = bible_library(settings)
+    return {name: module_fingerprint(library, name) for name in settings.modules}
+
+
 def load_bible(settings: SwordCorpus) -> dict[str, list[tuple[str, str]]]:
     """The aligned verses of a ``sword`` corpus, filtered by length and split by chapter."""
-    configured = Path(settings.library) if settings.library is not None else None
-    library = module_library(settings.modules, configured, Path(settings.cache))
+    library = bible_library(settings)
     source, target = (read_module(library, name) for name in settings.modules)
     rows = aligned_verses(source, target)
     if settings.max_words is not None:

@@ -35,6 +35,7 @@ whitespace collapsed.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import io
 import logging
@@ -195,10 +196,27 @@ def _slots(directory: Path, testament: str) -> Iterator[str]:
 CHAPTER_MILESTONE = re.compile(r'<chapter\b[^>]*\bosisID="([^"]+)\.(\d+)"[^>]*\bsID=')
 
 
+def _data_directory(library: Path, conf: dict[str, str]) -> Path:
+    return library / conf["DataPath"].removeprefix("./")
+
+
+def module_fingerprint(library: Path, name: str) -> dict[str, str]:
+    """What identifies the text of module ``name`` in ``library``: its conf's ``Version`` and
+    the SHA-256 of its data files (each one's name and bytes, in name order). A library outside
+    the project (the system's) is no DVC dependency; a corpus records this to notice a change."""
+    conf = read_conf(library, name)
+    digest = hashlib.sha256()
+    directory = _data_directory(library, conf)
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes())
+    return {"version": conf.get("Version", "unknown"), "sha256": digest.hexdigest()}
+
+
 def read_module(library: Path, name: str) -> dict[VerseKey, str]:
     """Every verse of module ``name`` in ``library`` (OSIS markup, empty slots included), in
     the module's order."""
-    directory = library / read_conf(library, name)["DataPath"].removeprefix("./")
+    directory = _data_directory(library, read_conf(library, name))
     verses: dict[VerseKey, str] = {}
     for testament in TESTAMENTS:
         slots = list(_slots(directory, testament))

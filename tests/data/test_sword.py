@@ -19,6 +19,7 @@ from components.data.sword import (
     Module,
     VerseKey,
     aligned_verses,
+    module_fingerprint,
     module_library,
     osis_text,
     read_module,
@@ -180,6 +181,18 @@ def test_splits_refuse_sizes_the_verses_cannot_fill() -> None:
         split_by_chapter(rows, {"valid": 3, "test": 4}, seed=0)
     with pytest.raises(LearnableSparsityError, match="leave no aligned verse for train"):
         split_by_chapter(rows, {"valid": 3, "test": 3}, seed=0)
+
+
+def test_a_module_fingerprint_changes_with_its_text_and_its_version(library: Path) -> None:
+    first = module_fingerprint(library, "spaTest")
+    assert first == module_fingerprint(library, "spaTest")  # the same files, the same print
+    assert first["version"] == "unknown"  # no Version entry in the conf
+    assert first != module_fingerprint(library, "engTest")
+    changed = {**SPANISH, "nt": slots_of({"Matt": [["LIBRO de otra generación."]]})}
+    write_module(library, "spaTest", changed)
+    assert module_fingerprint(library, "spaTest")["sha256"] != first["sha256"]
+    write_module(library, "spaTest", SPANISH, conf={"Version": "1.2"})
+    assert module_fingerprint(library, "spaTest") == {**first, "version": "1.2"}
 
 
 def test_a_sword_corpus_loads_through_the_corpus_settings(library: Path) -> None:

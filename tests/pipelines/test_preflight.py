@@ -14,8 +14,10 @@ import yaml
 
 from components.claims import Results, results_to_json
 from components.data import sword
-from pipelines import preflight
+from pipelines import corpora, preflight
 from pipelines.scaffold.params import Params, deep_merge
+from pipelines.scaffold.stage import Stage
+from tests.data.sword_fixture import slots_of, write_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,6 +131,30 @@ def test_sword_modules_must_be_installed_or_their_packages_reachable(
     assert what not in failed(smoke_with({"corpora": {"bible": entry}}))
     library = {"corpora": {"bible": {**entry, "library": str(project / "lib")}}}
     assert "lib lacks ['spaRV1909eb', 'engWEB2015eb']" in failed(smoke_with(library))[what]
+
+
+def test_a_library_whose_modules_changed_since_the_corpus_was_made(project: Path) -> None:
+    library = project / "lib"
+    chapters = [["En el principio."], ["Y dijo Dios."], ["¿Dónde estás?"]]
+    write_module(library, "spaRV1909eb", {"ot": slots_of({"Gen": chapters})})
+    english = [["In the beginning."], ["God said."], ["Where are you?"]]
+    write_module(library, "engWEB2015eb", {"ot": slots_of({"Gen": english})})
+    entry = {"source": "sword", "sizes": {"valid": 1, "test": 1}, "library": str(library)}
+    params = smoke_with({"corpora": {"bible": entry}})
+    what = "corpus bible (SWORD modules ['spaRV1909eb', 'engWEB2015eb'])"
+    assert what not in failed(params)  # no corpus made yet: nothing to compare
+    only_bible = Params({**params.data, "corpora": {"bible": entry}}, "p.yaml")
+    corpora.main(Stage("corpora", only_bible, "sqlite:///unused.db"))
+    meta = json.loads((project / "data/corpora/bible/meta.json").read_text())
+    assert meta["modules"]["spaRV1909eb"] == sword.module_fingerprint(library, "spaRV1909eb")
+    assert what not in failed(params)  # the texts it was made from
+    english[2] = ["Where art thou?"]
+    write_module(
+        library, "engWEB2015eb", {"ot": slots_of({"Gen": english})}, conf={"Version": "2.0"}
+    )
+    detail = failed(params)[what]
+    assert "engWEB2015eb (version unknown → 2.0" in detail and "spaRV1909eb" not in detail
+    assert "`dvc repro -f corpora` remakes the corpus" in detail
 
 
 @pytest.mark.skipif(torch.cuda.device_count() > 0, reason="this machine has a GPU")
