@@ -29,8 +29,9 @@ its predecessor's (a heading slot without its milestone) is refused rather than 
 **Plain text** (:func:`osis_text`): notes (footnotes, cross references) and the editors'
 section titles go; canonical titles stay (the psalm superscriptions, which one translation tags
 as titles and the other prints as the start of verse 1); every other tag goes, its text stays
-(Strong's ``<w>`` words, ``<q>`` quotations, ``<divineName>``); entities are decoded and
-whitespace collapsed.
+(Strong's ``<w>`` words, ``<q>`` quotations, ``<divineName>``; a translator's addition,
+``<transChange>``, is kept apart from the words it touches); entities are decoded and whitespace
+collapsed.
 """
 
 from __future__ import annotations
@@ -251,6 +252,14 @@ def read_module(library: Path, name: str) -> dict[VerseKey, str]:
 _NOTE = re.compile(r"<note\b[^>]*/>|<note\b.*?</note>", re.S)
 _TITLE = re.compile(r"<title\b(?P<attributes>[^>]*)>(?P<text>.*?)</title>", re.S)
 _TAG = re.compile(r"<[^>]*>")
+# The Reina-Valera module writes a translator's added words (``transChange``, italics in print)
+# against their neighbours in 385 verses: "Porque</w><transChange>pasados</transChange><w>aún"
+# needs spaces; an added enclitic pronoun belongs to its verb ("sáca<transChange>lo": sácalo).
+_ENCLITICS = "me|te|se|lo|la|le|los|las|les|nos|os"
+_GLUED_ADDITION = re.compile(
+    rf"(?<=\w)(?:</w>)?<transChange\b[^>]*>(?!(?:{_ENCLITICS})</transChange>)"
+    r"|</transChange>(?=(?:<w\b[^>]*>)?\w)"
+)
 _SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([,.;:!?])")
 
 
@@ -262,6 +271,7 @@ def osis_text(markup: str) -> str:
     """The plain text of one verse's OSIS markup (see the module docstring)."""
     text = _NOTE.sub(" ", markup)  # a space: a note may sit between two words
     text = _TITLE.sub(_canonical_title, text)
+    text = _GLUED_ADDITION.sub(lambda match: f" {match[0]} ", text)
     text = html.unescape(_TAG.sub("", text))
     return _SPACE_BEFORE_PUNCTUATION.sub(r"\1", " ".join(text.split()))
 

@@ -108,6 +108,16 @@ def test_verses_are_numbered_by_the_chapter_milestones(library: Path) -> None:
         ('<title canonical="true" type="psalm">A Psalm.</title> <l/>Yahweh', "A Psalm. Yahweh"),
         ("<q who='Jesus'>“Yes &amp; no”</q> , he said", "“Yes & no”, he said"),
         ("<divineName>Yahweh</divineName>\n  said  ", "Yahweh said"),
+        (  # the Reina-Valera's added words touch their neighbours (Gen 7:4)
+            '<w s="H3588">Porque</w><transChange type="added">pasados</transChange><w s="H5750">'
+            "aún</w> <w>siete</w>",
+            "Porque pasados aún siete",
+        ),
+        (
+            "hay allí<transChange>también</transChange>: y (<transChange>x</transChange>)",
+            "hay allí también: y (x)",
+        ),
+        ("<w>sáca</w><transChange>lo</transChange><w>de</w> allí", "sácalo de allí"),
     ],
 )
 def test_osis_markup_becomes_plain_text(markup: str, text: str) -> None:
