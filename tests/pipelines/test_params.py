@@ -43,7 +43,7 @@ def test_committed_params_are_the_smoke_profile_and_valid() -> None:
     }
 
 
-@pytest.mark.parametrize("profile", ["paper", "ci"])
+@pytest.mark.parametrize("profile", sorted(p.stem for p in (ROOT / "profiles").glob("*.yaml")))
 def test_profiles_apply_on_smoke_and_refuse_stacking(profile: str, tmp_path: Path) -> None:
     params_file = tmp_path / "params.yaml"
     params_file.write_text((ROOT / "params.yaml").read_text())
