@@ -146,7 +146,7 @@ def _sword_check(what: str, name: str, corpus: SwordCorpus) -> Check:
         return _sword_unchanged(what, name, Path(corpus.library), corpus)
     if not missing_modules(SYSTEM_LIBRARY, corpus.modules):
         return _sword_unchanged(what, name, SYSTEM_LIBRARY, corpus)
-    packages = [MODULES[name].package.url for name in corpus.modules]
+    packages = [MODULES[module].package.url for module in corpus.modules]
     files = [(url, Path(corpus.cache) / Path(url).name) for url in packages]
     check = _download_check(what, files)
     return check if check.ok else Check(what, False, f"{check.detail}; or install them: {install}")
