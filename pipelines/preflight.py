@@ -6,10 +6,20 @@ cache, or their hosts reachable), GPUs and the Ray cluster where the profile ask
 MLflow store, the benchmark's reference package and free disk space. It prints one line per
 check, with what to do where one fails, and exits with status 1 if any does. It reads and probes
 only: nothing is downloaded or written.
+
+``--online`` also asks every URL the profile downloads from for its first byte (a one-byte
+``Range`` request, which servers that mishandle ``HEAD`` answer too), cached or not: the HTTP
+status, the size the server gives, and whether the answer is the file at all (a ``text/html``
+answer is a licence, login or error page where an archive was expected). Digests cannot be
+checked without the whole file: each line says whether one is pinned (checked at download) or
+will be recorded at the first download. ``--profile NAME`` checks ``profiles/NAME.yaml`` applied
+to the smoke params in memory, so ``python -m pipelines.preflight --online --profile paper``
+tells in a minute what would fail hours into a run, without touching ``params.yaml``.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import shutil
@@ -36,6 +46,7 @@ from components.claims import results_from_json
 from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
 from components.data.datasets import EggGame, IdxImages, dataset_settings
+from components.data.fetch import USER_AGENT
 from components.data.images import IDX_FILES, IMAGE_DATASETS
 from components.data.registry import CORPORA
 from components.data.sword import (
@@ -53,7 +64,7 @@ from components.nmt.grid import NmtSettings
 from components.nmt.speed import SpeedSettings
 from components.settings import Settings
 from pipelines.scaffold import layout
-from pipelines.scaffold.params import Params, load_params
+from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
 from pipelines.scaffold.stage import read_json
 from pipelines.scaffold.tracking import MlflowSettings, tracking_uri
@@ -202,6 +213,65 @@ def input_checks(params: Params) -> Iterator[Check]:
 
 
 HUB = "https://huggingface.co"
+PROFILES = Path("profiles")
+# A one-byte probe waits longer than a TCP connect: some hosts redirect twice (Hugging Face to its
+# CDN) before the first byte.
+ONLINE_TIMEOUT_S = 20.0
+# Answers that are a web page, not a file: a licence form, a login or an error page.
+PAGE_TYPES = ("text/html", "application/xhtml")
+
+
+def remote_files(params: Params) -> Iterator[tuple[str, str, str | None]]:
+    """(what, URL, pinned SHA-256 or None) of every file the profile's downloads fetch."""
+    for name, corpus in _built(params, "corpora").items():
+        if isinstance(corpus, DownloadedCorpus):
+            for remote in CORPORA[corpus.name].files:
+                yield f"corpus {name}: {remote.name}", remote.url, remote.sha256
+    for name, dataset in _built(params, "images").items():
+        if isinstance(dataset, IdxImages):
+            spec = IMAGE_DATASETS[dataset.source]
+            for file in IDX_FILES.values():
+                url = f"{spec.base_url.rstrip('/')}/{file}"
+                yield f"images {name}: {file}", url, spec.sha256.get(file)
+
+
+def _size(headers: Any) -> int | None:
+    """The whole file's size from a ranged answer (``Content-Range: bytes 0-0/N``) or a full one."""
+    total = headers.get("Content-Range", "").rpartition("/")[2]
+    if total.isdigit():
+        return int(total)
+    length = headers.get("Content-Length", "")
+    return int(length) if length.isdigit() else None
+
+
+def url_check(what: str, url: str, sha256: str | None, timeout: float = ONLINE_TIMEOUT_S) -> Check:
+    """Ask ``url`` for its first byte: is it there, how large, and a file rather than a page?"""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT, "Range": "bytes=0-0"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, headers = response.status, response.headers
+    except urllib.error.HTTPError as error:
+        return Check(what, False, f"{url}: HTTP {error.code} {error.reason}")
+    except (urllib.error.URLError, OSError) as error:
+        return Check(what, False, f"{url}: unreachable ({getattr(error, 'reason', error)})")
+    kind = headers.get("Content-Type", "").lower()
+    if kind.startswith(PAGE_TYPES):
+        return Check(
+            what,
+            False,
+            f"{url}: HTTP {status} answers a web page ({kind}), not the file (a licence or login "
+            "page?): download it in a browser into the corpus cache, where it is used as it is",
+        )
+    size = _size(headers)
+    digest = "SHA-256 pinned" if sha256 else "no pinned digest (the first download records one)"
+    shown = f"{size / 1e6:,.1f} MB" if size is not None else "size not given"
+    return Check(what, True, f"HTTP {status}, {shown}, {digest}: {url}")
+
+
+def online_checks(params: Params) -> Iterator[Check]:
+    """Every URL the profile downloads from answers with a file (``--online``)."""
+    for what, url, sha256 in remote_files(params):
+        yield url_check(what, url, sha256)
 
 
 def bert_checks(params: Params) -> Iterator[Check]:
@@ -345,13 +415,19 @@ def preflight(params: Params) -> list[Check]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", help="check profiles/PROFILE.yaml applied to params.yaml")
+    parser.add_argument("--online", action="store_true", help="probe every download URL")
+    args = parser.parse_args()
     try:
         params = load_params()
+        if args.profile:
+            params = with_profile(params, args.profile, PROFILES)
         profile = params.get("profile", str)
     except LearnableSparsityError as error:
         print(f"preflight: {error}", file=sys.stderr)
         raise SystemExit(1) from None
-    checks = preflight(params)
+    checks = preflight(params) + (list(online_checks(params)) if args.online else [])
     width = max(len(check.what) for check in checks)
     print(f"preflight of the {profile!r} profile ({layout.DATA.resolve().parent}):")
     for check in checks:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.loopback import LoopbackServer, serving
 
 # The unit tests use small tensors, for which intra-op threads cost more than they save (and CI
 # has 2 cores shared with other processes).
@@ -78,3 +80,10 @@ def browse(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Path], st
         return done.stdout
 
     return render
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    """A loopback HTTP server (tests/loopback.py) for the download and preflight tests."""
+    with serving() as httpd:
+        yield httpd

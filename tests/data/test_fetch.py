@@ -16,7 +16,7 @@ from components.data.fetch import download
 from components.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
-    from tests.data.conftest import LoopbackServer
+    from tests.loopback import LoopbackServer
 
 PAYLOAD = random.Random(0).randbytes(300_000)
 

@@ -32,7 +32,7 @@ from components.data.images import (
 from components.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
-    from tests.data.conftest import LoopbackServer
+    from tests.loopback import LoopbackServer
 
 IDX_CODES = {np.uint8: 0x08, np.int32: 0x0C, np.float32: 0x0D}
 

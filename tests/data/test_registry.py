@@ -30,7 +30,7 @@ from components.data.registry import CORPORA, CorpusSpec, fetch_corpus
 from components.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
-    from tests.data.conftest import LoopbackServer
+    from tests.loopback import LoopbackServer
 
 
 def _served(spec: CorpusSpec, server: LoopbackServer, contents: dict[str, bytes]) -> CorpusSpec:

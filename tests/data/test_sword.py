@@ -30,7 +30,7 @@ from components.settings import SettingsError
 from tests.data.sword_fixture import debian_package, slots_of, write_module
 
 if TYPE_CHECKING:
-    from tests.data.conftest import LoopbackServer
+    from tests.loopback import LoopbackServer
 
 SPANISH = {
     "ot": slots_of(

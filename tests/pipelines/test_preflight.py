@@ -14,10 +14,12 @@ import yaml
 
 from components.claims import Results, results_to_json
 from components.data import sword
+from components.data.registry import CORPORA
 from pipelines import corpora, preflight
-from pipelines.scaffold.params import Params, deep_merge
+from pipelines.scaffold.params import Params, deep_merge, load_params, with_profile
 from pipelines.scaffold.stage import Stage
 from tests.data.sword_fixture import slots_of, write_module
+from tests.loopback import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -205,3 +207,45 @@ def test_every_evidence_record_the_dvc_file_judges_is_there(project: Path) -> No
     assert "results format 0" in problem
     (folder / "results.json").write_text(json.dumps(results_to_json(Results())))
     assert failed(smoke_with({})) == {}
+
+
+def test_online_a_file_a_page_a_missing_file_and_a_dead_host(server: LoopbackServer) -> None:
+    """``--online`` asks each URL for one byte: a file passes with its size; a web page where an
+    archive was expected (a licence form), an HTTP error and an unreachable host fail, named."""
+    server.files["/data.tgz"] = b"x" * 2_500_000
+    server.files["/licence"] = b"<html>accept the licence</html>"
+    server.content_types["/licence"] = "text/html; charset=utf-8"
+    file = preflight.url_check("file", server.url("/data.tgz"), "ab" * 32)
+    assert file.ok and "HTTP 206, 2.5 MB, SHA-256 pinned" in file.detail
+    assert server.requests[-1] == ("/data.tgz", "bytes=0-0")  # one byte, not the file
+    unpinned = preflight.url_check("file", server.url("/data.tgz"), None)
+    assert unpinned.ok and "the first download records one" in unpinned.detail
+    page = preflight.url_check("page", server.url("/licence"), None)
+    assert not page.ok and "web page (text/html" in page.detail and "/licence" in page.detail
+    missing = preflight.url_check("missing", server.url("/gone.zip"), None)
+    assert not missing.ok and "HTTP 404" in missing.detail and "/gone.zip" in missing.detail
+    dead = preflight.url_check("dead", f"http://127.0.0.1:{_closed_port()}/a.gz", None, timeout=2)
+    assert not dead.ok and "unreachable" in dead.detail
+
+
+def test_online_checks_every_file_of_the_profiles_downloads() -> None:
+    """The paper profile's URLs: every corpus file of the registry and every image file."""
+    params = with_profile(load_params(ROOT / "params.yaml"), "paper", ROOT / "profiles")
+    urls = {url for _, url, _ in preflight.remote_files(params)}
+    assert {remote.url for remote in CORPORA["wmt_ape_pbsmt_en_de"].files} <= urls
+    assert {remote.url for remote in CORPORA["iwslt14_de_en"].files} <= urls
+    assert "https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz" in urls
+    assert not list(preflight.remote_files(smoke_with({})))  # smoke downloads nothing
+
+
+def test_the_command_line_checks_a_profile_without_rewriting_params(project: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    before = (project / "params.yaml").read_text()
+    (project / "profiles").mkdir()
+    (project / "profiles" / "paper.yaml").write_text((ROOT / "profiles/paper.yaml").read_text())
+    command = [sys.executable, "-m", "pipelines.preflight", "--profile", "paper"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    assert "preflight of the 'paper' profile" in result.stdout
+    assert "corpus wmt_ape_pbsmt_en_de" in result.stdout
+    assert (project / "params.yaml").read_text() == before
