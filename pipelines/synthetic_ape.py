@@ -21,11 +21,14 @@ import logging
 from dataclasses import asdict
 
 from components.ape.triplets import (
+    SHOWN_EXAMPLES,
     SyntheticApeSettings,
     Triplet,
     cut_real_set,
     filter_triplets,
     kfold,
+    repeated_sources,
+    seen_sources,
     ter_histogram,
     ter_summary,
     unseen_check,
@@ -117,6 +120,24 @@ def cells(ape: SyntheticApeSettings, nmt: NmtSettings, n_pairs: int) -> list[Cel
     ]
 
 
+def leave_out_seen(
+    ape: SyntheticApeSettings, pairs: list[tuple[str, str]]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The pairs of ``split`` without those whose source the MT model trains on (with
+    ``seen: leave_out``; ``refuse`` keeps them all for :func:`check_unseen`), and the sources
+    left out."""
+    if ape.seen == "refuse":
+        return pairs, []
+    sources = [source for source, _ in pairs]
+    if ape.mode == "kfold":
+        dropped = set(repeated_sources(sources))
+    else:
+        train = read_corpus(layout.corpus_dir(ape.corpus), ("train",))["train"]
+        dropped = set(seen_sources(sources, (source for source, _ in train)))
+    kept = [pair for i, pair in enumerate(pairs) if i not in dropped]
+    return kept, [sources[i] for i in sorted(dropped)]
+
+
 def check_unseen(ape: SyntheticApeSettings, nmt: NmtSettings, sources: list[str]) -> None:
     """Refuse, before any translation, sentences an MT model was trained on."""
     if ape.mode == "kfold":
@@ -143,12 +164,25 @@ def main(stage: Stage) -> None:
     sets: dict = {}
     if ape.needed + ape.synthetic > 0:
         pairs = read_corpus(layout.corpus_dir(ape.corpus), (ape.split,))[ape.split]
+        pairs, left_out = leave_out_seen(ape, pairs)
+        if left_out:
+            log.info(
+                "left out %d of %d sentences of %s/%s the MT model trains on (seen: leave_out), "
+                "e.g. %s",
+                len(left_out),
+                len(pairs) + len(left_out),
+                ape.corpus,
+                ape.split,
+                left_out[:SHOWN_EXAMPLES],
+            )
         if len(pairs) <= ape.needed:
             raise LearnableSparsityError(
                 f"synthetic_ape.real needs {ape.needed} triplets but {ape.corpus}/{ape.split} has "
-                f"{len(pairs)} pairs: enlarge the split or shrink synthetic_ape.real"
+                f"{len(pairs)} pairs (after leaving out {len(left_out)} seen ones): enlarge the "
+                "split or shrink synthetic_ape.real"
             )
         check_unseen(ape, nmt, [source for source, _ in pairs])
+        summary["left_out_seen"] = len(left_out)
         tasks = cells(ape, nmt, len(pairs))
         task = translate_chunk if ape.mode == "heldout" else cross_translate
         stage.grid(task, tasks, store=layout.cells(STAGE))
@@ -186,7 +220,9 @@ def triplet_metrics(summary: dict) -> dict:
         name: {split: {k: ter[k] for k in ("triplets", "corpus_ter")} for split, ter in s.items()}
         for name, s in summary["sets"].items()
     }
-    counts = {key: summary[key] for key in ("real_passed_over_untranslated", "filters")}
+    counts = {
+        key: summary[key] for key in ("left_out_seen", "real_passed_over_untranslated", "filters")
+    }
     return {**sets, **(counts if "filters" in summary else {})}
 
 

@@ -4,7 +4,8 @@ src is a source sentence, mt its machine translation (beam search) and pe the co
 standing in for a human post-edit of mt. mt is only realistic — it has the errors an APE model
 must learn to fix — when the MT model never saw src: translate held-out pairs, or cross-translate
 with k-fold (:func:`kfold`: model j trains on every fold but j and translates fold j), and check
-it with :func:`unseen_check` before translating. :func:`filter_triplets` then drops broken
+it with :func:`unseen_check` before translating (or leave a real corpus's repeated sentences out:
+:func:`seen_sources`, :func:`repeated_sources`). :func:`filter_triplets` then drops broken
 triplets and caps the share of mt = pe ("nothing to fix"); :func:`ter_summary` and
 :func:`ter_histogram` describe how much there is to fix, as TER(mt, pe).
 """
@@ -55,8 +56,28 @@ def kfold(n: int, k: int, seed: int) -> list[list[int]]:
 SHOWN_EXAMPLES = 3
 
 
+def seen_sources(sources: Sequence[str], training_sources: Iterable[str]) -> list[int]:
+    """The positions of ``sources`` whose sentence (exact match after stripping) occurs in
+    ``training_sources``; empty lines are never seen (they carry no text)."""
+    seen = {sentence.strip() for sentence in training_sources}
+    seen.discard("")
+    return [i for i, sentence in enumerate(sources) if sentence.strip() in seen]
+
+
+def repeated_sources(sources: Sequence[str]) -> list[int]:
+    """The positions of ``sources`` whose sentence (stripped, not empty) occurs earlier."""
+    earlier: set[str] = set()
+    repeated = []
+    for i, sentence in enumerate(sources):
+        text = sentence.strip()
+        if text and text in earlier:
+            repeated.append(i)
+        earlier.add(text)
+    return repeated
+
+
 def unseen_check(
-    sources_to_translate: Iterable[str], training_sources: Iterable[str], *, what: str
+    sources_to_translate: Sequence[str], training_sources: Iterable[str], *, what: str
 ) -> None:
     """Refuse to translate source sentences the MT model was trained on.
 
@@ -67,16 +88,16 @@ def unseen_check(
     :class:`LearnableSparsityError` naming ``what`` (e.g. "fold 2"), how many of the
     sentences to translate occur in the training sources, and up to ``SHOWN_EXAMPLES`` of them.
     """
-    seen = {sentence.strip() for sentence in training_sources}
-    seen.discard("")
-    sentences = [sentence.strip() for sentence in sources_to_translate]
-    overlap = [sentence for sentence in sentences if sentence in seen]
+    overlap = [
+        sources_to_translate[i] for i in seen_sources(sources_to_translate, training_sources)
+    ]
     if overlap:
-        examples = list(dict.fromkeys(overlap))[:SHOWN_EXAMPLES]
+        examples = list(dict.fromkeys(s.strip() for s in overlap))[:SHOWN_EXAMPLES]
         raise LearnableSparsityError(
-            f"{what}: {len(overlap)} of {len(sentences)} source sentences to translate occur in "
-            f"the MT model's training sources, e.g. {examples}; synthetic mt must be the "
-            "translation of unseen text (translate held-out pairs or cross-translate k folds)"
+            f"{what}: {len(overlap)} of {len(sources_to_translate)} source sentences to "
+            f"translate occur in the MT model's training sources, e.g. {examples}; synthetic mt "
+            "must be the translation of unseen text (translate held-out pairs or cross-translate "
+            "k folds; synthetic_ape.seen: leave_out leaves a corpus's repeated sentences out)"
         )
 
 
@@ -280,6 +301,12 @@ class SyntheticApeSettings(Settings):
     kept as translated but for sentences translated to nothing, which the next one replaces:
     :func:`cut_real_set`) and the ``synthetic`` training set (``synthetic`` triplets kept by
     the ``filters``). Sizes of 0 produce no set (the paper profile downloads its real data).
+    ``seen``: what to do with sentences of ``split`` the MT model trained on (in ``heldout``
+    mode: whose source occurs in the corpus's ``train``; in ``kfold`` mode: whose source occurs
+    earlier in ``split``, so in another fold): ``refuse`` (the default: a configuration that
+    translates training text fails before any work) or ``leave_out`` (a real corpus repeats
+    sentences — the Bible's "No matarás." is a verse of Exodus and of Deuteronomy —: they are
+    left out before translating, and counted).
     """
 
     corpus: str
@@ -291,6 +318,7 @@ class SyntheticApeSettings(Settings):
     real: dict[str, int] = setting(at_least=0)
     synthetic: int = setting(at_least=0)
     filters: FilterSettings
+    seen: Literal["refuse", "leave_out"] = "refuse"
 
     def validate(self) -> None:
         if sorted(self.real) != sorted(REAL_SPLITS):

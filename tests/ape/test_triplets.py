@@ -15,6 +15,8 @@ from components.ape.triplets import (
     cut_real_set,
     filter_triplets,
     kfold,
+    repeated_sources,
+    seen_sources,
     ter_histogram,
     ter_summary,
     unseen_check,
@@ -66,6 +68,14 @@ def test_unseen_check_quotes_at_most_three_examples() -> None:
 
 def test_unseen_check_passes_on_disjoint_sources_and_ignores_empty_lines() -> None:
     unseen_check(["a b", "c d", ""], ["a b c", "", "d"], what="held-out")
+
+
+def test_seen_and_repeated_sources_are_found_by_position() -> None:
+    training = ["ein Haus .", "", "  die Katze schläft .  "]
+    sources = ["ein Haus .", "neu hier .", " die Katze schläft .", "", "neu hier ."]
+    assert seen_sources(sources, training) == [0, 2]  # stripped; empty lines never seen
+    assert repeated_sources(sources) == [4]
+    assert repeated_sources(["a", "", "", "a "]) == [3]
 
 
 def test_filter_drops_empty_sides() -> None:

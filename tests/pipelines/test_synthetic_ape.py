@@ -1,6 +1,6 @@
 """``synthetic_ape``: its refusal to translate sentences an MT model was trained on, checked before
-any task starts (``check_unseen``), and the k-fold mode run as a stage, on small corpora in a
-temporary repository root."""
+any task starts (``check_unseen``), or leaving them out (``leave_out_seen``), and the k-fold mode
+run as a stage, on small corpora in a temporary repository root."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from components.errors import LearnableSparsityError
 from components.nmt.grid import NmtSettings
 from components.settings import build
 from pipelines.scaffold.params import load_params
-from pipelines.synthetic_ape import check_unseen
+from pipelines.synthetic_ape import check_unseen, leave_out_seen
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = [(f"train sentence {i} .", f"satz {i} .") for i in range(20)]
@@ -80,6 +80,16 @@ def test_kfold_refuses_a_sentence_repeated_across_folds(nmt) -> None:
     repeated = sources(HELDOUT) + sources(HELDOUT)[:1]
     with pytest.raises(LearnableSparsityError, match="fold"):
         check_unseen(synthetic(mode="kfold", folds=3), nmt, repeated)
+
+
+def test_leave_out_drops_what_the_model_trains_on_and_refuse_keeps_it(nmt) -> None:
+    leaked = [*HELDOUT[:3], TRAIN[3], HELDOUT[3], HELDOUT[0]]
+    kept, left_out = leave_out_seen(synthetic(seen="leave_out"), leaked)
+    assert (kept, left_out) == ([*HELDOUT[:4], HELDOUT[0]], [TRAIN[3][0]])
+    check_unseen(synthetic(), nmt, sources(kept))  # what is left passes the refusal
+    kept, left_out = leave_out_seen(synthetic(seen="leave_out", mode="kfold"), leaked)
+    assert (kept, left_out) == (leaked[:5], [HELDOUT[0][0]])  # repeated across folds
+    assert leave_out_seen(synthetic(), leaked) == (leaked, [])
 
 
 def test_kfold_cross_translation_runs_as_a_stage(
