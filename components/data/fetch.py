@@ -8,8 +8,8 @@ the expected SHA-256:
   ``Range`` request, up to :data:`DEFAULT_ATTEMPTS` transfers per call, and a partial file left
   by the last attempt stays for the next call to resume. Progress is a tqdm bar.
 * **Checksums.** The expected digest is the one given, else the one recorded in
-  ``<file>.sha256`` by the first successful download (entries whose source can move, such as the
-  Hugging Face ``main`` revisions, pin none). The finished file is checked against it and renamed
+  ``<file>.sha256`` by the first successful download (entries that pin none, such as the
+  Hugging Face ``main`` revision of wmt/wmt16). The finished file is checked against it and renamed
   into place atomically; a mismatch moves the bad file to ``<file>.corrupt`` and raises a
   :class:`~components.errors.LearnableSparsityError` naming the file and both digests.
 * **Offline.** An unreachable host raises a ``LearnableSparsityError`` naming the URL and pointing

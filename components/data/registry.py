@@ -4,8 +4,8 @@
 fetch, how the train/valid/test pairs are extracted from them and the published split sizes
 (train / valid / test pairs):
 
-* ``iwslt17_de_en`` (de→en): IWSLT 2017 TED talks, the WIT3 zip kept by Hugging Face
-  (``IWSLT/iwslt2017``); train ``train.tags``, valid dev2010, test tst2010–tst2015 (the Hugging
+* ``iwslt17_de_en`` (de→en): IWSLT 2017 TED talks, the WIT3 archive kept by Hugging Face
+  (``IWSLT/iwslt2017``, a pinned revision and digest); train ``train.tags``, valid dev2010, test tst2010–tst2015 (the Hugging
   Face splits); 206,112 / 888 / 8,079.
 * ``kftt_ja_en`` (ja→en): Kyoto Free Translation Task 1.0 tarball (phontron.com), tokenized
   files; train the cleaned ``kyoto-train.cln`` (≤ 40 words), valid dev, test test;
@@ -140,10 +140,20 @@ _IWSLT15_SHA256 = {
 }
 
 
+# The Hugging Face revisions pinned (a dataset's ``main`` moves): IWSLT 2017 at the revision whose
+# de-en.tgz huggingface/datasets recorded with its SHA-256 (datasets/iwslt2017/dataset_infos.json
+# at 040102f1; the repository is IWSLT/iwslt2017 since, and the Hub redirects the old name);
+# wmt/wmt14 at a revision a published script pins (no digest of the de-en shards is published);
+# wmt/wmt16: none found, so ``main``, whose files' digests the first download records.
+_IWSLT17_REVISION = "ebd7c60d9800c2a1be010a227e5f0a2363730f7a"
+_WMT14_REVISION = "b199e406369ec1b7634206d3ded5ba45de2fe696"
+_WMT16_REVISION = "main"
+
+
 def _hf_parquet(
-    repo: str, config: str, shards: Mapping[str, int]
+    repo: str, revision: str, config: str, shards: Mapping[str, int]
 ) -> tuple[tuple[RemoteFile, ...], ParquetTranslations]:
-    """Files and extractor of a Hugging Face parquet conversion.
+    """Files and extractor of a Hugging Face parquet conversion at ``revision``.
 
     Its files are ``<config>/<split>-NNNNN-of-MMMMM.parquet``, ``shards`` giving MMMMM per split.
     """
@@ -153,7 +163,7 @@ def _hf_parquet(
         for split, count in shards.items()
     }
     files = tuple(
-        RemoteFile(name, f"{_HF}/{repo}/resolve/main/{config}/{name}")
+        RemoteFile(name, f"{_HF}/{repo}/resolve/{revision}/{config}/{name}")
         for split_names in names.values()
         for name in split_names
     )
@@ -240,10 +250,10 @@ def _escape_pbsmt() -> CorpusSpec:
 
 def _registry() -> dict[str, CorpusSpec]:
     wmt16_files, wmt16_extractor = _hf_parquet(
-        "wmt/wmt16", "ro-en", {"train": 1, "valid": 1, "test": 1}
+        "wmt/wmt16", _WMT16_REVISION, "ro-en", {"train": 1, "valid": 1, "test": 1}
     )
     wmt14_files, wmt14_extractor = _hf_parquet(
-        "wmt/wmt14", "de-en", {"train": 3, "valid": 1, "test": 1}
+        "wmt/wmt14", _WMT14_REVISION, "de-en", {"train": 3, "valid": 1, "test": 1}
     )
     specs = [
         CorpusSpec(
@@ -252,12 +262,14 @@ def _registry() -> dict[str, CorpusSpec]:
             "en",
             (
                 RemoteFile(
-                    "de-en.zip",
-                    f"{_HF}/IWSLT/iwslt2017/resolve/main/data/2017-01-trnted/texts/de/en/de-en.zip",
+                    "de-en.tgz",
+                    f"{_HF}/iwslt2017/resolve/{_IWSLT17_REVISION}"
+                    "/data/2017-01-trnted/texts/de/en/de-en.tgz",
+                    "ebcd53c53c8df742437e3a0fb964772e78764c3f6d4e38df0b6a2f71abc3a8b4",
                 ),
             ),
             Wit3Archive(
-                "de-en.zip",
+                "de-en.tgz",
                 "de-en",
                 test_docs=tuple(f"IWSLT17.TED.tst{year}" for year in range(2010, 2016)),
                 valid_docs=("IWSLT17.TED.dev2010",),

@@ -111,14 +111,17 @@ def _train_tags(lang: str, n: int) -> str:
     return _lines(*lines, *(f"sentence {lang} {i}" for i in range(1, n + 1)), "</doc>")
 
 
-def test_fetch_iwslt17_zip_layout(server: LoopbackServer, tmp_path: Path) -> None:
+def test_fetch_iwslt17_wit3_layout(server: LoopbackServer, tmp_path: Path) -> None:
     members = {f"de-en/train.tags.de-en.{lang}": _train_tags(lang, 4) for lang in ("de", "en")}
     docs = ["IWSLT17.TED.dev2010"] + [f"IWSLT17.TED.tst{year}" for year in range(2010, 2016)]
     for doc in docs:
         for lang in ("de", "en"):
             members[f"de-en/{doc}.de-en.{lang}.xml"] = _wit3_doc([f"{doc} {lang} &amp; more"])
-    spec = _served(CORPORA["iwslt17_de_en"], server, {"de-en.zip": _zip(members)})
-    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    archive = _tar_gz(members)
+    spec = _served(CORPORA["iwslt17_de_en"], server, {"de-en.tgz": archive})
+    assert "/resolve/ebd7c60d" in CORPORA["iwslt17_de_en"].files[0].url  # a pinned revision
+    pinned = (replace(spec.files[0], sha256=hashlib.sha256(archive).hexdigest()),)
+    corpus = fetch_corpus(replace(spec, files=pinned), tmp_path, progress=False)
     assert corpus["train"] == [(f"sentence de {i}", f"sentence en {i}") for i in range(1, 5)]
     assert corpus["valid"] == [("IWSLT17.TED.dev2010 de & more", "IWSLT17.TED.dev2010 en & more")]
     assert [source for source, _ in corpus["test"]] == [f"{doc} de & more" for doc in docs[1:]]
