@@ -47,7 +47,13 @@ from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
 from components.data.datasets import EggGame, IdxImages, dataset_settings
 from components.data.fetch import USER_AGENT, WEB_PAGE_TYPES
-from components.data.images import IDX_FILES, IMAGE_DATASETS
+from components.data.images import (
+    IDX_FILES,
+    IMAGE_DATASETS,
+    RELEASED_SSVAE_SPLIT,
+    SSVAE_SPLIT_FOLDER,
+    SSVAE_SPLIT_URL,
+)
 from components.data.registry import CORPORA, RemoteFile
 from components.data.sword import (
     MODULES,
@@ -217,10 +223,11 @@ def input_checks(params: Params) -> Iterator[Check]:
             paths = [Path(dataset.features), Path(dataset.labels)]
             yield _file_check(f"images {name} (EGG features)", paths)
         elif isinstance(dataset, IdxImages):
-            spec = IMAGE_DATASETS[dataset.source]
-            root = Path(dataset.cache) / spec.name
-            files = [(spec.base_url.rstrip("/") + "/" + f, root / f) for f in IDX_FILES.values()]
-            yield _download_check(f"images {name} (download {spec.name})", files)
+            files = [
+                (remote.url, Path(dataset.cache) / folder / remote.name)
+                for folder, remote in _image_files(dataset)
+            ]
+            yield _download_check(f"images {name} (download {dataset.source})", files)
 
 
 HUB = "https://huggingface.co"
@@ -238,10 +245,24 @@ def remote_files(params: Params) -> Iterator[tuple[str, RemoteFile]]:
                 yield f"corpus {name}: {remote.name}", remote
     for name, dataset in _built(params, "images").items():
         if isinstance(dataset, IdxImages):
-            spec = IMAGE_DATASETS[dataset.source]
-            for file in IDX_FILES.values():
-                url = f"{spec.base_url.rstrip('/')}/{file}"
-                yield f"images {name}: {file}", RemoteFile(file, url, spec.sha256.get(file))
+            for _, remote in _image_files(dataset):
+                yield f"images {name}: {remote.name}", remote
+
+
+def _image_files(dataset: IdxImages) -> list[tuple[str, RemoteFile]]:
+    """(cache folder, file) of every download of an idx image set, its split's files included."""
+    spec = IMAGE_DATASETS[dataset.source]
+    base = spec.base_url.rstrip("/")
+    files = [
+        (spec.name, RemoteFile(f, f"{base}/{f}", spec.sha256.get(f))) for f in IDX_FILES.values()
+    ]
+    if dataset.split == "released_ssvae":
+        split = SSVAE_SPLIT_URL.rstrip("/")
+        files += [
+            (SSVAE_SPLIT_FOLDER, RemoteFile(f, f"{split}/{f}", sha256))
+            for f, sha256, _ in RELEASED_SSVAE_SPLIT.values()
+        ]
+    return files
 
 
 def _size(headers: Any) -> int | None:

@@ -4,7 +4,9 @@ Every entry names its ``source``:
 
 * ``digits`` — scikit-learn's 8×8 digits (shipped with the package; offline), split by ``seed``;
 * ``mnist`` / ``fashion_mnist`` — the idx archives, downloaded into ``cache`` with resume and
-  pinned SHA-256 sums; validation = the last ``valid_size`` training images (the thesis);
+  pinned SHA-256 sums; validation = the last ``valid_size`` training images (``split: last``,
+  the thesis), or for MNIST ``split: released_ssvae``: the released SSVAE code's index files
+  (5K labelled, 45K unlabelled, 10K validation; the labelled images are then fixed);
 * ``digits_game`` — signalling-game features derived offline from the digits (fixed random ReLU
   features; concepts = digit class × k-means cluster);
 * ``egg`` — the user's signalling-game files in the EGG format: ``features`` (HDF5, VGG fc7) and
@@ -28,7 +30,14 @@ import torch
 
 from components.checkpoints import load_file
 from components.data.atomic import atomic_write_bytes
-from components.data.images import ImageSet, ImageSplits, digits_splits, fetch_images, split_images
+from components.data.images import (
+    ImageSet,
+    ImageSplits,
+    digits_splits,
+    fetch_images,
+    released_ssvae_split,
+    split_images,
+)
 from components.data.signal_game import (
     GameData,
     GameSplits,
@@ -72,7 +81,12 @@ class DigitsImages(RandomSplit):
 class IdxImages(Settings):
     source: Literal["mnist", "fashion_mnist"]
     cache: str = "data/cache"
-    valid_size: int = setting(10_000, at_least=1)
+    valid_size: int = setting(10_000, at_least=1)  # split "last" only
+    split: Literal["last", "released_ssvae"] = "last"
+
+    def validate(self) -> None:
+        if self.split == "released_ssvae" and self.source != "mnist":
+            raise SettingsError("split", f"released_ssvae splits MNIST, not {self.source}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,11 +137,15 @@ def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
         splits = digits_splits(settings.seed, settings.valid_size, settings.test_size)
     else:
         arrays = fetch_images(settings.source, Path(settings.cache))
-        splits = split_images(arrays, valid_size=settings.valid_size)
+        if settings.split == "released_ssvae":
+            splits = released_ssvae_split(arrays, Path(settings.cache))
+        else:
+            splits = split_images(arrays, valid_size=settings.valid_size)
     return {
         "kind": "images",
         "levels": splits.levels,
         "side": splits.side,
+        "labelled": splits.labelled,
         "splits": {s: asdict(getattr(splits, s)) for s in SPLITS},
     }
 
@@ -152,7 +170,8 @@ def load_images(path: Path) -> ImageSplits:
     """The image dataset stored at ``path``."""
     stored = _load(path, "images")
     sets = {split: ImageSet(**stored["splits"][split]) for split in SPLITS}
-    return ImageSplits(**sets, levels=stored["levels"], side=stored["side"])
+    labelled = stored.get("labelled")  # fixed by the split, or None
+    return ImageSplits(**sets, levels=stored["levels"], side=stored["side"], labelled=labelled)
 
 
 def load_game(path: Path) -> GameSplits:

@@ -5,8 +5,8 @@ fetch, how the train/valid/test pairs are extracted from them and the published 
 (train / valid / test pairs):
 
 * ``iwslt17_de_en`` (de→en): IWSLT 2017 TED talks, the WIT3 archive kept by Hugging Face
-  (``IWSLT/iwslt2017``, a pinned revision and digest); train ``train.tags``, valid dev2010, test tst2010–tst2015 (the Hugging
-  Face splits); 206,112 / 888 / 8,079.
+  (``IWSLT/iwslt2017``, a pinned revision and digest); train ``train.tags``, valid dev2010, test
+  tst2010–tst2015 (the Hugging Face splits); 206,112 / 888 / 8,079.
 * ``kftt_ja_en`` (ja→en): Kyoto Free Translation Task 1.0 tarball (phontron.com), tokenized
   files; train the cleaned ``kyoto-train.cln`` (≤ 40 words), valid dev, test test;
   329,882 / 1,166 / 1,160.

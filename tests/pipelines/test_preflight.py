@@ -248,6 +248,7 @@ def test_online_checks_every_file_of_the_profiles_downloads(
     )
     assert {remote.url for remote in CORPORA["iwslt14_de_en"].files} <= urls
     assert "https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz" in urls
+    assert any(url.endswith("/test_train_splits/labeled_train_indx.npy") for url in urls)
     assert not list(preflight.remote_files(smoke_with({})))  # smoke downloads nothing
 
 
