@@ -15,7 +15,9 @@ E_π[ℓ] goes through :func:`components.lvm.methods.expected_loss` and H(π) is
 method's discrete π (for Gumbel methods: of Cat(softmax(s)), as in Jang et al. 2017).
 
 Labelled (x, y):  −ELBO(x, y) + w · c(s, y), the classifier term c being the sparsemax loss for
-the ``sparsemax`` method and −log softmax(s)_y otherwise.
+the ``sparsemax`` method and −log softmax(s)_y otherwise. The loss of a step is the labelled
+batch's mean plus u times the unlabelled batch's mean (``unlabelled_weight`` u: 1, or the
+released code's 45,000 / 5,000 = 9, the ratio of unlabelled to labelled images).
 
 The experiment (:func:`setup`, settings :class:`SsvaeSettings`): a ``labelled_fraction`` of the
 training images keep their labels; each step draws a labelled and an unlabelled batch (after the
@@ -123,9 +125,10 @@ def loss(
     step: int,
     *,
     classifier_weight: float = 1.0,
+    unlabelled_weight: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    r"""Training loss: mean unlabelled −ELBO(x) + mean labelled [−ELBO(x, y) + w·c(s, y)].
+    r"""Training loss: u · mean unlabelled −ELBO(x) + mean labelled [−ELBO(x, y) + w·c(s, y)].
 
     ``batch_unlabelled`` [B, P] binary; ``batch_labelled`` = (x [B', P] binary, y [B'] long);
     either may be None (not both; labelled only = pre-training). Returns the loss to
@@ -153,9 +156,9 @@ def loss(
             generator=generator,
         )
         kl = log_k - expectation.entropy
-        terms.append((expectation.estimate.surrogate + kl).mean())
+        terms.append(unlabelled_weight * (expectation.estimate.surrogate + kl).mean())
         metrics["unlabelled_nelbo"] = float((expectation.estimate.loss + kl).detach().mean())
-        value += metrics["unlabelled_nelbo"]
+        value += unlabelled_weight * metrics["unlabelled_nelbo"]
         metrics |= expectation_metrics(method, expectation)
     if batch_labelled is not None:
         x, y = batch_labelled
@@ -201,8 +204,9 @@ class SsvaeSettings(LvmSettings):
 
     ``labelled_fraction`` of the training images labelled; ``latent_dim`` (H of h),
     ``classifier_hidden`` and ``hidden`` layer sizes of :class:`SSVAE`; ``classifier_weight`` w
-    of the labelled classifier term; the first ``pretrain_steps`` steps train on labelled
-    batches only (fewer than ``steps``, or the unlabelled data would never be seen).
+    of the labelled classifier term; ``unlabelled_weight`` u of the unlabelled term; the first
+    ``pretrain_steps`` steps train on labelled batches only (fewer than ``steps``, or the
+    unlabelled data would never be seen).
     """
 
     KNOWN_METHODS: ClassVar[tuple[str, ...]] = METHODS["categorical"]
@@ -213,6 +217,7 @@ class SsvaeSettings(LvmSettings):
     classifier_hidden: tuple[int, ...] = setting(at_least=1)
     hidden: tuple[int, ...] = setting(at_least=1)
     classifier_weight: float = setting(at_least=0)
+    unlabelled_weight: float = setting(1.0, above=0)
     pretrain_steps: int = setting(at_least=0)
 
     def validate(self) -> None:
@@ -255,6 +260,7 @@ def setup(
             batch_labelled,
             step,
             classifier_weight=settings.classifier_weight,
+            unlabelled_weight=settings.unlabelled_weight,
             generator=generator,
         )
 

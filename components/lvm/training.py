@@ -146,7 +146,8 @@ class LvmSettings(Settings):
 
     ``data``: the image or game data set; ``methods`` × ``seeds``: the grid; ``steps`` Adam steps
     on batches of ``batch_size``, learning rate ``lr`` (a table: an entry per method, ``default``
-    for the others); ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
+    for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
+    ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
     metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
 
     A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
@@ -166,6 +167,7 @@ class LvmSettings(Settings):
     steps: int = setting(at_least=1)
     batch_size: int = setting(at_least=1)
     lr: dict[str, float] = setting(above=0)
+    weight_decay: float = setting(0.0, at_least=0)
     gumbel_rate: float = setting(at_least=0)
     log_every: int = setting(at_least=1)
     checkpoint_every: int = setting(at_least=1)
@@ -293,7 +295,9 @@ def train_and_evaluate(
     generator = torch.Generator().manual_seed(cell.seed)
     model, method, step_fn, evaluate = setup(settings, data, cell, generator)
     optimizer = torch.optim.Adam(
-        [*model.parameters(), *method.parameters()], lr=settings.per_method("lr", cell.method)
+        [*model.parameters(), *method.parameters()],
+        lr=settings.per_method("lr", cell.method),
+        weight_decay=settings.weight_decay,
     )
     run_settings = settings.run_settings(cell) | {"provenance": dict(provenance or {})}
     checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)

@@ -213,3 +213,15 @@ def test_each_experiment_trains_evaluates_and_reports(
     # Run again: the finished checkpoint is evaluated as it is, training time included.
     again = run(tmp_path, cell, experiment, on_log=lambda step, _: logged.append(step))
     assert again == result and len(logged) == 4
+
+
+def test_weight_decay_reaches_the_optimizer(run: Callable[..., Result], tmp_path: Path) -> None:
+    """The released SSVAE code's Adam L2 term: the same run with it ends with other weights,
+    and it is a setting of the run (a checkpoint of the other value is refused)."""
+    cell = Cell("sfe", 0, 8)
+    run(tmp_path / "plain", cell)
+    run(tmp_path / "decayed", cell, weight_decay=0.1)
+    plain, decayed = _saved(tmp_path / "plain")["model"], _saved(tmp_path / "decayed")["model"]
+    assert any(not torch.equal(plain[key], decayed[key]) for key in plain)
+    with pytest.raises(LearnableSparsityError, match="weight_decay"):
+        run(tmp_path / "plain", cell, weight_decay=0.1, steps=16)
