@@ -69,6 +69,7 @@ from components.lvm.ssvae import SsvaeSettings
 from components.nmt.grid import NmtSettings
 from components.nmt.speed import SpeedSettings
 from components.settings import Settings
+from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
 from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
@@ -231,7 +232,6 @@ def input_checks(params: Params) -> Iterator[Check]:
 
 
 HUB = "https://huggingface.co"
-PROFILES = Path("profiles")
 # A one-byte probe waits longer than a TCP connect: some hosts redirect twice (Hugging Face to its
 # CDN) before the first byte.
 ONLINE_TIMEOUT_S = 20.0
