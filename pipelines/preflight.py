@@ -45,7 +45,7 @@ from components.ape.triplets import SyntheticApeSettings
 from components.claims import results_from_json
 from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
-from components.data.datasets import EggGame, IdxImages, dataset_settings
+from components.data.datasets import EggGame, EggReleased, IdxImages, dataset_settings
 from components.data.fetch import USER_AGENT, WEB_PAGE_TYPES
 from components.data.images import (
     IDX_FILES,
@@ -55,6 +55,7 @@ from components.data.images import (
     SSVAE_SPLIT_URL,
 )
 from components.data.registry import CORPORA, RemoteFile
+from components.data.signal_game import EGG_FOLDER, egg_members
 from components.data.sword import (
     MODULES,
     SYSTEM_LIBRARY,
@@ -229,6 +230,13 @@ def input_checks(params: Params) -> Iterator[Check]:
                 for folder, remote in _image_files(dataset)
             ]
             yield _download_check(f"images {name} (download {dataset.source})", files)
+        elif isinstance(dataset, EggReleased):
+            root = Path(dataset.cache) / EGG_FOLDER
+            what = f"images {name} (EGG's train/ and test/ folders)"
+            if all(path.is_file() for path in egg_members(root)):
+                yield Check(what, True, f"in {root}")
+            else:
+                yield _download_check(what, [(dataset.url, root / "download")])
 
 
 HUB = "https://huggingface.co"
@@ -247,6 +255,8 @@ def remote_files(params: Params) -> Iterator[tuple[str, RemoteFile]]:
         if isinstance(dataset, IdxImages):
             for _, remote in _image_files(dataset):
                 yield f"images {name}: {remote.name}", remote
+        elif isinstance(dataset, EggReleased):
+            yield f"images {name}: EGG's folders", RemoteFile("download", dataset.url)
 
 
 def _image_files(dataset: IdxImages) -> list[tuple[str, RemoteFile]]:

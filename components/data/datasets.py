@@ -10,7 +10,10 @@ Every entry names its ``source``:
 * ``digits_game`` — signalling-game features derived offline from the digits (fixed random ReLU
   features; concepts = digit class × k-means cluster);
 * ``egg`` — the user's signalling-game files in the EGG format: ``features`` (HDF5, VGG fc7) and
-  ``labels`` (pickled concept per image).
+  ``labels`` (pickled concept per image), split at random by ``seed``;
+* ``egg_released`` — EGG's ``train/`` and ``test/`` feature folders, downloaded from ``url``
+  (EGG's link) into ``cache`` or put there by hand, split as the released code of Correia et al.
+  (2020) splits them (validation games from the training images, test games from ``test/``).
 
 Split sizes (``valid_size``, ``test_size``) are counts (int ≥ 1) or fractions (float in (0, 1)).
 A built dataset is stored as one ``torch.save`` file: {"kind": "images" | "game", "splits":
@@ -39,10 +42,13 @@ from components.data.images import (
     split_images,
 )
 from components.data.signal_game import (
+    EGG_URL,
     GameData,
     GameSplits,
     digits_game_features,
+    fetch_egg_folders,
     load_egg_features,
+    released_egg_games,
     split_game_data,
 )
 from components.errors import LearnableSparsityError
@@ -103,13 +109,21 @@ class EggGame(RandomSplit):
     labels: str
 
 
-DatasetSettings = DigitsImages | IdxImages | DigitsGame | EggGame
+@dataclass(frozen=True, kw_only=True)
+class EggReleased(Settings):
+    source: Literal["egg_released"]
+    cache: str = "data/cache"
+    url: str = EGG_URL
+
+
+DatasetSettings = DigitsImages | IdxImages | DigitsGame | EggGame | EggReleased
 SOURCES: dict[str, type[DatasetSettings]] = {
     "digits": DigitsImages,
     "mnist": IdxImages,
     "fashion_mnist": IdxImages,
     "digits_game": DigitsGame,
     "egg": EggGame,
+    "egg_released": EggReleased,
 }
 
 
@@ -120,8 +134,10 @@ def dataset_settings(data: Any, where: str) -> DatasetSettings:
 
 def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
     """The stored form of the dataset ``settings`` describe."""
-    if isinstance(settings, DigitsGame | EggGame):
-        if isinstance(settings, DigitsGame):
+    if isinstance(settings, DigitsGame | EggGame | EggReleased):
+        if isinstance(settings, EggReleased):
+            game = released_egg_games(fetch_egg_folders(Path(settings.cache), settings.url))
+        elif isinstance(settings, DigitsGame):
             game = digits_game_features(
                 settings.seed,
                 feature_dim=settings.feature_dim,
