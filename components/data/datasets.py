@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -148,7 +148,7 @@ def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
         else:
             data = load_egg_features(Path(settings.features), Path(settings.labels))
             game = split_game_data(data, settings.seed, settings.valid_size, settings.test_size)
-        return {"kind": "game", "splits": {s: asdict(getattr(game, s)) for s in SPLITS}}
+        return {"kind": "game", "splits": {s: _fields(getattr(game, s)) for s in SPLITS}}
     if isinstance(settings, DigitsImages):
         splits = digits_splits(settings.seed, settings.valid_size, settings.test_size)
     else:
@@ -162,8 +162,14 @@ def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
         "levels": splits.levels,
         "side": splits.side,
         "labelled": splits.labelled,
-        "splits": {s: asdict(getattr(splits, s)) for s in SPLITS},
+        "splits": {s: _fields(getattr(splits, s)) for s in SPLITS},
     }
+
+
+def _fields(split: object) -> dict[str, Any]:
+    """A split's fields, not copied (``dataclasses.asdict`` deep-copies every tensor): splits
+    that share their images (the released game's train and valid) are then stored once."""
+    return {field.name: getattr(split, field.name) for field in fields(split)}
 
 
 def save_dataset(stored: Mapping[str, Any], path: Path) -> dict[str, int]:

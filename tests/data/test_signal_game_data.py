@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from components.data import datasets
 from components.data.signal_game import (
     GameData,
     digits_game_features,
@@ -216,3 +217,24 @@ def test_egg_folders_that_are_not_an_archive_or_lack_a_file_are_named(
     server.files["/partial"] = buffer.getvalue()
     with pytest.raises(LearnableSparsityError, match=r"holds no \['test/ours_images_single_sm0"):
         fetch_egg_folders(tmp_path / "b", server.url("/partial"), progress=False)
+
+
+def test_a_stored_released_game_keeps_train_and_valid_as_one(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    """The shared images are saved once (the ImageNet features are 7.6 GB as float32)."""
+    server.files["/signaling_game_data"] = _egg_folders(tmp_path)["tar"]
+    entry = {
+        "source": "egg_released",
+        "cache": str(tmp_path),
+        "url": server.url("/signaling_game_data"),
+    }
+    stored = datasets.build_dataset(datasets.dataset_settings(entry, "images.egg"))
+    assert datasets.save_dataset(stored, tmp_path / "game.pt") == {
+        "train": 6,
+        "valid": 6,
+        "test": 3,
+    }
+    loaded = datasets.load_game(tmp_path / "game.pt")
+    assert loaded.valid.features.data_ptr() == loaded.train.features.data_ptr()
+    assert loaded.test.concept_names == ("dog", "cat", "car", "bird")
