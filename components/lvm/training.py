@@ -23,10 +23,11 @@ import logging
 import math
 import statistics
 import time
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, Self, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -134,10 +135,15 @@ class Cell:
     bits: int | None = None
 
     @property
+    def series(self) -> str:
+        """``[D<bits>/]<method>``: the cell's name without its seed (what ``overrides`` keys)."""
+        prefix = "" if self.bits is None else f"D{self.bits}/"
+        return f"{prefix}{self.method}"
+
+    @property
     def key(self) -> str:
         """``[D<bits>/]<method>/seed<seed>``: the cell's name in paths and logs."""
-        prefix = "" if self.bits is None else f"D{self.bits}/"
-        return f"{prefix}{self.method}/seed{self.seed}"
+        return f"{self.series}/seed{self.seed}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +155,10 @@ class LvmSettings(Settings):
     for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
     ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
     metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
+    ``overrides``: settings of single series of cells, keyed by :attr:`Cell.series` (``sparsemap``,
+    or ``D128/sparsemap`` where D is an axis), e.g. ``{D128/sparsemap: {batch_size: 16}}``: the
+    released scripts set some values per method and size (any key but the grid's axes, ``data``
+    and ``overrides``; a per-method table's key takes the cell's value).
 
     A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
     keyed by method), ``GRID`` (its fields that are grid axes rather than a run's settings) and
@@ -171,6 +181,7 @@ class LvmSettings(Settings):
     gumbel_rate: float = setting(at_least=0)
     log_every: int = setting(at_least=1)
     checkpoint_every: int = setting(at_least=1)
+    overrides: dict[str, dict[str, float]] | None = None
 
     def validate(self) -> None:
         for axis in self.GRID:
@@ -189,6 +200,48 @@ class LvmSettings(Settings):
                 raise SettingsError(
                     key, f"has {unknown}: neither {DEFAULT!r} nor one of {sorted(known)}"
                 )
+        for series, values in (self.overrides or {}).items():
+            self._check_series(series)
+            try:
+                self._overridden(values)
+            except SettingsError as error:
+                raise error.within(f"overrides.{series}") from None
+
+    def _check_series(self, series: str) -> None:
+        """Refuse an ``overrides`` key that cannot name a series of this experiment's cells."""
+        *size, method = series.split("/")
+        sized = "bits" in self.GRID
+        if (
+            method not in self.KNOWN_METHODS
+            or len(size) != sized
+            or (sized and not (size[0].startswith("D") and size[0][1:].isdigit()))
+        ):
+            form = "D<bits>/<method>" if sized else "<method>"
+            raise SettingsError(
+                "overrides",
+                f"has {series!r}, which is not {form} with a method of "
+                f"{sorted(self.KNOWN_METHODS)}",
+            )
+
+    def _overridden(self, values: Mapping[str, float]) -> Self:
+        """These settings with ``values`` in place (an override of one series, already resolved
+        to its cell: no overrides left); integer keys take whole numbers only."""
+        fixed = {*self.GRID, "data", "overrides"}
+        known = [f.name for f in dataclasses.fields(self) if f.name not in fixed]
+        hints = typing.get_type_hints(type(self))
+        replaced: dict[str, Any] = {}
+        for key, value in values.items():
+            if key not in known:
+                raise SettingsError(key, f"cannot be overridden per cell; choose from {known}")
+            if key in self.PER_METHOD:
+                replaced[key] = {DEFAULT: value}
+            elif hints[key] is int:
+                if not float(value).is_integer():
+                    raise SettingsError(key, f"must be a whole number, got {value}")
+                replaced[key] = int(value)
+            else:
+                replaced[key] = value
+        return dataclasses.replace(self, overrides=None, **replaced)
 
     def per_method(self, key: str, method: str) -> float:
         """The value of the per-method table ``key`` (``lr``, …) for ``method``: its own entry,
@@ -200,21 +253,25 @@ class LvmSettings(Settings):
         """The grid: methods × seeds in params order (one method's seeds together)."""
         return [Cell(method, seed) for method in self.methods for seed in self.seeds]
 
-    def for_cell(self, cell: Cell) -> LvmSettings:
-        """These settings narrowed to ``cell``: its grid axes hold only the cell's values and each
-        per-method table only the cell's value (as ``default``). A one-cell grid whose settings
+    def for_cell(self, cell: Cell) -> Self:
+        """These settings narrowed to ``cell``: its grid axes hold only the cell's values, each
+        per-method table only the cell's value (as ``default``) and its series' overrides are in
+        place. A one-cell grid whose settings
         say exactly what the cell's run depends on (the pipeline fingerprints them)."""
         values = {"methods": (cell.method,), "seeds": (cell.seed,), "bits": (cell.bits,)}
         axes = {axis: values[axis] for axis in self.GRID}
         tables = {key: {DEFAULT: self.per_method(key, cell.method)} for key in self.PER_METHOD}
-        return dataclasses.replace(self, **axes, **tables)
+        narrowed = dataclasses.replace(self, **axes, **tables, overrides=None)
+        return narrowed._overridden((self.overrides or {}).get(cell.series, {}))
 
     def run_settings(self, cell: Cell) -> dict[str, Any]:
         """The settings the run of ``cell`` depends on (what its checkpoint is checked against):
-        every field but the grid axes, each per-method table resolved for the cell's method (so
-        that another method's entry leaves this run alone), and the cell itself."""
-        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.GRID}
-        tables = {key: self.per_method(key, cell.method) for key in self.PER_METHOD}
+        every field but the grid axes, each per-method table and override resolved for the cell
+        (so that another method's entry leaves this run alone), and the cell itself."""
+        narrowed = self.for_cell(cell)
+        skipped = {*self.GRID, "overrides"}
+        values = {k: v for k, v in dataclasses.asdict(narrowed).items() if k not in skipped}
+        tables = {key: narrowed.per_method(key, cell.method) for key in self.PER_METHOD}
         return values | tables | dataclasses.asdict(cell)
 
 
@@ -274,7 +331,8 @@ def train_and_evaluate(
 ) -> Result:
     r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
 
-    Seeds the global torch RNG (model initialisation) and the run's generator (batches,
+    ``settings`` are narrowed to the cell first (:meth:`LvmSettings.for_cell`). Seeds the global
+    torch RNG (model initialisation) and the run's generator (batches,
     binarisation, sampling estimators) with ``cell.seed``, then builds the experiment with
     ``setup(settings, data, cell, generator)`` and trains it with Adam at the method's ``lr``
     over the model and method parameters, ``checkpoint_every`` steps at a time. After each chunk
@@ -291,6 +349,7 @@ def train_and_evaluate(
     identical files and numbers.
     """
     name = cell.key if name is None else name
+    settings = settings.for_cell(cell)  # the cell's own lr, overrides, … in place
     torch.manual_seed(cell.seed)
     generator = torch.Generator().manual_seed(cell.seed)
     model, method, step_fn, evaluate = setup(settings, data, cell, generator)
