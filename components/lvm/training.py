@@ -281,15 +281,31 @@ S = TypeVar("S", bound=LvmSettings)
 D = TypeVar("D")
 
 
+@dataclass(frozen=True)
+class WarmStart:
+    """A first phase of a run, as the released SSVAE code's separate warm-start run: its ``steps``
+    steps train at rate ``lr``; every ``every`` steps and at its end ``score()`` (lower is
+    better, e.g. a validation loss, drawn from :func:`evaluation_generator`) is taken, and the
+    run goes on from the model weights of the best score with a fresh optimizer at the method's
+    rate, as a run loaded from the warm start's best checkpoint would."""
+
+    steps: int
+    lr: float
+    every: int
+    score: Callable[[], float]
+
+
 class Setup(NamedTuple):
     """What an experiment's ``setup`` builds for a cell: the ``model``, the ``method`` (its
-    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator)
-    and ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`)."""
+    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator),
+    ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`) and an
+    optional ``warm_start`` phase."""
 
     model: nn.Module
     method: Method
     step_fn: StepFn
     evaluate: Callable[[], dict[str, float]]
+    warm_start: WarmStart | None = None
 
 
 # setup(settings, data, cell, generator) -> Setup
@@ -305,6 +321,21 @@ class Result:
 
     metrics: dict[str, float]
     curves: dict[str, tuple[list[int], list[float]]]
+
+
+def _score_warm_start(
+    warm: WarmStart, model: nn.Module, step: int, best: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The warm start's best (``at``: score and step, ``model``: a copy of its weights) after
+    scoring ``model`` at ``step`` (the first of equal scores stays)."""
+    model.eval()
+    with torch.no_grad():
+        score = float(warm.score())
+    model.train()
+    if best is not None and best["at"][0] <= score:
+        return best
+    weights = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    return {"at": (score, step), "model": weights}
 
 
 def sample_batch(n: int, size: int, generator: torch.Generator) -> Tensor:
@@ -352,15 +383,21 @@ def train_and_evaluate(
     settings = settings.for_cell(cell)  # the cell's own lr, overrides, … in place
     torch.manual_seed(cell.seed)
     generator = torch.Generator().manual_seed(cell.seed)
-    model, method, step_fn, evaluate = setup(settings, data, cell, generator)
-    optimizer = torch.optim.Adam(
-        [*model.parameters(), *method.parameters()],
-        lr=settings.per_method("lr", cell.method),
-        weight_decay=settings.weight_decay,
-    )
+    model, method, step_fn, evaluate, warm = setup(settings, data, cell, generator)
+    lr = settings.per_method("lr", cell.method)
+
+    def adam(rate: float) -> Optimizer:
+        parameters = [*model.parameters(), *method.parameters()]
+        return torch.optim.Adam(parameters, lr=rate, weight_decay=settings.weight_decay)
+
+    def warming(at: int) -> bool:
+        return warm is not None and at < warm.steps
+
+    optimizer = adam(warm.lr if warming(0) else lr)
     run_settings = settings.run_settings(cell) | {"provenance": dict(provenance or {})}
     checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)
     step, history = 0, History()
+    best: dict[str, Any] | None = None  # the warm start's best so far: score, step, model
     state = checkpoint.load()
     if state is not None:
         if state["step"] > settings.steps:
@@ -369,10 +406,12 @@ def train_and_evaluate(
                 f"steps={settings.steps}; remove it to train from scratch"
             )
         model.load_state_dict(state["model"])
+        if not warming(state["step"]):
+            optimizer = adam(lr)
         optimizer.load_state_dict(state["optimizer"])
         method.load_state_dict(state["method"])
         restore_rng(state["rng"], generator)
-        step, history = state["step"], History(**state["history"])
+        step, history, best = state["step"], History(**state["history"]), state.get("best")
         log.info("%s: resuming from %s at step %d", name, directory, step)
 
     start, first = time.perf_counter(), step
@@ -385,12 +424,20 @@ def train_and_evaluate(
             "%s: step %d/%d loss %.4f ETA %.0fs", name, at + 1, settings.steps, metrics["loss"], eta
         )
 
+    def next_stop(at: int) -> int:
+        """Where the chunk from ``at`` ends: a checkpoint, the end, or a warm-start score."""
+        every = settings.checkpoint_every
+        stop = min(settings.steps, (at // every + 1) * every)
+        if warm is not None and warming(at):
+            stop = min(stop, warm.steps, (at // warm.every + 1) * warm.every)
+        return stop
+
     while step < settings.steps:
-        chunk = min(settings.checkpoint_every, settings.steps - step)
+        stop = next_stop(step)
         part = fit(
             step_fn,
             optimizer,
-            chunk,
+            stop - step,
             method=name,
             log_every=settings.log_every,
             on_log=progress,
@@ -398,7 +445,19 @@ def train_and_evaluate(
         )
         history.steps += part.steps
         history.records += part.records
-        step += chunk
+        step = stop
+        if (
+            warm is not None
+            and step <= warm.steps
+            and (step % warm.every == 0 or step == warm.steps)
+        ):
+            best = _score_warm_start(warm, model, step, best)
+            if step == warm.steps:
+                log.info("%s: warm start's best score %.4f at step %d", name, *best["at"])
+                model.load_state_dict(best["model"])
+                optimizer, best = adam(lr), None
+        if step % settings.checkpoint_every and step < settings.steps:
+            continue
         if before_checkpoint is not None:
             before_checkpoint(step)
         state = {
@@ -408,6 +467,7 @@ def train_and_evaluate(
             "rng": rng_state(generator),
             "step": step,
             "history": dataclasses.asdict(history),
+            "best": best,
         }
         checkpoint.save(state, final=step == settings.steps)
     model.eval()

@@ -74,6 +74,17 @@ def test_every_committed_profile_builds(profile: str | None) -> None:
         ("ssvae", {"classifier_weight": -1}, "lvm.ssvae.classifier_weight must be >= 0"),
         ("ssvae", {"pretrain_steps": 8}, "lvm.ssvae.pretrain_steps must be < steps"),
         ("ssvae", {"topk": 10}, "lvm.ssvae has unknown keys ['topk']"),
+        (
+            "ssvae",
+            {"warm_start": {"lr": 0.001, "validate_every": 79}, "pretrain_steps": 0},
+            "lvm.ssvae.warm_start needs pretrain_steps > 0",
+        ),
+        (
+            "ssvae",
+            {"warm_start": {"lr": 0, "validate_every": 79}},
+            "lvm.ssvae.warm_start.lr must be > 0, got 0",
+        ),
+        ("ssvae", {"warm_start": {"lr": 0.001}}, "lvm.ssvae.warm_start.validate_every is missing"),
         ("signal_game", {"methods": ["dense", "sparsemap"]}, "methods has 'sparsemap'; choose"),
         ("signal_game", {"entropy_coef": {"default": -0.1}}, "entropy_coef.default must be >= 0"),
         ("signal_game", {"entropy_coef": {"sfe": 0.1}}, "entropy_coef.default is missing"),
