@@ -40,7 +40,9 @@ system, already tokenized (Correia & Martins 2019 train and test on them):
 * ``escape_pbsmt_en_de``: the artificial eSCAPE corpus (Negri et al. 2018), PBSMT part,
   ``train`` only: about 7.2 million triplets (the paper's figure; the exact count is not known
   here, so none is expected). A manual download: the paper gives only the page
-  ``hltshare.fbk.eu/QT21/eSCAPE.html``; its archive's name and members are unknown here.
+  ``hltshare.fbk.eu/QT21/eSCAPE.html``; its archive's name and members are unknown here. It is
+  read streaming (several GB): the members are copied out of the archive and their lines read
+  in one pass into the prepared files, never held in memory whole.
 
 **Manual downloads and what is unverified.** A file whose entry has no URL (``RemoteFile.page``
 only) is read from ``<cache>/<corpus>/<file name>`` where the user saved it; without it the
@@ -67,7 +69,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,7 +242,7 @@ def _escape_pbsmt() -> CorpusSpec:
         "de",
         (RemoteFile(archive, None, page=_ESCAPE),),
         # unverified member names: the error lists the archive's files
-        AlignedMembers({"train": (_triplet(archive, "en-de.pbsmt.{field}"),)}),
+        AlignedMembers({"train": (_triplet(archive, "en-de.pbsmt.{field}"),)}, streamed=True),
         {"train": None},  # about 7.2 million; the exact published count is not known here
         "eSCAPE (Negri et al. 2018) artificial APE triplets, en-de, phrase-based MT",
         TRIPLET_FIELDS,
@@ -387,11 +389,13 @@ def fetch_corpus(
     *,
     progress: bool = True,
     timeout: float = DEFAULT_TIMEOUT,
-) -> dict[str, Rows]:
+) -> dict[str, Rows | Iterator[tuple[str, ...]]]:
     """Download (or reuse from ``cache_dir/<name>/``) and extract a corpus of :data:`CORPORA`.
 
     Returns the rows of every split of ``corpus.splits``, one string per field of
-    ``corpus.fields``: (source, target) pairs, or (source, MT, post-edit) triplets.
+    ``corpus.fields``: (source, target) pairs, or (source, MT, post-edit) triplets; rows with an
+    empty field are dropped (and counted in the log). A list, or for a corpus its extractor
+    streams (several GB) an iterator to read once.
     """
     if isinstance(corpus, str):
         if corpus not in CORPORA:
@@ -403,24 +407,29 @@ def fetch_corpus(
         for remote in corpus.files
     }
     splits = corpus.extractor.extract(files, corpus.source_lang, corpus.target_lang)
-    result: dict[str, Rows] = {}
+    result: dict[str, Rows | Iterator[tuple[str, ...]]] = {}
     for split in corpus.splits:
-        rows = splits[split]
-        expected = corpus.expected_sizes.get(split)
-        if expected is not None and len(rows) != expected:
-            _log.warning(
-                "%s %s has %d rows, the published size is %d",
-                corpus.name,
-                split,
-                len(rows),
-                expected,
-            )
-        result[split] = [row for row in rows if all(row)]
-        if len(result[split]) < len(rows):
-            _log.warning(
-                "%s %s: dropped %d rows with an empty field",
-                corpus.name,
-                split,
-                len(rows) - len(result[split]),
-            )
+        kept = _kept_rows(splits[split], corpus, split)
+        result[split] = list(kept) if isinstance(splits[split], Sequence) else kept
     return result
+
+
+def _kept_rows(
+    rows: Iterable[tuple[str, ...]], corpus: CorpusSpec, split: str
+) -> Iterator[tuple[str, ...]]:
+    """The rows of ``split`` without those with an empty field; once read, the log says how
+    many were dropped and whether the count differs from the published size."""
+    total = dropped = 0
+    for row in rows:
+        total += 1
+        if all(row):
+            yield row
+        else:
+            dropped += 1
+    expected = corpus.expected_sizes.get(split)
+    if expected is not None and total != expected:
+        _log.warning(
+            "%s %s has %d rows, the published size is %d", corpus.name, split, total, expected
+        )
+    if dropped:
+        _log.warning("%s %s: dropped %d rows with an empty field", corpus.name, split, dropped)

@@ -12,6 +12,7 @@ import re
 import socket
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -402,15 +403,45 @@ def test_recorded_digest_guards_a_changed_ape_archive(
         fetch_corpus(spec, tmp_path, progress=False)
 
 
-def test_fetch_escape_triplets(tmp_path: Path) -> None:
-    """eSCAPE is a manual download: the archive the user saved is read, nothing is requested."""
+def test_fetch_escape_triplets_streaming(tmp_path: Path) -> None:
+    """eSCAPE is a manual download of several GB: the archive the user saved is read, nothing is
+    requested; its members are copied out beside it and the rows stream from there, once."""
     spec = CORPORA["escape_pbsmt_en_de"]
     members = _triplet_members("escape", "en-de.pbsmt", 4, TRIPLET_FIELDS)
     members["escape/en-de.pbsmt.mt"] = _lines("m0", "", "m2", "m3")  # an empty MT line
+    _saved_by_hand(spec, tmp_path / "cache", {spec.files[0].name: _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
+    assert list(corpus) == ["train"]
+    assert not isinstance(corpus["train"], Sequence)  # an iterator: nothing read yet
+    copied = tmp_path / "cache" / spec.name / f"{spec.files[0].name}.members"
+    assert sorted(path.name for path in copied.iterdir()) == [
+        "0-en-de.pbsmt.src",
+        "1-en-de.pbsmt.mt",
+        "2-en-de.pbsmt.pe",
+    ]
+    streamed = write_corpus(tmp_path / "streamed", corpus, spec.fields)
+    rows = [
+        (f"escape en-de.pbsmt src {i}", f"m{i}", f"escape en-de.pbsmt pe {i}") for i in (0, 2, 3)
+    ]
+    assert (
+        read_triplets(tmp_path / "streamed", ("train",))["train"] == rows
+    )  # the empty row dropped
+    listed = write_corpus(tmp_path / "listed", {"train": rows}, spec.fields)
+    assert streamed == listed  # the same files, sizes and digests as from a list
+
+
+def test_a_streamed_corpus_names_the_file_that_ends_first(tmp_path: Path) -> None:
+    spec = CORPORA["escape_pbsmt_en_de"]
+    members = _triplet_members("escape", "en-de.pbsmt", 3, TRIPLET_FIELDS)
+    members["escape/en-de.pbsmt.pe"] = _lines("p0", "p1")
     _saved_by_hand(spec, tmp_path, {spec.files[0].name: _tar_gz(members)})
     corpus = fetch_corpus(spec, tmp_path, progress=False)
-    assert list(corpus) == ["train"]
-    assert [row[1] for row in corpus["train"]] == ["m0", "m2", "m3"]  # the empty row dropped
+    with pytest.raises(LearnableSparsityError) as err:
+        write_corpus(tmp_path / "prepared", corpus, spec.fields)
+    message = str(err.value)
+    assert "line-aligned files differ in length" in message
+    assert re.search(r"\['[^']*:escape/en-de\.pbsmt\.pe'\] end after 2 lines", message)
+    assert not (tmp_path / "prepared").exists() or not any((tmp_path / "prepared").iterdir())
 
 
 def test_misaligned_ape_members_name_every_file(server: LoopbackServer, tmp_path: Path) -> None:
