@@ -45,10 +45,17 @@ from components.ape.triplets import SyntheticApeSettings
 from components.claims import results_from_json
 from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
-from components.data.datasets import EggGame, IdxImages, dataset_settings
-from components.data.fetch import USER_AGENT
-from components.data.images import IDX_FILES, IMAGE_DATASETS
-from components.data.registry import CORPORA
+from components.data.datasets import EggGame, EggReleased, IdxImages, dataset_settings
+from components.data.fetch import USER_AGENT, WEB_PAGE_TYPES
+from components.data.images import (
+    IDX_FILES,
+    IMAGE_DATASETS,
+    RELEASED_SSVAE_SPLIT,
+    SSVAE_SPLIT_FOLDER,
+    SSVAE_SPLIT_URL,
+)
+from components.data.registry import CORPORA, RemoteFile
+from components.data.signal_game import EGG_FOLDER, egg_members
 from components.data.sword import (
     MODULES,
     SYSTEM_LIBRARY,
@@ -197,8 +204,19 @@ def input_checks(params: Params) -> Iterator[Check]:
         elif isinstance(corpus, DownloadedCorpus):
             spec = CORPORA[corpus.name]
             root = Path(corpus.cache) / spec.name
-            files = [(remote.url, root / remote.name) for remote in spec.files]
-            yield _download_check(f"corpus {name} (download {spec.name})", files)
+            what = f"corpus {name} (download {spec.name})"
+            manual = [r for r in spec.files if r.url is None and not (root / r.name).is_file()]
+            if manual:
+                yield Check(
+                    what,
+                    False,
+                    "manual download"
+                    + "; ".join(f" {r.name}: get it from {r.page}" for r in manual)
+                    + f"; save each under {root} with that name",
+                )
+            else:
+                urls = [(r.url, root / r.name) for r in spec.files if r.url is not None]
+                yield _download_check(what, urls)
         elif isinstance(corpus, SwordCorpus):
             yield _sword_check(f"corpus {name} (SWORD modules {corpus.modules})", name, corpus)
     yield from bert_checks(params)
@@ -207,32 +225,54 @@ def input_checks(params: Params) -> Iterator[Check]:
             paths = [Path(dataset.features), Path(dataset.labels)]
             yield _file_check(f"images {name} (EGG features)", paths)
         elif isinstance(dataset, IdxImages):
-            spec = IMAGE_DATASETS[dataset.source]
-            root = Path(dataset.cache) / spec.name
-            files = [(spec.base_url.rstrip("/") + "/" + f, root / f) for f in IDX_FILES.values()]
-            yield _download_check(f"images {name} (download {spec.name})", files)
+            files = [
+                (remote.url, Path(dataset.cache) / folder / remote.name)
+                for folder, remote in _image_files(dataset)
+            ]
+            yield _download_check(f"images {name} (download {dataset.source})", files)
+        elif isinstance(dataset, EggReleased):
+            root = Path(dataset.cache) / EGG_FOLDER
+            what = f"images {name} (EGG's train/ and test/ folders)"
+            if all(path.is_file() for path in egg_members(root)):
+                yield Check(what, True, f"in {root}")
+            else:
+                yield _download_check(what, [(dataset.url, root / "download")])
 
 
 HUB = "https://huggingface.co"
 # A one-byte probe waits longer than a TCP connect: some hosts redirect twice (Hugging Face to its
 # CDN) before the first byte.
 ONLINE_TIMEOUT_S = 20.0
-# Answers that are a web page, not a file: a licence form, a login or an error page.
-PAGE_TYPES = ("text/html", "application/xhtml")
 
 
-def remote_files(params: Params) -> Iterator[tuple[str, str, str | None]]:
-    """(what, URL, pinned SHA-256 or None) of every file the profile's downloads fetch."""
+def remote_files(params: Params) -> Iterator[tuple[str, RemoteFile]]:
+    """(what, file) of every file the profile's downloads fetch, manual downloads included."""
     for name, corpus in _built(params, "corpora").items():
         if isinstance(corpus, DownloadedCorpus):
             for remote in CORPORA[corpus.name].files:
-                yield f"corpus {name}: {remote.name}", remote.url, remote.sha256
+                yield f"corpus {name}: {remote.name}", remote
     for name, dataset in _built(params, "images").items():
         if isinstance(dataset, IdxImages):
-            spec = IMAGE_DATASETS[dataset.source]
-            for file in IDX_FILES.values():
-                url = f"{spec.base_url.rstrip('/')}/{file}"
-                yield f"images {name}: {file}", url, spec.sha256.get(file)
+            for _, remote in _image_files(dataset):
+                yield f"images {name}: {remote.name}", remote
+        elif isinstance(dataset, EggReleased):
+            yield f"images {name}: EGG's folders", RemoteFile("download", dataset.url)
+
+
+def _image_files(dataset: IdxImages) -> list[tuple[str, RemoteFile]]:
+    """(cache folder, file) of every download of an idx image set, its split's files included."""
+    spec = IMAGE_DATASETS[dataset.source]
+    base = spec.base_url.rstrip("/")
+    files = [
+        (spec.name, RemoteFile(f, f"{base}/{f}", spec.sha256.get(f))) for f in IDX_FILES.values()
+    ]
+    if dataset.split == "released_ssvae":
+        split = SSVAE_SPLIT_URL.rstrip("/")
+        files += [
+            (SSVAE_SPLIT_FOLDER, RemoteFile(f, f"{split}/{f}", sha256))
+            for f, sha256, _ in RELEASED_SSVAE_SPLIT.values()
+        ]
+    return files
 
 
 def _size(headers: Any) -> int | None:
@@ -255,7 +295,7 @@ def url_check(what: str, url: str, sha256: str | None, timeout: float = ONLINE_T
     except (urllib.error.URLError, OSError) as error:
         return Check(what, False, f"{url}: unreachable ({getattr(error, 'reason', error)})")
     kind = headers.get("Content-Type", "").lower()
-    if kind.startswith(PAGE_TYPES):
+    if kind.startswith(WEB_PAGE_TYPES):
         return Check(
             what,
             False,
@@ -270,8 +310,11 @@ def url_check(what: str, url: str, sha256: str | None, timeout: float = ONLINE_T
 
 def online_checks(params: Params) -> Iterator[Check]:
     """Every URL the profile downloads from answers with a file (``--online``)."""
-    for what, url, sha256 in remote_files(params):
-        yield url_check(what, url, sha256)
+    for what, remote in remote_files(params):
+        if remote.url is None:
+            yield Check(what, True, f"a manual download (not probed): {remote.page}")
+        else:
+            yield url_check(what, remote.url, remote.sha256)
 
 
 def bert_checks(params: Params) -> Iterator[Check]:

@@ -1,15 +1,15 @@
 """DVC stage ``speed``: training and inference tokens/s of the attention variants (EST Table 4).
 
-All variants share ``nmt.model`` (one model size), the same initial weights and the evaluation's
-decoding (``nmt.decode``); they run in this process with ``speed.threads`` torch threads, in
-``speed.rounds`` interleaved rounds (``components.nmt.speed.interleaved_variants``): each round
-times every variant's training step by step side by side (the order shuffled at every step, so
-a change of the machine's speed falls on all variants alike) and then every variant's decoding,
-in an order shuffled afresh each round (``speed.seed``), and gives every variant's ratio to the
-softmax of the same round. The median
-of the per-round ratios is reported with its spread (quartiles, range, IQR ÷ median); a phase
-whose spread exceeds ``components.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged
-as a warning (the stage still writes its outputs).
+All variants share one model size (``speed.model``, else ``nmt.model``), the same initial weights
+and the evaluation's decoding (``nmt.decode``); they run in this process with ``speed.threads``
+torch threads, in ``speed.rounds`` interleaved rounds
+(``components.nmt.speed.interleaved_variants``): each round times every variant's training step by
+step side by side (the order shuffled at every step, so a change of the machine's speed falls on
+all variants alike) and then every variant's decoding, in an order shuffled afresh each round
+(``speed.seed``), and gives every variant's ratio to the softmax of the same round. The median of
+the per-round ratios is reported with its spread (quartiles, range, IQR ÷ median); a phase whose
+spread exceeds ``components.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged as a
+warning (the stage still writes its outputs).
 
 Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax,
 its relative spread and the median round's tokens/s, train and inference) and
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def main(stage: Stage) -> None:
     settings = stage.settings("speed", SpeedSettings)
-    config = stage.settings("nmt.model", TransformerConfig)
+    config = settings.model or stage.settings("nmt.model", TransformerConfig)
     decode = stage.settings("nmt.decode", DecodeSettings)
     stage.require_entries("speed.corpus", [settings.corpus], "corpora")
     torch.set_num_threads(settings.threads)

@@ -19,7 +19,7 @@ head analysis reads the question words of that language).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -170,9 +170,9 @@ def corpus_fields(settings: CorpusSettings) -> tuple[str, ...]:
     return PAIR_FIELDS
 
 
-def load_corpus(settings: CorpusSettings) -> Mapping[str, Rows]:
+def load_corpus(settings: CorpusSettings) -> Mapping[str, Rows | Iterable[tuple[str, ...]]]:
     """The rows of every split of the corpus ``settings`` describe: (source, target) pairs, or
-    the fields of :func:`corpus_fields`."""
+    the fields of :func:`corpus_fields` (an iterable to read once for a streamed download)."""
     if isinstance(settings, GeneratedCorpus):
         # The order of the splits decides which slice of the one generated corpus each gets.
         sizes = {split: settings.sizes[split] for split in settings.splits}

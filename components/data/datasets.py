@@ -4,11 +4,16 @@ Every entry names its ``source``:
 
 * ``digits`` — scikit-learn's 8×8 digits (shipped with the package; offline), split by ``seed``;
 * ``mnist`` / ``fashion_mnist`` — the idx archives, downloaded into ``cache`` with resume and
-  pinned SHA-256 sums; validation = the last ``valid_size`` training images (the thesis);
+  pinned SHA-256 sums; validation = the last ``valid_size`` training images (``split: last``,
+  the thesis), or for MNIST ``split: released_ssvae``: the released SSVAE code's index files
+  (5K labelled, 45K unlabelled, 10K validation; the labelled images are then fixed);
 * ``digits_game`` — signalling-game features derived offline from the digits (fixed random ReLU
   features; concepts = digit class × k-means cluster);
 * ``egg`` — the user's signalling-game files in the EGG format: ``features`` (HDF5, VGG fc7) and
-  ``labels`` (pickled concept per image).
+  ``labels`` (pickled concept per image), split at random by ``seed``;
+* ``egg_released`` — EGG's ``train/`` and ``test/`` feature folders, downloaded from ``url``
+  (EGG's link) into ``cache`` or put there by hand, split as the released code of Correia et al.
+  (2020) splits them (validation games from the training images, test games from ``test/``).
 
 Split sizes (``valid_size``, ``test_size``) are counts (int ≥ 1) or fractions (float in (0, 1)).
 A built dataset is stored as one ``torch.save`` file: {"kind": "images" | "game", "splits":
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,12 +33,22 @@ import torch
 
 from components.checkpoints import load_file
 from components.data.atomic import atomic_write_bytes
-from components.data.images import ImageSet, ImageSplits, digits_splits, fetch_images, split_images
+from components.data.images import (
+    ImageSet,
+    ImageSplits,
+    digits_splits,
+    fetch_images,
+    released_ssvae_split,
+    split_images,
+)
 from components.data.signal_game import (
+    EGG_URL,
     GameData,
     GameSplits,
     digits_game_features,
+    fetch_egg_folders,
     load_egg_features,
+    released_egg_games,
     split_game_data,
 )
 from components.errors import LearnableSparsityError
@@ -72,7 +87,12 @@ class DigitsImages(RandomSplit):
 class IdxImages(Settings):
     source: Literal["mnist", "fashion_mnist"]
     cache: str = "data/cache"
-    valid_size: int = setting(10_000, at_least=1)
+    valid_size: int = setting(10_000, at_least=1)  # split "last" only
+    split: Literal["last", "released_ssvae"] = "last"
+
+    def validate(self) -> None:
+        if self.split == "released_ssvae" and self.source != "mnist":
+            raise SettingsError("split", f"released_ssvae splits MNIST, not {self.source}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,13 +109,21 @@ class EggGame(RandomSplit):
     labels: str
 
 
-DatasetSettings = DigitsImages | IdxImages | DigitsGame | EggGame
+@dataclass(frozen=True, kw_only=True)
+class EggReleased(Settings):
+    source: Literal["egg_released"]
+    cache: str = "data/cache"
+    url: str = EGG_URL
+
+
+DatasetSettings = DigitsImages | IdxImages | DigitsGame | EggGame | EggReleased
 SOURCES: dict[str, type[DatasetSettings]] = {
     "digits": DigitsImages,
     "mnist": IdxImages,
     "fashion_mnist": IdxImages,
     "digits_game": DigitsGame,
     "egg": EggGame,
+    "egg_released": EggReleased,
 }
 
 
@@ -106,8 +134,10 @@ def dataset_settings(data: Any, where: str) -> DatasetSettings:
 
 def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
     """The stored form of the dataset ``settings`` describe."""
-    if isinstance(settings, DigitsGame | EggGame):
-        if isinstance(settings, DigitsGame):
+    if isinstance(settings, DigitsGame | EggGame | EggReleased):
+        if isinstance(settings, EggReleased):
+            game = released_egg_games(fetch_egg_folders(Path(settings.cache), settings.url))
+        elif isinstance(settings, DigitsGame):
             game = digits_game_features(
                 settings.seed,
                 feature_dim=settings.feature_dim,
@@ -118,18 +148,28 @@ def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
         else:
             data = load_egg_features(Path(settings.features), Path(settings.labels))
             game = split_game_data(data, settings.seed, settings.valid_size, settings.test_size)
-        return {"kind": "game", "splits": {s: asdict(getattr(game, s)) for s in SPLITS}}
+        return {"kind": "game", "splits": {s: _fields(getattr(game, s)) for s in SPLITS}}
     if isinstance(settings, DigitsImages):
         splits = digits_splits(settings.seed, settings.valid_size, settings.test_size)
     else:
         arrays = fetch_images(settings.source, Path(settings.cache))
-        splits = split_images(arrays, valid_size=settings.valid_size)
+        if settings.split == "released_ssvae":
+            splits = released_ssvae_split(arrays, Path(settings.cache))
+        else:
+            splits = split_images(arrays, valid_size=settings.valid_size)
     return {
         "kind": "images",
         "levels": splits.levels,
         "side": splits.side,
-        "splits": {s: asdict(getattr(splits, s)) for s in SPLITS},
+        "labelled": splits.labelled,
+        "splits": {s: _fields(getattr(splits, s)) for s in SPLITS},
     }
+
+
+def _fields(split: object) -> dict[str, Any]:
+    """A split's fields, not copied (``dataclasses.asdict`` deep-copies every tensor): splits
+    that share their images (the released game's train and valid) are then stored once."""
+    return {field.name: getattr(split, field.name) for field in fields(split)}
 
 
 def save_dataset(stored: Mapping[str, Any], path: Path) -> dict[str, int]:
@@ -152,7 +192,8 @@ def load_images(path: Path) -> ImageSplits:
     """The image dataset stored at ``path``."""
     stored = _load(path, "images")
     sets = {split: ImageSet(**stored["splits"][split]) for split in SPLITS}
-    return ImageSplits(**sets, levels=stored["levels"], side=stored["side"])
+    labelled = stored.get("labelled")  # fixed by the split, or None
+    return ImageSplits(**sets, levels=stored["levels"], side=stored["side"], labelled=labelled)
 
 
 def load_game(path: Path) -> GameSplits:

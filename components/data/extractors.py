@@ -15,66 +15,166 @@ automatic post-editing corpus. Four layouts cover the corpora of
   releases (the WMT APE data).
 
 :func:`read_members` reads members of a zip (``zipfile``) or tar(.gz) (``tarfile``) archive by
-path suffix, each suffix matching exactly one file. Text is kept as published apart from
-stripping whitespace at line ends and decoding XML entities in WIT3 ``<seg>`` elements: no
-tokenization, truecasing or length filter. Undecodable text, line-aligned files of different
-lengths, a file that is neither a zip nor a tar archive, an archive member that is missing or
-ambiguous and a parquet file without the language fields raise a
-:class:`~components.errors.LearnableSparsityError` naming the file.
+path suffix, looking into archives inside the archive too (a repository's "all files of the item"
+zip holds the published archives), each wanted file given as one suffix or as alternatives (the
+names a release used) that must match exactly one file; the log names the file each matched.
+Text is kept as published apart from stripping whitespace at line ends and decoding XML entities
+in WIT3 ``<seg>`` elements: no tokenization, truecasing or length filter. Undecodable text,
+line-aligned files of different lengths, a file that is neither a zip nor a tar archive, an
+archive member that is missing or ambiguous and a parquet file without the language fields raise
+a :class:`~components.errors.LearnableSparsityError` naming the file.
 """
 
 from __future__ import annotations
 
 import html
+import io
+import itertools
+import logging
 import re
+import shutil
 import tarfile
 import zipfile
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from pathlib import Path, PurePosixPath
+from typing import IO, Protocol, TypeVar
 
-from components.data.local import Pairs, Rows, align_lines, decode_lines, pair_lines
+from components.data.atomic import atomic_writer
+from components.data.local import (
+    Pairs,
+    Rows,
+    align_lines,
+    aligned_line_stream,
+    decode_lines,
+    pair_lines,
+)
 from components.errors import LearnableSparsityError
+
+_log = logging.getLogger(__name__)
+
+# Members with these endings are archives themselves, searched like the outer one.
+NESTED_ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
+# How many of an archive's file names an error about a missing member lists.
+LISTED_NAMES = 30
+# Bytes per read when a member is copied out of its archive (copy_members).
+COPY_CHUNK = 1 << 20
+
+# A wanted member: one path suffix, or alternative suffixes of which exactly one file must match.
+Wanted = str | tuple[str, ...]
 
 
 def _member_matches(name: str, suffix: str) -> bool:
     return name == suffix or name.endswith("/" + suffix)
 
 
-def read_members(archive: Path, suffixes: Collection[str]) -> dict[str, bytes]:
-    """Bytes of the members of a zip or tar(.gz) ``archive`` whose paths end with each suffix.
+# opens a member of an archive for reading, as a binary stream
+Opener = Callable[[], IO[bytes]]
+T = TypeVar("T")
 
-    A suffix is a path relative to any folder of the archive (``data/tok/kyoto-dev.en`` matches
-    ``kftt-data-1.0/data/tok/kyoto-dev.en``); each must match exactly one file.
-    """
-    found: dict[str, list[tuple[str, bytes]]] = {suffix: [] for suffix in suffixes}
 
-    def offer(name: str, read: Callable[[], bytes]) -> None:
-        for suffix in found:
-            if _member_matches(name, suffix):
-                found[suffix].append((name, read()))
+def _files(archive: Path | io.BytesIO, prefix: str = "") -> Iterator[tuple[str, Opener]]:
+    """(path, open) of every file of a zip or tar(.gz), an archive inside it searched as a folder
+    of its name (``all.zip`` holding ``TrainDev.zip`` holding ``train.src``: ``TrainDev.zip/
+    train.src``; an inner archive is read into memory). ``open`` is valid until the next file is
+    produced."""
+
+    def entry(name: str, opener: Opener) -> Iterator[tuple[str, Opener]]:
+        if name.lower().endswith(NESTED_ARCHIVES):
+            with opener() as inner:
+                yield from _files(io.BytesIO(inner.read()), f"{prefix}{name}/")
+        else:
+            yield f"{prefix}{name}", opener
 
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zipped:
             for info in zipped.infolist():
                 if not info.is_dir():
-                    offer(info.filename, lambda info=info: zipped.read(info))
+                    yield from entry(info.filename, lambda info=info: zipped.open(info))
     elif tarfile.is_tarfile(archive):
-        with tarfile.open(archive, "r:*") as tarred:
+        if isinstance(archive, io.BytesIO):
+            archive.seek(0)  # is_tarfile read its head
+        source = {"name": archive} if isinstance(archive, Path) else {"fileobj": archive}
+        with tarfile.open(mode="r:*", **source) as tarred:
             for member in tarred:  # one pass: a compressed tar cannot seek back cheaply
                 if member.isfile():
-                    offer(member.name, lambda member=member: tarred.extractfile(member).read())
+                    yield from entry(member.name, lambda member=member: tarred.extractfile(member))
     else:
-        raise LearnableSparsityError(f"{archive} is neither a zip nor a tar archive")
-    members: dict[str, bytes] = {}
-    for suffix, matches in found.items():
-        if len(matches) != 1:
-            names = [name for name, _ in matches]
+        where = prefix.rstrip("/") or archive
+        raise LearnableSparsityError(f"{where} is neither a zip nor a tar archive")
+
+
+def read_members(archive: Path, wanted: Collection[Wanted]) -> dict[Wanted, bytes]:
+    """Bytes of the members of a zip or tar(.gz) ``archive`` whose paths end with each suffix
+    (see :func:`find_members`)."""
+    return {key: data for key, (_, data) in find_members(archive, wanted).items()}
+
+
+def find_members(archive: Path, wanted: Collection[Wanted]) -> dict[Wanted, tuple[str, bytes]]:
+    """The path and bytes of the members of a zip or tar(.gz) ``archive`` whose paths end with
+    each suffix.
+
+    A suffix is a path relative to any folder of the archive or of an archive inside it
+    (``data/tok/kyoto-dev.en`` matches ``kftt-data-1.0/data/tok/kyoto-dev.en``); a tuple of
+    suffixes gives the names different releases used. Each wanted member must match exactly one
+    file; the log names the file each one matched, and a missing one's error lists the archive's
+    files.
+    """
+
+    def read(_: str, opener: Opener) -> bytes:
+        with opener() as stream:
+            return stream.read()
+
+    return _matching_members(archive, wanted, read)
+
+
+def copy_members(
+    archive: Path, wanted: Collection[Wanted], directory: Path
+) -> dict[Wanted, tuple[str, Path]]:
+    """The path of each member of ``archive`` matched as :func:`find_members` matches them and
+    the file it was copied to in ``directory`` (streamed a MiB at a time, atomically), for
+    members too large to hold in memory."""
+
+    def copy(name: str, opener: Opener) -> Path:
+        target = directory / f"{len(copied)}-{PurePosixPath(name).name}"
+        with opener() as stream, atomic_writer(target) as handle:
+            shutil.copyfileobj(stream, handle, COPY_CHUNK)
+        copied.append(target)
+        return target
+
+    copied: list[Path] = []
+    return _matching_members(archive, wanted, copy)
+
+
+def _matching_members(
+    archive: Path, wanted: Collection[Wanted], take: Callable[[str, Opener], T]
+) -> dict[Wanted, tuple[str, T]]:
+    """The path of the one member matching each wanted suffix (or alternatives) and what
+    ``take(path, open)`` made of it; a missing or ambiguous member raises, naming the archive's
+    files."""
+    found: dict[Wanted, list[tuple[str, T]]] = {key: [] for key in wanted}
+    names: list[str] = []
+    for name, opener in _files(archive):
+        names.append(name)
+        for key, matches in found.items():
+            suffixes = (key,) if isinstance(key, str) else key
+            if any(_member_matches(name, suffix) for suffix in suffixes):
+                matches.append((name, take(name, opener)))
+    members: dict[Wanted, tuple[str, T]] = {}
+    for key, matches in found.items():
+        described = repr(key) if isinstance(key, str) else " or ".join(map(repr, key))
+        if not matches:
+            listed = ", ".join(names[:LISTED_NAMES]) + (" ..." if len(names) > LISTED_NAMES else "")
             raise LearnableSparsityError(
-                f"{archive} must hold exactly one file ending in {suffix!r}, found {names}"
+                f"{archive} holds no file ending in {described}; its {len(names)} files: {listed}"
             )
-        members[suffix] = matches[0][1]
+        if len(matches) > 1:
+            raise LearnableSparsityError(
+                f"{archive} must hold exactly one file ending in {described}, found "
+                f"{[name for name, _ in matches]}"
+            )
+        _log.info("%s: %s is %s", archive.name, described, matches[0][0])
+        members[key] = matches[0]
     return members
 
 
@@ -83,9 +183,10 @@ class Extractor(Protocol):
 
     def extract(
         self, files: Mapping[str, Path], source_lang: str, target_lang: str
-    ) -> Mapping[str, Rows]:
+    ) -> Mapping[str, Rows | Iterable[tuple[str, ...]]]:
         """``files`` maps each :class:`~components.data.registry.RemoteFile` name to its
-        downloaded path."""
+        downloaded path; a split's rows are a sequence, or an iterable to read once where the
+        extractor streams them."""
         ...
 
 
@@ -162,11 +263,11 @@ class TextFiles:
 @dataclass(frozen=True)
 class Member:
     """A text file inside a downloaded archive: the archive's
-    :class:`~components.data.registry.RemoteFile` name and the member's path suffix (see
-    :func:`read_members`)."""
+    :class:`~components.data.registry.RemoteFile` name and the member's path suffix, or the
+    alternative suffixes of the names releases used (see :func:`read_members`)."""
 
     archive: str
-    path: str
+    path: Wanted
 
 
 @dataclass(frozen=True)
@@ -176,35 +277,56 @@ class AlignedMembers:
 
     ``splits`` maps each split to its parts, concatenated in order (e.g. the training sets of two
     releases), each part naming one :class:`Member` per field. The member names describe the
-    published archives, so they are data of the registry entry rather than code.
+    published archives, so they are data of the registry entry rather than code. With
+    ``streamed`` (a corpus of several GB) the members are copied out of their archive into
+    ``<archive>.members/`` beside it and each split's rows are read from there line by line, in
+    one pass (:func:`~components.data.local.aligned_line_stream`), never held in memory whole.
     """
 
     splits: Mapping[str, tuple[tuple[Member, ...], ...]]
+    streamed: bool = False
 
     def extract(
         self, files: Mapping[str, Path], source_lang: str, target_lang: str
-    ) -> dict[str, Rows]:
+    ) -> dict[str, Rows | Iterable[tuple[str, ...]]]:
         """Rows of every split, one string per field (the languages are not needed: the members
-        name the fields)."""
-        wanted: dict[str, set[str]] = {}
+        name the fields); an iterable read once where ``streamed``."""
+        wanted: dict[str, dict[Wanted, None]] = {}  # in the order given (errors name the first)
         for parts in self.splits.values():
             for part in parts:
                 for member in part:
-                    wanted.setdefault(member.archive, set()).add(member.path)
+                    wanted.setdefault(member.archive, {})[member.path] = None
+        if self.streamed:
+            copies = {
+                Member(archive, path): found
+                for archive, paths in wanted.items()
+                for path, found in copy_members(
+                    files[archive],
+                    paths,
+                    files[archive].with_name(f"{files[archive].name}.members"),
+                ).items()
+            }
+            return {
+                split: itertools.chain.from_iterable(
+                    aligned_line_stream(
+                        [(f"{files[m.archive]}:{copies[m][0]}", copies[m][1]) for m in part]
+                    )
+                    for part in parts
+                )
+                for split, parts in self.splits.items()
+            }
         contents = {
-            Member(archive, path): data
+            Member(archive, path): found
             for archive, paths in wanted.items()
-            for path, data in read_members(files[archive], paths).items()
+            for path, found in find_members(files[archive], paths).items()
         }
 
         def rows(part: Sequence[Member]) -> Rows:
-            labels = [f"{files[member.archive]}:{member.path}" for member in part]
-            return align_lines(
-                [
-                    (label, decode_lines(contents[member], label))
-                    for member, label in zip(part, labels, strict=True)
-                ]
-            )
+            labelled = [
+                (f"{files[member.archive]}:{contents[member][0]}", contents[member][1])
+                for member in part
+            ]
+            return align_lines([(label, decode_lines(data, label)) for label, data in labelled])
 
         return {
             split: [row for part in parts for row in rows(part)]

@@ -8,12 +8,15 @@ the expected SHA-256:
   ``Range`` request, up to :data:`DEFAULT_ATTEMPTS` transfers per call, and a partial file left
   by the last attempt stays for the next call to resume. Progress is a tqdm bar.
 * **Checksums.** The expected digest is the one given, else the one recorded in
-  ``<file>.sha256`` by the first successful download (entries whose source can move, such as the
-  Hugging Face ``main`` revisions, pin none). The finished file is checked against it and renamed
+  ``<file>.sha256`` by the first successful download (entries that pin none, such as the
+  Hugging Face ``main`` revision of wmt/wmt16). The finished file is checked against it and renamed
   into place atomically; a mismatch moves the bad file to ``<file>.corrupt`` and raises a
   :class:`~components.errors.LearnableSparsityError` naming the file and both digests.
 * **Offline.** An unreachable host raises a ``LearnableSparsityError`` naming the URL and pointing
   to the ``local`` corpus source (:mod:`components.data.local`); an HTTP error names its status.
+* **Pages.** No file the project downloads is a web page: an answer of type ``text/html`` (a
+  licence form, a login or an error page served with status 200, as data repositories do) is
+  refused before a byte is kept, naming the URL and the file to put in the cache by hand.
 
 :func:`sha256_of` is the digest used throughout (also for files the pipelines record).
 """
@@ -39,6 +42,8 @@ DEFAULT_TIMEOUT = 60.0  # seconds without data before a connection counts as los
 DEFAULT_ATTEMPTS = 3  # transfers of one file (each resuming the previous one)
 USER_AGENT = "learnable-sparsity-corpus-downloader/0.1"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# Content types of a web page, never of a corpus file.
+WEB_PAGE_TYPES = ("text/html", "application/xhtml")
 
 _log = logging.getLogger(__name__)
 
@@ -102,6 +107,13 @@ def _transfer(url: str, part: Path, *, progress: bool, timeout: float) -> None:
             "and use the `local` corpus source with plain-text parallel files"
         ) from None
     with response:
+        kind = response.headers.get("Content-Type", "").lower()
+        if kind.startswith(WEB_PAGE_TYPES):
+            raise LearnableSparsityError(
+                f"download of {url} answers a web page ({kind}), not the file: a licence, login "
+                f"or error page? Open the URL in a browser and save the file as "
+                f"{part.with_name(part.name.removesuffix('.part'))} (the cache uses it as it is)"
+            )
         resumed = offset > 0 and response.status == 206
         if resumed and not response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
             raise LearnableSparsityError(

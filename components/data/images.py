@@ -14,8 +14,11 @@ the image ``side``.
   the pinned SHA-256 digests, cached under ``<cache_dir>/<name>/``) and parsed by
   :func:`read_idx`. :func:`split_images` takes the validation images out of the training set:
   by default the last 10,000 (the thesis; pass ``valid_size=5000`` for the released Fashion-MNIST
-  code, which validates on images 55,000–59,999) or, with a ``seed``, a random subset (the
-  released SSVAE code's random 10,000).
+  code, which validates on images 55,000–59,999) or, with a ``seed``, a random subset.
+  :func:`released_ssvae_split` splits MNIST as the released SSVAE code does, by its three index
+  files (:data:`RELEASED_SSVAE_SPLIT`: 5,000 labelled, 45,000 unlabelled, 10,000 validation
+  images drawn once by the authors), downloaded from the authors' repository at a fixed commit and
+  checked against the SHA-256 of those files; the labelled images are then fixed too.
 
 Model inputs and targets: :func:`binarize` draws dynamic Bernoulli binarisations (a fresh one
 each time an image is used, as in the released SSVAE code) and :func:`quantize` turns images back
@@ -101,6 +104,7 @@ class ImageSplits:
     test: ImageSet
     levels: int
     side: int
+    labelled: Tensor | None = None  # fixed labelled training images (indices), if the split has
 
     @property
     def pixels(self) -> int:
@@ -110,11 +114,22 @@ class ImageSplits:
     def semi_supervised(
         self, fraction: float, seed: int, *, stratified: bool = True
     ) -> tuple[ImageSet, ImageSet]:
-        """Labelled and unlabelled parts of ``train`` (see :func:`labelled_split`)."""
-        labelled, unlabelled = labelled_split(
-            self.train.labels, fraction, seed, stratified=stratified
-        )
-        return self.train.subset(labelled), self.train.subset(unlabelled)
+        """Labelled and unlabelled parts of ``train``: the split's own labelled images where it
+        fixes them (their share must be ``fraction``), else drawn (see :func:`labelled_split`)."""
+        if self.labelled is None:
+            labelled, unlabelled = labelled_split(
+                self.train.labels, fraction, seed, stratified=stratified
+            )
+            return self.train.subset(labelled), self.train.subset(unlabelled)
+        n = len(self.train.labels)
+        if round(fraction * n) != len(self.labelled):
+            raise LearnableSparsityError(
+                f"the split fixes {len(self.labelled)} labelled images of {n} "
+                f"({len(self.labelled) / n:g}); the labelled fraction asks for {fraction}"
+            )
+        keep = torch.ones(n, dtype=torch.bool)
+        keep[self.labelled] = False
+        return self.train.subset(self.labelled), self.train.subset(torch.nonzero(keep)[:, 0])
 
 
 @dataclass(frozen=True)
@@ -323,6 +338,79 @@ def _checked_labels(path: Path, spec: ImageDatasetSpec, count: int) -> np.ndarra
             f"{path} holds label {int(labels.max())}; {spec.name} has {spec.num_classes} classes"
         )
     return labels.astype(np.int64)
+
+
+# The released SSVAE split (deep-spin/sparse-marginalization-lvm, data/semi_supervised-vae/
+# test_train_splits/), pinned to a commit and to the SHA-256 of each file at that commit.
+SSVAE_SPLIT_URL = (
+    "https://raw.githubusercontent.com/deep-spin/sparse-marginalization-lvm/"
+    "9d27ec0fd58ea2eb58d79bca23a0051f1b143ebe/data/semi_supervised-vae/test_train_splits/"
+)
+SSVAE_SPLIT_FOLDER = "ssvae_split"  # under the cache
+RELEASED_SSVAE_SPLIT: dict[str, tuple[str, str, int]] = {  # role: file, SHA-256, images
+    "labelled": (
+        "labeled_train_indx.npy",
+        "b223e21a0c6602df165494116112086fc430a6db9dc5567166060283f08c070a",
+        5_000,
+    ),
+    "unlabelled": (
+        "unlabeled_train_indx.npy",
+        "b3acf09c73ccb1006006aeb109692c132f38e72d9afd0c4d8566f96d3aa741c7",
+        45_000,
+    ),
+    "valid": (
+        "validation_indx.npy",
+        "9b67a1579d2fa1da2f9f10331383fe40baae2cd6cea8bc9fe25dd0987cbc7ac0",
+        10_000,
+    ),
+}
+
+
+def released_ssvae_split(
+    arrays: ImageArrays,
+    cache_dir: str | os.PathLike[str],
+    base_url: str | None = None,
+    *,
+    progress: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> ImageSplits:
+    """MNIST split by the released SSVAE code's index files: train = its labelled then its
+    unlabelled images (``labelled`` fixes the first), valid = its validation images, test = the
+    official test set. The files are downloaded into ``<cache_dir>/ssvae_split/`` (``base_url``
+    replaces the repository's, the digests still apply) and must be disjoint index arrays of the
+    published sizes inside the training set."""
+    base = (base_url or SSVAE_SPLIT_URL).rstrip("/")
+    root = Path(cache_dir) / SSVAE_SPLIT_FOLDER
+    n = arrays.train_images.shape[0]
+    indices: dict[str, np.ndarray] = {}
+    for role, (name, sha256, size) in RELEASED_SSVAE_SPLIT.items():
+        path = download(f"{base}/{name}", root / name, sha256, progress=progress, timeout=timeout)
+        values = np.load(path, allow_pickle=False)
+        if (
+            values.shape != (size,)
+            or values.dtype.kind not in "iu"
+            or not (values.min() >= 0 and values.max() < n)
+        ):
+            raise LearnableSparsityError(
+                f"{path} must hold {size} image indices in [0, {n}), got {values.dtype} "
+                f"of shape {values.shape}"
+            )
+        indices[role] = values.astype(np.int64)
+    everything = np.concatenate(list(indices.values()))
+    if np.unique(everything).size != everything.size:
+        raise LearnableSparsityError(f"the index files in {root} overlap: an image in two parts")
+    train = np.concatenate([indices["labelled"], indices["unlabelled"]])
+    side = arrays.train_images.shape[1]
+    return ImageSplits(
+        train=_image_set(arrays.train_images[train], arrays.train_labels[train]),
+        valid=_image_set(
+            arrays.train_images[indices["valid"]], arrays.train_labels[indices["valid"]]
+        ),
+        test=_image_set(arrays.test_images, arrays.test_labels),
+        levels=IDX_LEVELS,
+        side=side,
+        labelled=torch.arange(len(indices["labelled"])),
+    )
 
 
 def fetch_images(

@@ -22,13 +22,15 @@ different numbers of lines (every file and its count).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
+import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.data.atomic import atomic_write_text
+from components.data.atomic import atomic_writer
 from components.errors import LearnableSparsityError
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
@@ -139,25 +141,68 @@ def load_local_corpus(
 
 
 def write_corpus(
-    directory: Path, splits: Mapping[str, Rows], fields: Sequence[str] = PAIR_FIELDS
+    directory: Path,
+    splits: Mapping[str, Iterable[tuple[str, ...]]],
+    fields: Sequence[str] = PAIR_FIELDS,
 ) -> dict[str, Any]:
     """A ``<split>.<field>`` file for every split and field (atomically) and their description:
     sizes and the SHA-256 of every file.
 
     ``fields`` names the files of a split, one per element of its rows: :data:`PAIR_FIELDS` for
-    a parallel corpus, :data:`TRIPLET_FIELDS` for an APE corpus.
+    a parallel corpus, :data:`TRIPLET_FIELDS` for an APE corpus. Each split's rows are read
+    once, in one pass, so they may stream (:func:`aligned_line_stream`).
     """
-    digests = {}
+    digests, sizes = {}, {}
     for split, rows in splits.items():
-        if any(len(row) != len(fields) for row in rows):
-            raise LearnableSparsityError(
-                f"{split}: every row must hold one string per field {list(fields)}"
+        names = [f"{split}.{field}" for field in fields]
+        hashes = [hashlib.sha256() for _ in fields]
+        count = 0
+        with contextlib.ExitStack() as files:
+            handles = [files.enter_context(atomic_writer(directory / name)) for name in names]
+            for row in rows:
+                if len(row) != len(fields):
+                    raise LearnableSparsityError(
+                        f"{split}: every row must hold one string per field {list(fields)}"
+                    )
+                for text, handle, digest in zip(row, handles, hashes, strict=True):
+                    line = (text + "\n").encode("utf-8")
+                    handle.write(line)
+                    digest.update(line)
+                count += 1
+        sizes[split] = count
+        digests.update({name: h.hexdigest() for name, h in zip(names, hashes, strict=True)})
+    return {"sizes": sizes, "sha256": digests}
+
+
+def aligned_line_stream(files: Sequence[tuple[str, Path]]) -> Iterator[tuple[str, ...]]:
+    """The rows of line-aligned text files read line by line, never whole (inputs of several
+    GB): one stripped string per file of ``(name, path)``, decoded as :func:`decode_lines`
+    decodes; raises, naming the file and line, on undecodable text or when one file ends first.
+    """
+    with contextlib.ExitStack() as opened:
+        handles = [opened.enter_context(path.open("rb")) for _, path in files]
+        for number, lines in enumerate(itertools.zip_longest(*handles), start=1):
+            if any(line is None for line in lines):
+                ended = [name for (name, _), line in zip(files, lines, strict=True) if line is None]
+                raise LearnableSparsityError(
+                    f"line-aligned files differ in length: {ended} end after {number - 1} lines, "
+                    f"the others go on ({[name for name, _ in files]})"
+                )
+            yield tuple(
+                _decode_line(line, name, number)
+                for (name, _), line in zip(files, lines, strict=True)
             )
-        for index, field in enumerate(fields):
-            text = "".join(row[index] + "\n" for row in rows)
-            atomic_write_text(directory / f"{split}.{field}", text)
-            digests[f"{split}.{field}"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return {"sizes": {split: len(rows) for split, rows in splits.items()}, "sha256": digests}
+
+
+def _decode_line(line: bytes, name: str, number: int) -> str:
+    if number == 1 and line.startswith(codecs.BOM_UTF8):
+        line = line[len(codecs.BOM_UTF8) :]
+    try:
+        return line.decode("utf-8").strip()
+    except UnicodeDecodeError as err:
+        raise LearnableSparsityError(
+            f"{name}: line {number} is not valid UTF-8 ({err.reason} at byte {err.start})"
+        ) from None
 
 
 def read_corpus(directory: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, Pairs]:

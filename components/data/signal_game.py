@@ -6,11 +6,11 @@ each: a :class:`GameData`, split by images into a :class:`GameSplits`.
 
 Two sources:
 
-* :func:`load_egg_features` — the EGG / Lazaridou et al. files, for users who have them (they are
-  not publicly downloadable): an HDF5 file of VGG fc7 features (``ours_images_single_sm0.h5``,
-  ``[N, 4096]``; EGG reads the file's one dataset, usually ``dataset_1``) and a pickled sequence
-  with the concept label of each image (``ours_images_single_sm0.objects``, e.g. ImageNet
-  concept names). Rows are L2-normalised as in EGG.
+* :func:`load_egg_features` — the EGG / Lazaridou et al. files: an HDF5 file of VGG fc7
+  features (``ours_images_single_sm0.h5``, ``[N, 4096]``; EGG reads the file's one dataset,
+  usually ``dataset_1``) and a pickled sequence with the concept label of each image
+  (``ours_images_single_sm0.objects``, e.g. ImageNet concept names). Rows are L2-normalised as
+  in EGG.
 * :func:`digits_game_features` — an offline smoke stand-in built from scikit-learn's 8×8 digits:
   a fixed random projection of the 64 pixels followed by a ReLU (non-negative like fc7
   activations), L2-normalised. Concepts are finer than the 10 digit classes, so that 16
@@ -20,13 +20,21 @@ Two sources:
   network); the seed only draws the train / valid / test split.
 
 :func:`split_game_data` splits any :class:`GameData` at random by images; every split keeps the
-global concept ids and names.
+global concept ids and names. :func:`released_egg_games` instead splits as the released code of
+Correia et al. (2020) does: EGG's ``train/`` and ``test/`` folders (as EGG's
+``egg/zoo/signal_game/README.md`` links them for download, :data:`EGG_URL`, and
+deep-spin/sparse-marginalization-lvm reads them), validation games drawn from the training
+images, test games from the test folder; :func:`fetch_egg_folders` downloads and unpacks them
+(streaming: the ImageNet features are gigabytes) or uses folders already in the cache.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import shutil
+import tarfile
+import zipfile
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from components.data.fetch import DEFAULT_TIMEOUT, download
 from components.data.images import resolve_size
 from components.errors import LearnableSparsityError
 
@@ -229,6 +238,99 @@ def load_egg_features(
     if normalize:
         features = _l2_normalized(features, str(features_path))
     return GameData(features, concepts, tuple(str(label) for label in ids))
+
+
+# --------------------------------------------------------------------------- EGG's released folders
+
+# Where EGG's signal_game README links "the data used in the paper". What the address serves (an
+# archive, and of which kind) is not documented: fetch_egg_folders takes a zip or tar archive and
+# refuses anything else, naming the folders to put in the cache by hand.
+EGG_URL = "https://dl.fbaipublicfiles.com/signaling_game_data"
+EGG_PARTS = ("train", "test")
+EGG_FILES = ("ours_images_single_sm0.h5", "ours_images_single_sm0.objects")
+EGG_FOLDER = "signal_game"  # under the cache: <cache>/signal_game/{train,test}/<EGG_FILES>
+
+
+def egg_members(root: Path) -> list[Path]:
+    """The six files of EGG's folders under ``root``."""
+    return [root / part / name for part in EGG_PARTS for name in EGG_FILES]
+
+
+def fetch_egg_folders(
+    cache_dir: str | os.PathLike[str],
+    url: str = EGG_URL,
+    *,
+    progress: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Path:
+    """``<cache_dir>/signal_game`` holding ``train/`` and ``test/`` with :data:`EGG_FILES` each:
+    as found there (put by hand, or unpacked before), else downloaded from ``url`` as one zip or
+    tar archive and the six files unpacked from it, found under any folder, one at a time."""
+    root = Path(cache_dir) / EGG_FOLDER
+    wanted = egg_members(root)
+    if all(path.is_file() for path in wanted):
+        return root
+    archive = download(url, root / "download", progress=progress, timeout=timeout)
+    suffixes = {f"{path.parent.name}/{path.name}": path for path in wanted}
+    found: set[str] = set()
+
+    def unpack(name: str, stream_of) -> None:
+        for suffix, target in suffixes.items():
+            if name == suffix or name.endswith("/" + suffix):
+                if suffix in found:
+                    raise LearnableSparsityError(f"{archive} holds {suffix!r} more than once")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(target.name + ".part")
+                with stream_of() as source, open(partial, "wb") as out:
+                    shutil.copyfileobj(source, out, 1 << 20)
+                os.replace(partial, target)
+                found.add(suffix)
+
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zipped:
+            for info in zipped.infolist():
+                if not info.is_dir():
+                    unpack(info.filename, lambda info=info: zipped.open(info))
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive, "r:*") as tarred:
+            for member in tarred:
+                if member.isfile():
+                    unpack(member.name, lambda member=member: tarred.extractfile(member))
+    else:
+        raise LearnableSparsityError(
+            f"{url} sent neither a zip nor a tar archive ({archive}): put EGG's train/ and test/ "
+            f"folders (each with {', '.join(EGG_FILES)}) into {root} by hand"
+        )
+    missing = sorted(set(suffixes) - found)
+    if missing:
+        raise LearnableSparsityError(f"{archive} holds no {missing}: the folders need {EGG_FILES}")
+    return root
+
+
+def released_egg_games(root: str | os.PathLike[str], *, normalize: bool = True) -> GameSplits:
+    """The released code's split of EGG's folders under ``root``: train = ``train/``, valid =
+    the same images (its validation games are drawn from the training features with another
+    seed), test = ``test/``; concept ids shared by both folders (in order of first appearance,
+    train first), rows L2-normalised with ``normalize``."""
+    root = Path(root)
+    ids: dict[Hashable, int] = {}
+    parts = {}
+    for part in EGG_PARTS:
+        features_path, labels_path = root / part / EGG_FILES[0], root / part / EGG_FILES[1]
+        features = _read_features(features_path, None)
+        labels = _read_labels(labels_path)
+        if len(labels) != features.shape[0]:
+            raise LearnableSparsityError(
+                f"label file {labels_path} has {len(labels)} labels but feature file "
+                f"{features_path} has {features.shape[0]} rows"
+            )
+        concepts = torch.tensor([ids.setdefault(label, len(ids)) for label in labels])
+        if normalize:
+            features = _l2_normalized(features, str(features_path))
+        parts[part] = (features, concepts.long())
+    names = tuple(str(label) for label in ids)
+    train, test = (GameData(*parts[part], names) for part in EGG_PARTS)
+    return GameSplits(train=train, valid=train, test=test)
 
 
 # --------------------------------------------------------------------------- digits stand-in

@@ -15,7 +15,9 @@ E_π[ℓ] goes through :func:`components.lvm.methods.expected_loss` and H(π) is
 method's discrete π (for Gumbel methods: of Cat(softmax(s)), as in Jang et al. 2017).
 
 Labelled (x, y):  −ELBO(x, y) + w · c(s, y), the classifier term c being the sparsemax loss for
-the ``sparsemax`` method and −log softmax(s)_y otherwise.
+the ``sparsemax`` method and −log softmax(s)_y otherwise. The loss of a step is the labelled
+batch's mean plus u times the unlabelled batch's mean (``unlabelled_weight`` u: 1, or the
+released code's 45,000 / 5,000 = 9, the ratio of unlabelled to labelled images).
 
 The experiment (:func:`setup`, settings :class:`SsvaeSettings`): a ``labelled_fraction`` of the
 training images keep their labels; each step draws a labelled and an unlabelled batch (after the
@@ -49,10 +51,11 @@ from components.lvm.training import (
     Cell,
     LvmSettings,
     Setup,
+    WarmStart,
     evaluation_generator,
     sample_batch,
 )
-from components.settings import SettingsError, setting
+from components.settings import Settings, SettingsError, setting
 
 
 class SSVAE(nn.Module):
@@ -123,9 +126,10 @@ def loss(
     step: int,
     *,
     classifier_weight: float = 1.0,
+    unlabelled_weight: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    r"""Training loss: mean unlabelled −ELBO(x) + mean labelled [−ELBO(x, y) + w·c(s, y)].
+    r"""Training loss: u · mean unlabelled −ELBO(x) + mean labelled [−ELBO(x, y) + w·c(s, y)].
 
     ``batch_unlabelled`` [B, P] binary; ``batch_labelled`` = (x [B', P] binary, y [B'] long);
     either may be None (not both; labelled only = pre-training). Returns the loss to
@@ -153,9 +157,9 @@ def loss(
             generator=generator,
         )
         kl = log_k - expectation.entropy
-        terms.append((expectation.estimate.surrogate + kl).mean())
+        terms.append(unlabelled_weight * (expectation.estimate.surrogate + kl).mean())
         metrics["unlabelled_nelbo"] = float((expectation.estimate.loss + kl).detach().mean())
-        value += metrics["unlabelled_nelbo"]
+        value += unlabelled_weight * metrics["unlabelled_nelbo"]
         metrics |= expectation_metrics(method, expectation)
     if batch_labelled is not None:
         x, y = batch_labelled
@@ -196,13 +200,29 @@ def elbo(
 
 
 @dataclass(frozen=True, kw_only=True)
+class WarmStartSettings(Settings):
+    """Params ``lvm.ssvae.warm_start``: the released code's warm start (a separate run on the
+    labelled images at rate ``lr``, its best checkpoint by validation loss loaded with a fresh
+    optimizer), the validation −ELBO taken every ``validate_every`` steps."""
+
+    lr: float = setting(above=0)
+    validate_every: int = setting(at_least=1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SsvaeSettings(LvmSettings):
     """Params ``lvm.ssvae``: the shared keys (:class:`LvmSettings`) and the M2 model and data.
 
     ``labelled_fraction`` of the training images labelled; ``latent_dim`` (H of h),
     ``classifier_hidden`` and ``hidden`` layer sizes of :class:`SSVAE`; ``classifier_weight`` w
-    of the labelled classifier term; the first ``pretrain_steps`` steps train on labelled
-    batches only (fewer than ``steps``, or the unlabelled data would never be seen).
+    of the labelled classifier term; ``unlabelled_weight`` u of the unlabelled term; the first
+    ``pretrain_steps`` steps train on labelled batches only (fewer than ``steps``, or the
+    unlabelled data would never be seen). Without ``warm_start`` they are the first steps of
+    one run (one optimizer, the method's rate); with it they are the released code's warm start
+    (:class:`WarmStartSettings`, :class:`~components.lvm.training.WarmStart`): the main phase
+    starts from the weights of the lowest validation −ELBO (exact, under the method's normaliser
+    family: sparsemax for ``sparsemax``, softmax otherwise), with a fresh Adam and its Gumbel
+    temperature schedule starting afresh.
     """
 
     KNOWN_METHODS: ClassVar[tuple[str, ...]] = METHODS["categorical"]
@@ -213,7 +233,9 @@ class SsvaeSettings(LvmSettings):
     classifier_hidden: tuple[int, ...] = setting(at_least=1)
     hidden: tuple[int, ...] = setting(at_least=1)
     classifier_weight: float = setting(at_least=0)
+    unlabelled_weight: float = setting(1.0, above=0)
     pretrain_steps: int = setting(at_least=0)
+    warm_start: WarmStartSettings | None = None
 
     def validate(self) -> None:
         super().validate()
@@ -223,6 +245,8 @@ class SsvaeSettings(LvmSettings):
                 f"must be < steps ({self.steps}), or no step sees the unlabelled images; "
                 f"got {self.pretrain_steps}",
             )
+        if self.warm_start is not None and self.pretrain_steps == 0:
+            raise SettingsError("warm_start", "needs pretrain_steps > 0 (its length)")
 
 
 def setup(
@@ -240,6 +264,8 @@ def setup(
         cell.method, "categorical", gumbel_rate=settings.gumbel_rate, nvil_features=data.pixels
     )
     size = settings.batch_size
+    # a warm-started run's main phase starts its temperature schedule at 0, as a new run would
+    schedule_start = 0 if settings.warm_start is None else settings.pretrain_steps
 
     def step_fn(step: int) -> tuple[Tensor, dict[str, float]]:
         picked = sample_batch(len(labelled), size, generator)
@@ -253,8 +279,9 @@ def setup(
             method,
             batch_unlabelled,
             batch_labelled,
-            step,
+            max(step - schedule_start, 0),
             classifier_weight=settings.classifier_weight,
+            unlabelled_weight=settings.unlabelled_weight,
             generator=generator,
         )
 
@@ -264,4 +291,17 @@ def setup(
         nelbo = -elbo(model, method, x, fixed).mean()
         return {"accuracy": accuracy(model, x, data.test.labels), "test_nelbo": float(nelbo)}
 
-    return Setup(model, method, step_fn, evaluate)
+    warm_start = None
+    if settings.warm_start is not None:
+
+        def validation_nelbo() -> float:
+            fixed = evaluation_generator()
+            return float(-elbo(model, method, binarize(data.valid.images, fixed), fixed).mean())
+
+        warm_start = WarmStart(
+            settings.pretrain_steps,
+            settings.warm_start.lr,
+            settings.warm_start.validate_every,
+            validation_nelbo,
+        )
+    return Setup(model, method, step_fn, evaluate, warm_start)

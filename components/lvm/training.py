@@ -23,10 +23,11 @@ import logging
 import math
 import statistics
 import time
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, Self, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -134,10 +135,15 @@ class Cell:
     bits: int | None = None
 
     @property
+    def series(self) -> str:
+        """``[D<bits>/]<method>``: the cell's name without its seed (what ``overrides`` keys)."""
+        prefix = "" if self.bits is None else f"D{self.bits}/"
+        return f"{prefix}{self.method}"
+
+    @property
     def key(self) -> str:
         """``[D<bits>/]<method>/seed<seed>``: the cell's name in paths and logs."""
-        prefix = "" if self.bits is None else f"D{self.bits}/"
-        return f"{prefix}{self.method}/seed{self.seed}"
+        return f"{self.series}/seed{self.seed}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,8 +152,13 @@ class LvmSettings(Settings):
 
     ``data``: the image or game data set; ``methods`` × ``seeds``: the grid; ``steps`` Adam steps
     on batches of ``batch_size``, learning rate ``lr`` (a table: an entry per method, ``default``
-    for the others); ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
+    for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
+    ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
     metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
+    ``overrides``: settings of single series of cells, keyed by :attr:`Cell.series` (``sparsemap``,
+    or ``D128/sparsemap`` where D is an axis), e.g. ``{D128/sparsemap: {batch_size: 16}}``: the
+    released scripts set some values per method and size (any key but the grid's axes, ``data``
+    and ``overrides``; a per-method table's key takes the cell's value).
 
     A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
     keyed by method), ``GRID`` (its fields that are grid axes rather than a run's settings) and
@@ -166,9 +177,11 @@ class LvmSettings(Settings):
     steps: int = setting(at_least=1)
     batch_size: int = setting(at_least=1)
     lr: dict[str, float] = setting(above=0)
+    weight_decay: float = setting(0.0, at_least=0)
     gumbel_rate: float = setting(at_least=0)
     log_every: int = setting(at_least=1)
     checkpoint_every: int = setting(at_least=1)
+    overrides: dict[str, dict[str, float]] | None = None
 
     def validate(self) -> None:
         for axis in self.GRID:
@@ -187,6 +200,48 @@ class LvmSettings(Settings):
                 raise SettingsError(
                     key, f"has {unknown}: neither {DEFAULT!r} nor one of {sorted(known)}"
                 )
+        for series, values in (self.overrides or {}).items():
+            self._check_series(series)
+            try:
+                self._overridden(values)
+            except SettingsError as error:
+                raise error.within(f"overrides.{series}") from None
+
+    def _check_series(self, series: str) -> None:
+        """Refuse an ``overrides`` key that cannot name a series of this experiment's cells."""
+        *size, method = series.split("/")
+        sized = "bits" in self.GRID
+        if (
+            method not in self.KNOWN_METHODS
+            or len(size) != sized
+            or (sized and not (size[0].startswith("D") and size[0][1:].isdigit()))
+        ):
+            form = "D<bits>/<method>" if sized else "<method>"
+            raise SettingsError(
+                "overrides",
+                f"has {series!r}, which is not {form} with a method of "
+                f"{sorted(self.KNOWN_METHODS)}",
+            )
+
+    def _overridden(self, values: Mapping[str, float]) -> Self:
+        """These settings with ``values`` in place (an override of one series, already resolved
+        to its cell: no overrides left); integer keys take whole numbers only."""
+        fixed = {*self.GRID, "data", "overrides"}
+        known = [f.name for f in dataclasses.fields(self) if f.name not in fixed]
+        hints = typing.get_type_hints(type(self))
+        replaced: dict[str, Any] = {}
+        for key, value in values.items():
+            if key not in known:
+                raise SettingsError(key, f"cannot be overridden per cell; choose from {known}")
+            if key in self.PER_METHOD:
+                replaced[key] = {DEFAULT: value}
+            elif hints[key] is int:
+                if not float(value).is_integer():
+                    raise SettingsError(key, f"must be a whole number, got {value}")
+                replaced[key] = int(value)
+            else:
+                replaced[key] = value
+        return dataclasses.replace(self, overrides=None, **replaced)
 
     def per_method(self, key: str, method: str) -> float:
         """The value of the per-method table ``key`` (``lr``, …) for ``method``: its own entry,
@@ -198,21 +253,25 @@ class LvmSettings(Settings):
         """The grid: methods × seeds in params order (one method's seeds together)."""
         return [Cell(method, seed) for method in self.methods for seed in self.seeds]
 
-    def for_cell(self, cell: Cell) -> LvmSettings:
-        """These settings narrowed to ``cell``: its grid axes hold only the cell's values and each
-        per-method table only the cell's value (as ``default``). A one-cell grid whose settings
+    def for_cell(self, cell: Cell) -> Self:
+        """These settings narrowed to ``cell``: its grid axes hold only the cell's values, each
+        per-method table only the cell's value (as ``default``) and its series' overrides are in
+        place. A one-cell grid whose settings
         say exactly what the cell's run depends on (the pipeline fingerprints them)."""
         values = {"methods": (cell.method,), "seeds": (cell.seed,), "bits": (cell.bits,)}
         axes = {axis: values[axis] for axis in self.GRID}
         tables = {key: {DEFAULT: self.per_method(key, cell.method)} for key in self.PER_METHOD}
-        return dataclasses.replace(self, **axes, **tables)
+        narrowed = dataclasses.replace(self, **axes, **tables, overrides=None)
+        return narrowed._overridden((self.overrides or {}).get(cell.series, {}))
 
     def run_settings(self, cell: Cell) -> dict[str, Any]:
         """The settings the run of ``cell`` depends on (what its checkpoint is checked against):
-        every field but the grid axes, each per-method table resolved for the cell's method (so
-        that another method's entry leaves this run alone), and the cell itself."""
-        values = {k: v for k, v in dataclasses.asdict(self).items() if k not in self.GRID}
-        tables = {key: self.per_method(key, cell.method) for key in self.PER_METHOD}
+        every field but the grid axes, each per-method table and override resolved for the cell
+        (so that another method's entry leaves this run alone), and the cell itself."""
+        narrowed = self.for_cell(cell)
+        skipped = {*self.GRID, "overrides"}
+        values = {k: v for k, v in dataclasses.asdict(narrowed).items() if k not in skipped}
+        tables = {key: narrowed.per_method(key, cell.method) for key in self.PER_METHOD}
         return values | tables | dataclasses.asdict(cell)
 
 
@@ -222,15 +281,31 @@ S = TypeVar("S", bound=LvmSettings)
 D = TypeVar("D")
 
 
+@dataclass(frozen=True)
+class WarmStart:
+    """A first phase of a run, as the released SSVAE code's separate warm-start run: its ``steps``
+    steps train at rate ``lr``; every ``every`` steps and at its end ``score()`` (lower is
+    better, e.g. a validation loss, drawn from :func:`evaluation_generator`) is taken, and the
+    run goes on from the model weights of the best score with a fresh optimizer at the method's
+    rate, as a run loaded from the warm start's best checkpoint would."""
+
+    steps: int
+    lr: float
+    every: int
+    score: Callable[[], float]
+
+
 class Setup(NamedTuple):
     """What an experiment's ``setup`` builds for a cell: the ``model``, the ``method`` (its
-    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator)
-    and ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`)."""
+    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator),
+    ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`) and an
+    optional ``warm_start`` phase."""
 
     model: nn.Module
     method: Method
     step_fn: StepFn
     evaluate: Callable[[], dict[str, float]]
+    warm_start: WarmStart | None = None
 
 
 # setup(settings, data, cell, generator) -> Setup
@@ -246,6 +321,21 @@ class Result:
 
     metrics: dict[str, float]
     curves: dict[str, tuple[list[int], list[float]]]
+
+
+def _score_warm_start(
+    warm: WarmStart, model: nn.Module, step: int, best: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The warm start's best (``at``: score and step, ``model``: a copy of its weights) after
+    scoring ``model`` at ``step`` (the first of equal scores stays)."""
+    model.eval()
+    with torch.no_grad():
+        score = float(warm.score())
+    model.train()
+    if best is not None and best["at"][0] <= score:
+        return best
+    weights = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    return {"at": (score, step), "model": weights}
 
 
 def sample_batch(n: int, size: int, generator: torch.Generator) -> Tensor:
@@ -272,7 +362,8 @@ def train_and_evaluate(
 ) -> Result:
     r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
 
-    Seeds the global torch RNG (model initialisation) and the run's generator (batches,
+    ``settings`` are narrowed to the cell first (:meth:`LvmSettings.for_cell`). Seeds the global
+    torch RNG (model initialisation) and the run's generator (batches,
     binarisation, sampling estimators) with ``cell.seed``, then builds the experiment with
     ``setup(settings, data, cell, generator)`` and trains it with Adam at the method's ``lr``
     over the model and method parameters, ``checkpoint_every`` steps at a time. After each chunk
@@ -289,15 +380,24 @@ def train_and_evaluate(
     identical files and numbers.
     """
     name = cell.key if name is None else name
+    settings = settings.for_cell(cell)  # the cell's own lr, overrides, … in place
     torch.manual_seed(cell.seed)
     generator = torch.Generator().manual_seed(cell.seed)
-    model, method, step_fn, evaluate = setup(settings, data, cell, generator)
-    optimizer = torch.optim.Adam(
-        [*model.parameters(), *method.parameters()], lr=settings.per_method("lr", cell.method)
-    )
+    model, method, step_fn, evaluate, warm = setup(settings, data, cell, generator)
+    lr = settings.per_method("lr", cell.method)
+
+    def adam(rate: float) -> Optimizer:
+        parameters = [*model.parameters(), *method.parameters()]
+        return torch.optim.Adam(parameters, lr=rate, weight_decay=settings.weight_decay)
+
+    def warming(at: int) -> bool:
+        return warm is not None and at < warm.steps
+
+    optimizer = adam(warm.lr if warming(0) else lr)
     run_settings = settings.run_settings(cell) | {"provenance": dict(provenance or {})}
     checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)
     step, history = 0, History()
+    best: dict[str, Any] | None = None  # the warm start's best so far: score, step, model
     state = checkpoint.load()
     if state is not None:
         if state["step"] > settings.steps:
@@ -306,10 +406,12 @@ def train_and_evaluate(
                 f"steps={settings.steps}; remove it to train from scratch"
             )
         model.load_state_dict(state["model"])
+        if not warming(state["step"]):
+            optimizer = adam(lr)
         optimizer.load_state_dict(state["optimizer"])
         method.load_state_dict(state["method"])
         restore_rng(state["rng"], generator)
-        step, history = state["step"], History(**state["history"])
+        step, history, best = state["step"], History(**state["history"]), state.get("best")
         log.info("%s: resuming from %s at step %d", name, directory, step)
 
     start, first = time.perf_counter(), step
@@ -322,12 +424,20 @@ def train_and_evaluate(
             "%s: step %d/%d loss %.4f ETA %.0fs", name, at + 1, settings.steps, metrics["loss"], eta
         )
 
+    def next_stop(at: int) -> int:
+        """Where the chunk from ``at`` ends: a checkpoint, the end, or a warm-start score."""
+        every = settings.checkpoint_every
+        stop = min(settings.steps, (at // every + 1) * every)
+        if warm is not None and warming(at):
+            stop = min(stop, warm.steps, (at // warm.every + 1) * warm.every)
+        return stop
+
     while step < settings.steps:
-        chunk = min(settings.checkpoint_every, settings.steps - step)
+        stop = next_stop(step)
         part = fit(
             step_fn,
             optimizer,
-            chunk,
+            stop - step,
             method=name,
             log_every=settings.log_every,
             on_log=progress,
@@ -335,7 +445,19 @@ def train_and_evaluate(
         )
         history.steps += part.steps
         history.records += part.records
-        step += chunk
+        step = stop
+        if (
+            warm is not None
+            and step <= warm.steps
+            and (step % warm.every == 0 or step == warm.steps)
+        ):
+            best = _score_warm_start(warm, model, step, best)
+            if step == warm.steps:
+                log.info("%s: warm start's best score %.4f at step %d", name, *best["at"])
+                model.load_state_dict(best["model"])
+                optimizer, best = adam(lr), None
+        if step % settings.checkpoint_every and step < settings.steps:
+            continue
         if before_checkpoint is not None:
             before_checkpoint(step)
         state = {
@@ -345,6 +467,7 @@ def train_and_evaluate(
             "rng": rng_state(generator),
             "step": step,
             "history": dataclasses.asdict(history),
+            "best": best,
         }
         checkpoint.save(state, final=step == settings.steps)
     model.eval()

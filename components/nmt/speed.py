@@ -366,7 +366,9 @@ class SpeedSettings(Settings):
     inference, ``rounds`` rounds in orders shuffled with ``seed``, with ``threads`` torch threads:
     ``train_steps`` updates (after ``warmup_steps`` untimed ones) on token batches of
     ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
-    of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes."""
+    of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes. ``model``:
+    the architecture timed, or None for the trained models' (``nmt.model``): EST timed its
+    IWSLT architecture, not the Transformer-Base of its WMT runs."""
 
     corpus: str
     variants: tuple[str, ...] = setting(distinct=True)
@@ -378,6 +380,7 @@ class SpeedSettings(Settings):
     max_tokens: int = setting(2500, at_least=1)
     infer_sentences: int = setting(128, at_least=1)
     batch_sentences: int = setting(128, at_least=1)
+    model: TransformerConfig | None = None
 
     def validate(self) -> None:
         unknown = [v for v in self.variants if v not in NORMALIZERS]

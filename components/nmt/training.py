@@ -16,6 +16,16 @@ and the Noam form d^{-1/2} · min(s^{-1/2}, s · warmup^{-3/2}) is peak = (d · 
 last update s = max_steps,
     lr(s) = peak · min(s / warmup, (max_steps + 1 − s) / (max_steps + 1 − warmup)).
 
+Update size and weight averaging (OpenNMT-py's options, which the APE paper's released config
+sets): with ``accumulate`` = n > 1 one update sums the gradients of n consecutive batches,
+normalised by their target tokens together (``accum_count``; an epoch's last update may take
+fewer). With ``average_decay`` = d > 0 an exponential moving average of the parameters follows
+training (``average_decay``; the thesis' checkpoint smoothing): the first update copies θ, and
+after update s
+    avg ← (1 − w) avg + w θ,    w = max(d, 1 − (s + 1)/(s + 10)),
+so that w starts near 1 and falls towards d. Validation and the ``step<N>.pt`` weights (hence
+decoding and checkpoint averaging) are the average's; the resume checkpoint keeps both.
+
 The loop (:func:`train`, nanoGPT-style): each epoch's token batches come from a seed derived
 from (seed, epoch), so the data order is a pure function of the settings. A checkpoint
 (``components.checkpoints``) holds the model, optimizer, scheduler, the torch RNG state
@@ -76,6 +86,8 @@ class TrainingSettings(Settings):
     clip_norm: float = setting(1.0, at_least=0)  # 0: no clipping
     weight_decay: float = setting(0.0, at_least=0)
     alpha_lr_scale: float = setting(1.0, above=0)  # α logits' lr / the others' (AST: 1)
+    accumulate: int = setting(1, at_least=1)  # batches per update (OpenNMT's accum_count)
+    average_decay: float = setting(0.0, at_least=0, below=1)  # 0: no weight averaging
     log_every: int = setting(10, at_least=1)
     validate_every: int = setting(200, at_least=1)
     checkpoint_every: int = setting(200, at_least=1)
@@ -190,7 +202,7 @@ def build_optimizer(
 
 def train_step(
     model: Seq2Seq,
-    batch: Batch,
+    batch: Batch | Sequence[Batch],
     optimizer: Optimizer,
     scheduler: LRScheduler,
     clip_norm: float,
@@ -199,25 +211,31 @@ def train_step(
     step: int,
     variant: str,
 ) -> dict[str, float]:
-    """One update on the per-token label-smoothed loss; returns its metrics.
+    """One update on the per-token label-smoothed loss of ``batch``, or of several batches
+    accumulated (normalised by all their target tokens); returns its metrics.
 
     Gradients are clipped to global norm ``clip_norm`` (0 disables clipping). A non-finite
     loss or gradient norm raises ``LearnableSparsityError`` naming ``step`` and ``variant``
     before the parameters are touched. Metrics: loss and nll per target token, tokens,
     grad_norm (before clipping) and the learning rate used.
     """
+    batches = [batch] if isinstance(batch, Batch) else list(batch)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    logits = model(batch.src, batch.tgt_in)
-    loss_sum, nll_sum, n_tokens = label_smoothed_nll(
-        logits, batch.tgt_out, label_smoothing, model.config.pad_id
-    )
-    loss = loss_sum / max(n_tokens, 1)
-    if not torch.isfinite(loss):
-        raise LearnableSparsityError(
-            f"non-finite loss {loss.item()} at step {step} of variant {variant!r}"
+    pad_id = model.config.pad_id
+    n_tokens = sum(int((b.tgt_out != pad_id).sum()) for b in batches)
+    loss_total, nll_total = 0.0, 0.0
+    for part in batches:  # one backward per batch: only one batch's activations at a time
+        loss_sum, nll_sum, _ = label_smoothed_nll(
+            model(part.src, part.tgt_in), part.tgt_out, label_smoothing, pad_id
         )
-    loss.backward()
+        loss = loss_sum / max(n_tokens, 1)
+        if not torch.isfinite(loss):
+            raise LearnableSparsityError(
+                f"non-finite loss {loss.item()} at step {step} of variant {variant!r}"
+            )
+        loss.backward()
+        loss_total, nll_total = loss_total + loss.item(), nll_total + nll_sum.item()
     max_norm = clip_norm if clip_norm > 0 else math.inf
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     if not torch.isfinite(grad_norm):
@@ -228,8 +246,8 @@ def train_step(
     optimizer.step()
     scheduler.step()
     return {
-        "loss": loss.item(),
-        "nll": nll_sum.item() / max(n_tokens, 1),
+        "loss": loss_total,
+        "nll": nll_total / max(n_tokens, 1),
         "tokens": float(n_tokens),
         "grad_norm": grad_norm.item(),
         "lr": lr,
@@ -251,6 +269,31 @@ def validation_nll(model: Seq2Seq, examples: Sequence[Example], max_tokens: int)
         total, tokens = total + nll.item(), tokens + n
     model.train(was_training)
     return total / max(tokens, 1)
+
+
+def update_average(
+    average: dict[str, Tensor] | None, model: nn.Module, step: int, decay: float
+) -> dict[str, Tensor]:
+    """The moving average of ``model``'s parameters after update ``step`` (see the module
+    docstring): a copy at the first call, then (1 − w) avg + w θ with
+    w = max(decay, 1 − (step + 1)/(step + 10))."""
+    params = {name: p.detach().float() for name, p in model.named_parameters()}
+    if average is None:
+        return {name: value.clone() for name, value in params.items()}
+    weight = max(decay, 1 - (step + 1) / (step + 10))
+    return {name: (1 - weight) * average[name] + weight * params[name] for name in average}
+
+
+def with_average(
+    state: Mapping[str, Tensor], average: Mapping[str, Tensor] | None
+) -> dict[str, Tensor]:
+    """The state dict ``state`` with its parameters replaced by their ``average`` (if any)."""
+    if average is None:
+        return dict(state)
+    return {
+        name: average[name].to(value.dtype) if name in average else value
+        for name, value in state.items()
+    }
 
 
 def _alphas(model: Seq2Seq) -> dict[str, list[float]]:
@@ -299,6 +342,7 @@ def train(
     # The updates since the last logged step (their average is the next record): kept in the
     # checkpoint, so that a resumed run logs the same averages as one never interrupted.
     window: list[dict[str, float]] = []
+    average: dict[str, Tensor] | None = None  # the parameters' moving average (average_decay)
     resume = Checkpoint(checkpoint_dir, asdict(settings), resumable=settings.resumable())
     state = resume.load(map_location=device)
     if state is not None:
@@ -308,6 +352,7 @@ def train(
         restore_rng(state["rng"])
         step, epoch, position = state["step"], state["epoch"], state["position"]
         history, window = TrainingHistory(**state["history"]), state["window"]
+        average = state.get("average")
         log.info("%s: resuming from %s at step %d", variant, resume.path, step)
 
     def checkpoint(final: bool = False) -> None:
@@ -316,9 +361,11 @@ def train(
         # This step's weights before last.pt, the resume point: a run killed between the two
         # resumes from the save before and writes these weights again (identically), so no
         # save goes missing from the checkpoint average, as it would in the other order.
-        save_atomic({"model": model.state_dict(), "step": step}, checkpoint_dir / f"step{step}.pt")
+        weights = with_average(model.state_dict(), average)
+        save_atomic({"model": weights, "step": step}, checkpoint_dir / f"step{step}.pt")
         state = {
             "model": model.state_dict(),
+            "average": average,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "rng": rng_state(),
@@ -334,7 +381,13 @@ def train(
             old.unlink()
 
     def record_validation() -> None:
-        nll = validation_nll(model, valid_set, settings.max_tokens)
+        if average is None:
+            nll = validation_nll(model, valid_set, settings.max_tokens)
+        else:  # the averaged weights are the ones kept: validate those (as OpenNMT does)
+            trained = {name: value.clone() for name, value in model.state_dict().items()}
+            model.load_state_dict(with_average(model.state_dict(), average))
+            nll = validation_nll(model, valid_set, settings.max_tokens)
+            model.load_state_dict(trained)
         history.valid.append({"step": step, "valid_nll": nll})
         if on_log is not None:
             on_log(step, {"valid_nll": nll, "valid_ppl": math.exp(min(nll, 50.0))})
@@ -349,13 +402,14 @@ def train(
     while step < settings.max_steps:
         order = batches_of(train_set, settings.max_tokens, settings.seed * 100_003 + epoch)
         while position < len(order) and step < settings.max_steps:
-            batch = collate_examples(train_set, order[position], model).to(device)
-            position += 1
+            group = order[position : position + settings.accumulate]
+            batches = [collate_examples(train_set, indices, model).to(device) for indices in group]
+            position += len(group)
             step += 1
             window.append(
                 train_step(
                     model,
-                    batch,
+                    batches,
                     optimizer,
                     scheduler,
                     settings.clip_norm,
@@ -364,6 +418,8 @@ def train(
                     variant=variant,
                 )
             )
+            if settings.average_decay > 0:
+                average = update_average(average, model, step, settings.average_decay)
             if step % settings.log_every == 0 or step == settings.max_steps:
                 elapsed = time.perf_counter() - window_start
                 tokens = sum(m["tokens"] for m in window)
@@ -419,9 +475,12 @@ def weight_files(checkpoint_dir: Path, average_last: int = 1) -> list[Path]:
 
 
 def load_weights(checkpoint_dir: Path, average_last: int = 1) -> dict[str, Tensor]:
-    """Model weights from ``checkpoint_dir``: the final ones, or the mean of the last saves."""
-    states = [load_file(path)["model"] for path in weight_files(checkpoint_dir, average_last)]
-    return states[0] if len(states) == 1 else average_checkpoints(states)
+    """Model weights from ``checkpoint_dir``: the final ones (their moving average where training
+    kept one), or the mean of the last saves (which hold the moving average already)."""
+    states = [load_file(path) for path in weight_files(checkpoint_dir, average_last)]
+    if len(states) == 1:
+        return with_average(states[0]["model"], states[0].get("average"))
+    return average_checkpoints([state["model"] for state in states])
 
 
 def average_checkpoints(state_dicts: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:

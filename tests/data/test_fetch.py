@@ -1,5 +1,5 @@
 """Tests for ``components.data.fetch``: :func:`download` against the loopback HTTP server of
-conftest.py (checksums, resume, cache, the offline error)."""
+tests/loopback.py (checksums, resume, cache, the offline error, web pages)."""
 
 from __future__ import annotations
 
@@ -128,3 +128,17 @@ def test_unreachable_host_suggests_the_local_source(tmp_path: Path) -> None:
 def test_http_error_is_named(server: LoopbackServer, tmp_path: Path) -> None:
     with pytest.raises(LearnableSparsityError, match=r"/missing\.bin failed: HTTP 404"):
         download(server.url("/missing.bin"), tmp_path / "missing.bin", progress=False)
+
+
+def test_a_web_page_where_a_file_was_expected_is_refused(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    """A repository that answers its licence form with status 200: nothing is kept or recorded."""
+    server.files["/item/train.zip"] = b"<html><form>accept the licence</form></html>"
+    server.content_types["/item/train.zip"] = "text/html;charset=UTF-8"
+    dest = tmp_path / "cache" / "train.zip"
+    with pytest.raises(LearnableSparsityError) as error:
+        download(server.url("/item/train.zip"), dest, progress=False)
+    assert "answers a web page (text/html" in str(error.value)
+    assert server.url("/item/train.zip") in str(error.value) and str(dest) in str(error.value)
+    assert not any(dest.parent.iterdir())

@@ -1,11 +1,12 @@
 """Tests for ``components.data.images``: digits splits, idx parsing, downloads from the loopback
-HTTP server of conftest.py, the train/valid
+HTTP server of tests/loopback.py, the train/valid
 split, binarisation, quantisation and the labelled split."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
+from components.data import datasets, images
 from components.data.images import (
     IDX_FILES,
     IMAGE_DATASETS,
@@ -27,6 +29,7 @@ from components.data.images import (
     labelled_split,
     quantize,
     read_idx,
+    released_ssvae_split,
     split_images,
 )
 from components.errors import LearnableSparsityError
@@ -232,6 +235,86 @@ def test_split_images_with_a_seed_is_random_and_deterministic() -> None:
     assert torch.unique(pooled, dim=0).shape[0] == 50
 
 
+def _npy(values: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def released_split(server: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """Index files laid out as the released SSVAE code's (a permutation of 60,000 cut 5K / 45K /
+    10K, int64 .npy), served with their own digests in place of the pinned ones."""
+    order = np.random.default_rng(0).permutation(60_000)
+    parts = {"labelled": order[:5_000], "unlabelled": order[5_000:50_000], "valid": order[50_000:]}
+    files, pins = {}, {}
+    for role, (name, _, size) in images.RELEASED_SSVAE_SPLIT.items():
+        files[name] = _npy(parts[role])
+        server.files[f"/split/{name}"] = files[name]
+        pins[role] = (name, hashlib.sha256(files[name]).hexdigest(), size)
+    monkeypatch.setattr(images, "RELEASED_SSVAE_SPLIT", pins)
+    return {"url": server.url("/split"), **files}
+
+
+def _sixty_thousand() -> ImageArrays:
+    """60,000 training images of 2×2 pixels whose first pixel is their index modulo 256."""
+    train = np.zeros((60_000, 2, 2), dtype=np.uint8)
+    train[:, 0, 0] = np.arange(60_000) % 256
+    return ImageArrays(
+        train_images=train,
+        train_labels=np.arange(60_000, dtype=np.int64) % 10,
+        test_images=np.zeros((3, 2, 2), dtype=np.uint8),
+        test_labels=np.arange(3, dtype=np.int64),
+    )
+
+
+def test_the_released_ssvae_split_takes_its_index_files(
+    released_split: dict[str, bytes], tmp_path: Path
+) -> None:
+    splits = released_ssvae_split(
+        _sixty_thousand(), tmp_path, released_split["url"], progress=False
+    )
+    order = np.random.default_rng(0).permutation(60_000)
+    assert (len(splits.train), len(splits.valid), len(splits.test)) == (50_000, 10_000, 3)
+    assert torch.equal(splits.train.labels, torch.from_numpy(order[:50_000] % 10))
+    assert torch.equal(splits.valid.labels, torch.from_numpy(order[50_000:] % 10))
+    assert torch.equal(splits.labelled, torch.arange(5_000))
+    labelled, unlabelled = splits.semi_supervised(0.1, seed=7)  # the seed draws nothing here
+    assert torch.equal(labelled.labels, torch.from_numpy(order[:5_000] % 10))
+    assert torch.equal(unlabelled.labels, torch.from_numpy(order[5_000:50_000] % 10))
+    with pytest.raises(LearnableSparsityError, match=r"fixes 5000 labelled images of 50000"):
+        splits.semi_supervised(0.2, seed=0)
+    cached = sorted(p.name for p in (tmp_path / "ssvae_split").glob("*.npy"))
+    assert cached == sorted(name for name, _, _ in images.RELEASED_SSVAE_SPLIT.values())
+
+
+def test_released_index_files_that_overlap_or_stray_are_refused(
+    released_split: dict[str, bytes], server: LoopbackServer, tmp_path: Path, monkeypatch
+) -> None:
+    overlapping = np.concatenate([np.arange(50_000, 55_000), np.arange(55_000 - 1, 60_000 - 1)])
+    pins = dict(images.RELEASED_SSVAE_SPLIT)
+    name, _, size = pins["valid"]
+    server.files[f"/split/{name}"] = _npy(overlapping)
+    pins["valid"] = (name, hashlib.sha256(_npy(overlapping)).hexdigest(), size)
+    monkeypatch.setattr(images, "RELEASED_SSVAE_SPLIT", pins)
+    with pytest.raises(LearnableSparsityError, match="overlap"):
+        released_ssvae_split(
+            _sixty_thousand(), tmp_path / "a", released_split["url"], progress=False
+        )
+    stray = np.arange(55_000, 65_000)
+    server.files[f"/split/{name}"] = _npy(stray)
+    pins["valid"] = (name, hashlib.sha256(_npy(stray)).hexdigest(), size)
+    with pytest.raises(LearnableSparsityError, match=r"validation_indx\.npy must hold 10000"):
+        released_ssvae_split(
+            _sixty_thousand(), tmp_path / "b", released_split["url"], progress=False
+        )
+
+
+def test_the_pinned_split_is_the_authors_commit() -> None:
+    assert "/9d27ec0fd58ea2eb58d79bca23a0051f1b143ebe/" in images.SSVAE_SPLIT_URL
+    assert [size for _, _, size in images.RELEASED_SSVAE_SPLIT.values()] == [5_000, 45_000, 10_000]
+
+
 # --------------------------------------------------------------------------- model inputs
 
 
@@ -289,3 +372,18 @@ def test_semi_supervised_views_and_bad_fractions() -> None:
     for bad in (0.0, 1.0, True):
         with pytest.raises(LearnableSparsityError, match="fraction"):
             labelled_split(splits.train.labels, bad, seed=0)
+
+
+def test_a_stored_released_split_keeps_its_labelled_images(
+    released_split: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(images, "SSVAE_SPLIT_URL", released_split["url"])
+    monkeypatch.setattr(datasets, "fetch_images", lambda source, cache: _sixty_thousand())
+    entry = {"source": "mnist", "cache": str(tmp_path), "split": "released_ssvae"}
+    stored = datasets.build_dataset(datasets.dataset_settings(entry, "images.mnist"))
+    sizes = datasets.save_dataset(stored, tmp_path / "mnist.pt")
+    assert sizes == {"train": 50_000, "valid": 10_000, "test": 3}
+    loaded = datasets.load_images(tmp_path / "mnist.pt")
+    assert torch.equal(loaded.labelled, torch.arange(5_000))
+    with pytest.raises(LearnableSparsityError, match=r"images\.f.*split.*released_ssvae splits"):
+        datasets.dataset_settings({**entry, "source": "fashion_mnist"}, "images.f")

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import re
 import socket
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,11 +36,23 @@ if TYPE_CHECKING:
 
 
 def _served(spec: CorpusSpec, server: LoopbackServer, contents: dict[str, bytes]) -> CorpusSpec:
-    """``spec`` with every file served by ``server`` (``contents``: file name → bytes)."""
+    """``spec`` with every file that has a URL served by ``server`` (``contents``: file name →
+    bytes); a manual download keeps no URL."""
     for name, data in contents.items():
         server.files[f"/{spec.name}/{name}"] = data
-    files = tuple(replace(f, url=server.url(f"/{spec.name}/{f.name}")) for f in spec.files)
+    files = tuple(
+        f if f.url is None else replace(f, url=server.url(f"/{spec.name}/{f.name}"))
+        for f in spec.files
+    )
     return replace(spec, files=files)
+
+
+def _saved_by_hand(spec: CorpusSpec, cache: Path, contents: dict[str, bytes]) -> None:
+    """The manual downloads of ``spec`` put where the user saves them."""
+    for remote in spec.files:
+        if remote.url is None:
+            (cache / spec.name).mkdir(parents=True, exist_ok=True)
+            (cache / spec.name / remote.name).write_bytes(contents[remote.name])
 
 
 def _tar_gz(members: dict[str, str]) -> bytes:
@@ -98,14 +112,17 @@ def _train_tags(lang: str, n: int) -> str:
     return _lines(*lines, *(f"sentence {lang} {i}" for i in range(1, n + 1)), "</doc>")
 
 
-def test_fetch_iwslt17_zip_layout(server: LoopbackServer, tmp_path: Path) -> None:
+def test_fetch_iwslt17_wit3_layout(server: LoopbackServer, tmp_path: Path) -> None:
     members = {f"de-en/train.tags.de-en.{lang}": _train_tags(lang, 4) for lang in ("de", "en")}
     docs = ["IWSLT17.TED.dev2010"] + [f"IWSLT17.TED.tst{year}" for year in range(2010, 2016)]
     for doc in docs:
         for lang in ("de", "en"):
             members[f"de-en/{doc}.de-en.{lang}.xml"] = _wit3_doc([f"{doc} {lang} &amp; more"])
-    spec = _served(CORPORA["iwslt17_de_en"], server, {"de-en.zip": _zip(members)})
-    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    archive = _tar_gz(members)
+    spec = _served(CORPORA["iwslt17_de_en"], server, {"de-en.tgz": archive})
+    assert "/resolve/ebd7c60d" in CORPORA["iwslt17_de_en"].files[0].url  # a pinned revision
+    pinned = (replace(spec.files[0], sha256=hashlib.sha256(archive).hexdigest()),)
+    corpus = fetch_corpus(replace(spec, files=pinned), tmp_path, progress=False)
     assert corpus["train"] == [(f"sentence de {i}", f"sentence en {i}") for i in range(1, 5)]
     assert corpus["valid"] == [("IWSLT17.TED.dev2010 de & more", "IWSLT17.TED.dev2010 en & more")]
     assert [source for source, _ in corpus["test"]] == [f"{doc} de & more" for doc in docs[1:]]
@@ -141,7 +158,11 @@ def test_fetch_iwslt15_plain_files(server: LoopbackServer, tmp_path: Path) -> No
     }
     contents["train.vi"] = _lines("train vi 0", "").encode()  # an empty target line
     spec = _served(CORPORA["iwslt15_en_vi"], server, contents)
-    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    assert all(remote.sha256 for remote in spec.files)  # pinned: the fakes get their own pins
+    pinned = tuple(
+        replace(f, sha256=hashlib.sha256(contents[f.name]).hexdigest()) for f in spec.files
+    )
+    corpus = fetch_corpus(replace(spec, files=pinned), tmp_path, progress=False)
     assert corpus["train"] == [("train en 0", "train vi 0")]  # the pair with an empty side dropped
     assert corpus["test"] == [("tst2013 en 0", "tst2013 vi 0"), ("tst2013 en 1", "tst2013 vi 1")]
 
@@ -186,8 +207,10 @@ def test_registry_entries_are_complete(name: str) -> None:
         assert size is None or (isinstance(size, int) and size > 0)
     names = [f.name for f in spec.files]
     assert len(names) == len(set(names))
-    for remote in spec.files:
-        assert remote.url.startswith(("https://", "http://")) and remote.sha256 is None
+    for remote in spec.files:  # a URL, or a manual download's page
+        address = remote.url if remote.url is not None else remote.page
+        assert address is not None and address.startswith(("https://", "http://"))
+        assert remote.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", remote.sha256)
     extractor = spec.extractor
     if isinstance(extractor, AlignedMembers):  # every part names one member per field
         assert tuple(extractor.splits) == spec.splits
@@ -236,22 +259,53 @@ def _triplet_members(folder: str, stem: str, n: int, fields: tuple[str, ...]) ->
     }
 
 
+def _wmt17_test_members(n: int, fields: tuple[str, ...]) -> dict[str, str]:
+    """WMT17's test files, ``en-de.<field>.test.2017``, lines ``wmt17 test <field> <i>``."""
+    return {
+        f"en-de.{field}.test.2017": _lines(*(f"wmt17 test {field} {i}" for i in range(n)))
+        for field in fields
+    }
+
+
+def _zip_bytes(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+WMT16_ITEM = "wmt16_LRT-1632.zip"
+
+
 def _wmt_ape_archives() -> dict[str, bytes]:
-    """Fake archives with the layout the ``wmt_ape_pbsmt_en_de`` entry declares, in folders (as
-    in the releases) and with decoys (QE labels) that must not be read."""
+    """Fake downloads laid out as LINDAT serves the items (the "all files" zip of each, holding
+    the published archives) and as the releases name their files (WMT16 ``train/train.src``,
+    WMT17 ``en-de.train.src`` and ``en-de.src.test.2017``; Neural Monkey's tutorial, eske/
+    seq2seq), with decoys (QE labels) that must not be read, and the WMT18 test set a user
+    saved by hand."""
     pe = ("src", "mt", "pe")
     train_dev = {
-        **_triplet_members("wmt16/train", "train", 3, pe),
-        **_triplet_members("wmt16/dev", "dev", 2, pe),
-        "wmt16/train/train.hter": _lines("0.1", "0.2", "0.3"),
+        **_triplet_members("train", "train", 3, pe),
+        **_triplet_members("dev", "dev", 2, pe),
+        "train/train.hter": _lines("0.1", "0.2", "0.3"),
     }
+    wmt16 = {
+        "TrainDev.zip": _zip(train_dev),
+        "Test.zip": _zip(_triplet_members("test", "test", 2, ("src", "mt"))),
+        "test_pe.zip": _zip(_triplet_members("test", "test", 2, ("pe",))),
+    }
+    wmt17_train = _tar_gz(
+        {f"en-de.train.{f}": _lines(*(f"wmt17 train {f} {i}" for i in range(2))) for f in pe}
+    )
     return {
-        "wmt16_TrainDev.zip": _zip(train_dev),
-        "wmt16_Test.zip": _zip(_triplet_members("wmt16/test", "test", 2, ("src", "mt"))),
-        "wmt16_test_pe.zip": _zip(_triplet_members("wmt16/test", "test", 2, ("pe",))),
-        "wmt17_train.tar.gz": _tar_gz(_triplet_members("wmt17", "train", 2, pe)),
-        "wmt17_test.tar.gz": _tar_gz(_triplet_members("wmt17", "test", 1, pe)),
-        "wmt18_test_pbsmt.tar.gz": _tar_gz(_triplet_members("wmt18", "test", 2, pe)),
+        WMT16_ITEM: _zip_bytes(wmt16),
+        "wmt17_train_1-1966.zip": _zip_bytes({"train.tar.gz": wmt17_train}),
+        "wmt17_test_LRT-2133.zip": _zip_bytes(
+            {"test.tar.gz": _tar_gz(_wmt17_test_members(1, ("src", "mt")))}
+        ),
+        "wmt17_test_pe_LRT-2483.zip": _zip(_wmt17_test_members(1, ("pe",))),
+        "wmt18_test_pbsmt": _tar_gz(_triplet_members("wmt18", "test", 2, pe)),
     }
 
 
@@ -259,23 +313,32 @@ def _rows(folder: str, stem: str, n: int) -> list[tuple[str, ...]]:
     return [tuple(f"{folder} {stem} {field} {i}" for field in TRIPLET_FIELDS) for i in range(n)]
 
 
-def test_fetch_wmt_ape_triplets_and_write_them(server: LoopbackServer, tmp_path: Path) -> None:
+def test_fetch_wmt_ape_triplets_and_write_them(
+    server: LoopbackServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     archives = _wmt_ape_archives()
     spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
-    corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
+    _saved_by_hand(spec, tmp_path / "cache", archives)
+    with caplog.at_level(logging.INFO, logger="components.data.extractors"):
+        corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
     expected = {
-        "train": _rows("wmt16/train", "train", 3) + _rows("wmt17", "train", 2),
-        "valid": _rows("wmt16/dev", "dev", 2),
-        "test2016": _rows("wmt16/test", "test", 2),
+        "train": _rows("train", "train", 3) + _rows("wmt17", "train", 2),
+        "valid": _rows("dev", "dev", 2),
+        "test2016": _rows("test", "test", 2),
         "test2017": _rows("wmt17", "test", 1),
         "test2018": _rows("wmt18", "test", 2),
     }
     assert corpus == expected
+    # the log names the file each member was read from, inside the archives inside the item
+    assert "'train.src' is TrainDev.zip/train/train.src" in caplog.text
+    assert "'en-de.src.test.2017' or 'test.src' is test.tar.gz/en-de.src.test.2017" in caplog.text
     root = tmp_path / "cache" / spec.name
-    for name, data in archives.items():  # the first download records each file's digest
-        assert (root / f"{name}.sha256").read_text().strip() == hashlib.sha256(data).hexdigest()
+    for remote in spec.files:  # the first download records each downloaded file's digest
+        digest = hashlib.sha256(archives[remote.name]).hexdigest()
+        recorded = root / f"{remote.name}.sha256"
+        assert recorded.read_text().strip() == digest if remote.url else not recorded.exists()
     assert fetch_corpus(spec, tmp_path / "cache", progress=False) == expected  # from the cache
-    assert len(server.requests) == len(archives)
+    assert len(server.requests) == len(archives) - 1  # the manual download is never requested
 
     prepared = tmp_path / "corpora" / spec.name
     meta = write_corpus(prepared, corpus, spec.fields)
@@ -290,14 +353,41 @@ def test_fetch_wmt_ape_triplets_and_write_them(server: LoopbackServer, tmp_path:
 def test_interrupted_ape_download_resumes(server: LoopbackServer, tmp_path: Path) -> None:
     archives = _wmt_ape_archives()
     spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
-    path = f"/{spec.name}/wmt16_TrainDev.zip"
-    server.drop_after[path] = len(archives["wmt16_TrainDev.zip"]) // 2
+    _saved_by_hand(spec, tmp_path, archives)
+    path = f"/{spec.name}/{WMT16_ITEM}"
+    server.drop_after[path] = len(archives[WMT16_ITEM]) // 2
     corpus = fetch_corpus(spec, tmp_path, progress=False)
     assert len(corpus["train"]) == 5
     assert [r for r in server.requests if r[0] == path] == [
         (path, None),
-        (path, f"bytes={len(archives['wmt16_TrainDev.zip']) // 2}-"),
+        (path, f"bytes={len(archives[WMT16_ITEM]) // 2}-"),
     ]
+
+
+def test_a_manual_download_not_saved_yet_names_its_page_and_path(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, _wmt_ape_archives())
+    with pytest.raises(LearnableSparsityError) as error:
+        fetch_corpus(spec, tmp_path, progress=False)
+    message = str(error.value)
+    assert "wmt18_test_pbsmt is a manual download" in message
+    assert "https://www.statmt.org/wmt18/ape-task.html" in message
+    assert str(tmp_path / spec.name / "wmt18_test_pbsmt") in message
+
+
+def test_a_member_under_no_known_name_lists_what_the_archive_holds(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    archives = _wmt_ape_archives()
+    archives["wmt18_test_pbsmt"] = _tar_gz(_triplet_members("wmt18", "ape18", 2, ("src", "mt")))
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    _saved_by_hand(spec, tmp_path, archives)
+    with pytest.raises(LearnableSparsityError) as error:
+        fetch_corpus(spec, tmp_path, progress=False)
+    message = str(error.value)
+    assert "holds no file ending in 'en-de.src.test.2018' or 'test.src'" in message
+    assert "its 2 files: wmt18/ape18.src, wmt18/ape18.mt" in message
 
 
 def test_recorded_digest_guards_a_changed_ape_archive(
@@ -305,37 +395,66 @@ def test_recorded_digest_guards_a_changed_ape_archive(
 ) -> None:
     archives = _wmt_ape_archives()
     spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    _saved_by_hand(spec, tmp_path, archives)
     fetch_corpus(spec, tmp_path, progress=False)
-    (tmp_path / spec.name / "wmt17_test.tar.gz").unlink()
-    server.files[f"/{spec.name}/wmt17_test.tar.gz"] = _tar_gz(
-        _triplet_members("wmt17", "test", 5, TRIPLET_FIELDS)
-    )
-    with pytest.raises(LearnableSparsityError, match=r"wmt17_test\.tar\.gz\.sha256 by an earlier"):
+    (tmp_path / spec.name / "wmt17_test_pe_LRT-2483.zip").unlink()
+    server.files[f"/{spec.name}/wmt17_test_pe_LRT-2483.zip"] = _zip(_wmt17_test_members(5, ("pe",)))
+    with pytest.raises(LearnableSparsityError, match=r"LRT-2483\.zip\.sha256 by an earlier"):
         fetch_corpus(spec, tmp_path, progress=False)
 
 
-def test_fetch_escape_triplets(server: LoopbackServer, tmp_path: Path) -> None:
+def test_fetch_escape_triplets_streaming(tmp_path: Path) -> None:
+    """eSCAPE is a manual download of several GB: the archive the user saved is read, nothing is
+    requested; its members are copied out beside it and the rows stream from there, once."""
     spec = CORPORA["escape_pbsmt_en_de"]
     members = _triplet_members("escape", "en-de.pbsmt", 4, TRIPLET_FIELDS)
     members["escape/en-de.pbsmt.mt"] = _lines("m0", "", "m2", "m3")  # an empty MT line
-    archive = spec.files[0].name
-    corpus = fetch_corpus(
-        _served(spec, server, {archive: _tar_gz(members)}), tmp_path, progress=False
-    )
+    _saved_by_hand(spec, tmp_path / "cache", {spec.files[0].name: _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
     assert list(corpus) == ["train"]
-    assert [row[1] for row in corpus["train"]] == ["m0", "m2", "m3"]  # the empty row dropped
+    assert not isinstance(corpus["train"], Sequence)  # an iterator: nothing read yet
+    copied = tmp_path / "cache" / spec.name / f"{spec.files[0].name}.members"
+    assert sorted(path.name for path in copied.iterdir()) == [
+        "0-en-de.pbsmt.src",
+        "1-en-de.pbsmt.mt",
+        "2-en-de.pbsmt.pe",
+    ]
+    streamed = write_corpus(tmp_path / "streamed", corpus, spec.fields)
+    rows = [
+        (f"escape en-de.pbsmt src {i}", f"m{i}", f"escape en-de.pbsmt pe {i}") for i in (0, 2, 3)
+    ]
+    assert (
+        read_triplets(tmp_path / "streamed", ("train",))["train"] == rows
+    )  # the empty row dropped
+    listed = write_corpus(tmp_path / "listed", {"train": rows}, spec.fields)
+    assert streamed == listed  # the same files, sizes and digests as from a list
+
+
+def test_a_streamed_corpus_names_the_file_that_ends_first(tmp_path: Path) -> None:
+    spec = CORPORA["escape_pbsmt_en_de"]
+    members = _triplet_members("escape", "en-de.pbsmt", 3, TRIPLET_FIELDS)
+    members["escape/en-de.pbsmt.pe"] = _lines("p0", "p1")
+    _saved_by_hand(spec, tmp_path, {spec.files[0].name: _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    with pytest.raises(LearnableSparsityError) as err:
+        write_corpus(tmp_path / "prepared", corpus, spec.fields)
+    message = str(err.value)
+    assert "line-aligned files differ in length" in message
+    assert re.search(r"\['[^']*:escape/en-de\.pbsmt\.pe'\] end after 2 lines", message)
+    assert not (tmp_path / "prepared").exists() or not any((tmp_path / "prepared").iterdir())
 
 
 def test_misaligned_ape_members_name_every_file(server: LoopbackServer, tmp_path: Path) -> None:
     archives = _wmt_ape_archives()
-    archives["wmt16_test_pe.zip"] = _zip(_triplet_members("wmt16/test", "test", 1, ("pe",)))
+    archives["wmt17_test_pe_LRT-2483.zip"] = _zip(_wmt17_test_members(2, ("pe",)))
     spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    _saved_by_hand(spec, tmp_path, archives)
     with pytest.raises(LearnableSparsityError) as err:
         fetch_corpus(spec, tmp_path, progress=False)
     message = str(err.value)
     assert "line-aligned files differ in length" in message
-    assert re.search(r"wmt16_Test\.zip:test\.mt has 2 lines", message)
-    assert re.search(r"wmt16_test_pe\.zip:test\.pe has 1 lines", message)
+    assert re.search(r"LRT-2133\.zip:test\.tar\.gz/en-de\.mt\.test\.2017 has 1 lines", message)
+    assert re.search(r"LRT-2483\.zip:en-de\.pe\.test\.2017 has 2 lines", message)
 
 
 def test_misaligned_prepared_triplets_name_every_file(tmp_path: Path) -> None:
@@ -362,7 +481,7 @@ def test_unreachable_ape_host_suggests_the_local_source(tmp_path: Path) -> None:
     with pytest.raises(LearnableSparsityError) as err:
         fetch_corpus(replace(spec, files=files), tmp_path, progress=False, timeout=5)
     message = str(err.value)
-    assert f"http://127.0.0.1:{port}/wmt16_TrainDev.zip" in message
+    assert f"http://127.0.0.1:{port}/wmt16_LRT-1632.zip" in message
     assert "`local` corpus source" in message
 
 

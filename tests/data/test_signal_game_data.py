@@ -1,23 +1,33 @@
 """Tests for ``components.data.signal_game``: the EGG feature/label loader on HDF5 + pickle files
-written by the tests, and the digits stand-in."""
+written by the tests, EGG's released folders (downloaded from the loopback server of
+tests/loopback.py) and the digits stand-in."""
 
 from __future__ import annotations
 
+import io
 import pickle
+import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h5py
 import numpy as np
 import pytest
 import torch
 
+from components.data import datasets
 from components.data.signal_game import (
     GameData,
     digits_game_features,
+    fetch_egg_folders,
     load_egg_features,
+    released_egg_games,
     split_game_data,
 )
 from components.errors import LearnableSparsityError
+
+if TYPE_CHECKING:
+    from tests.loopback import LoopbackServer
 
 LABELS = ["dog", "cat", "dog", "car", "cat", "dog"]
 
@@ -151,3 +161,80 @@ def test_digits_game_features_are_deterministic_with_fine_concepts() -> None:
         digits_game_features(0, clusters_per_class=0)
     with pytest.raises(LearnableSparsityError, match="feature_dim"):
         digits_game_features(0, feature_dim=0)
+
+
+def _egg_folders(tmp_path: Path) -> dict[str, bytes]:
+    """EGG's released layout as one tar.gz: signaling_game_data/{train,test}/<the two files>;
+    the test folder shows a concept the training folder lacks and one it shares."""
+    parts = {"train": (_features(6), LABELS), "test": (_features(3, 8) * 2, ["car", "bird", "dog"])}
+    staging = tmp_path / "staging" / "signaling_game_data"
+    for part, (features, labels) in parts.items():
+        folder = staging / part
+        folder.mkdir(parents=True)
+        with h5py.File(folder / "ours_images_single_sm0.h5", "w") as handle:
+            handle.create_dataset("dataset_1", data=features)
+        (folder / "ours_images_single_sm0.objects").write_bytes(pickle.dumps(labels))
+        (folder / "ours_images_paths_sm0.objects").write_bytes(pickle.dumps(["a"] * len(labels)))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(staging, arcname="signaling_game_data")
+    return {"tar": buffer.getvalue()}
+
+
+def test_egg_folders_download_unpack_and_split_as_released(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    server.files["/signaling_game_data"] = _egg_folders(tmp_path)["tar"]
+    root = fetch_egg_folders(tmp_path / "cache", server.url("/signaling_game_data"), progress=False)
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*.h5")) == [
+        "test/ours_images_single_sm0.h5",
+        "train/ours_images_single_sm0.h5",
+    ]
+    games = released_egg_games(root)
+    assert games.valid is games.train  # validation games are drawn from the training images
+    assert games.train.concept_names == games.test.concept_names == ("dog", "cat", "car", "bird")
+    assert games.train.concepts.tolist() == [0, 1, 0, 2, 1, 0]
+    assert games.test.concepts.tolist() == [2, 3, 0]  # ids shared across the folders
+    assert torch.allclose(games.test.features.norm(dim=1), torch.ones(3))
+    requests = len(server.requests)
+    assert fetch_egg_folders(tmp_path / "cache", server.url("/signaling_game_data")) == root
+    assert len(server.requests) == requests  # unpacked folders are used without a request
+
+
+def test_egg_folders_that_are_not_an_archive_or_lack_a_file_are_named(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    server.files["/listing"] = b"train/\ntest/\n"
+    server.content_types["/listing"] = "text/plain"
+    with pytest.raises(LearnableSparsityError, match=r"neither a zip nor a tar.*by hand"):
+        fetch_egg_folders(tmp_path / "a", server.url("/listing"), progress=False)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        data = pickle.dumps(LABELS)
+        info = tarfile.TarInfo("train/ours_images_single_sm0.objects")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    server.files["/partial"] = buffer.getvalue()
+    with pytest.raises(LearnableSparsityError, match=r"holds no \['test/ours_images_single_sm0"):
+        fetch_egg_folders(tmp_path / "b", server.url("/partial"), progress=False)
+
+
+def test_a_stored_released_game_keeps_train_and_valid_as_one(
+    server: LoopbackServer, tmp_path: Path
+) -> None:
+    """The shared images are saved once (the ImageNet features are 7.6 GB as float32)."""
+    server.files["/signaling_game_data"] = _egg_folders(tmp_path)["tar"]
+    entry = {
+        "source": "egg_released",
+        "cache": str(tmp_path),
+        "url": server.url("/signaling_game_data"),
+    }
+    stored = datasets.build_dataset(datasets.dataset_settings(entry, "images.egg"))
+    assert datasets.save_dataset(stored, tmp_path / "game.pt") == {
+        "train": 6,
+        "valid": 6,
+        "test": 3,
+    }
+    loaded = datasets.load_game(tmp_path / "game.pt")
+    assert loaded.valid.features.data_ptr() == loaded.train.features.data_ptr()
+    assert loaded.test.concept_names == ("dog", "cat", "car", "bird")

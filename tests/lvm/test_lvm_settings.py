@@ -74,6 +74,17 @@ def test_every_committed_profile_builds(profile: str | None) -> None:
         ("ssvae", {"classifier_weight": -1}, "lvm.ssvae.classifier_weight must be >= 0"),
         ("ssvae", {"pretrain_steps": 8}, "lvm.ssvae.pretrain_steps must be < steps"),
         ("ssvae", {"topk": 10}, "lvm.ssvae has unknown keys ['topk']"),
+        (
+            "ssvae",
+            {"warm_start": {"lr": 0.001, "validate_every": 79}, "pretrain_steps": 0},
+            "lvm.ssvae.warm_start needs pretrain_steps > 0",
+        ),
+        (
+            "ssvae",
+            {"warm_start": {"lr": 0, "validate_every": 79}},
+            "lvm.ssvae.warm_start.lr must be > 0, got 0",
+        ),
+        ("ssvae", {"warm_start": {"lr": 0.001}}, "lvm.ssvae.warm_start.validate_every is missing"),
         ("signal_game", {"methods": ["dense", "sparsemap"]}, "methods has 'sparsemap'; choose"),
         ("signal_game", {"entropy_coef": {"default": -0.1}}, "entropy_coef.default must be >= 0"),
         ("signal_game", {"entropy_coef": {"sfe": 0.1}}, "entropy_coef.default is missing"),
@@ -88,6 +99,37 @@ def test_every_committed_profile_builds(profile: str | None) -> None:
         ("bitvector_vae", {"topk": 0}, "lvm.bitvector_vae.topk must be >= 1, got 0"),
         ("bitvector_vae", {"importance_samples": 0}, "importance_samples must be >= 1"),
         ("bitvector_vae", {"test_examples": 0}, "test_examples must be >= 1"),
+        (
+            "bitvector_vae",
+            {"overrides": {"D128/sparsmap": {"batch_size": 16}}},
+            "lvm.bitvector_vae.overrides has 'D128/sparsmap', which is not D<bits>/<method>",
+        ),
+        (
+            "bitvector_vae",
+            {"overrides": {"sparsemap": {"batch_size": 16}}},
+            "overrides has 'sparsemap', which is not D<bits>/<method>",
+        ),
+        ("ssvae", {"overrides": {"D8/sfe": {"lr": 0.1}}}, "overrides has 'D8/sfe', which is not"),
+        (
+            "bitvector_vae",
+            {"overrides": {"D128/sparsemap": {"batch_size": 16.5}}},
+            "lvm.bitvector_vae.overrides.D128/sparsemap.batch_size must be a whole number",
+        ),
+        (
+            "bitvector_vae",
+            {"overrides": {"D128/sparsemap": {"batch_size": 0}}},
+            "lvm.bitvector_vae.overrides.D128/sparsemap.batch_size must be >= 1, got 0",
+        ),
+        (
+            "bitvector_vae",
+            {"overrides": {"D8/gumbel": {"bits": 4}}},
+            "lvm.bitvector_vae.overrides.D8/gumbel.bits cannot be overridden per cell",
+        ),
+        (
+            "bitvector_vae",
+            {"overrides": {"D8/gumbel": {"lr": "fast"}}},
+            "lvm.bitvector_vae.overrides must be a mapping of names to",
+        ),
     ],
 )
 def test_settings_errors_name_the_key(
@@ -140,3 +182,33 @@ def test_run_settings_hold_only_what_the_cell_depends_on(lvm_settings: Builder) 
     # Another method's entry leaves this cell's settings as they were.
     other = lvm_settings("signal_game", lr={"default": 0.01, "sfe": 0.5, "sparsemax": 0.1})
     assert other.run_settings(Cell("sfe_zero_one", 1)) == values
+
+
+def test_overrides_change_their_series_only(lvm_settings: Builder) -> None:
+    vae = lvm_settings(
+        "bitvector_vae",
+        methods=["gumbel", "sparsemap"],
+        lr={"default": 0.001, "sparsemap": 0.002},
+        overrides={
+            "D8/sparsemap": {"batch_size": 16, "lr": "1e-4"},  # as YAML 1.1 reads 1e-4
+            "D8/gumbel": {"gumbel_rate": 0.25},
+        },
+    )
+    sparsemap_8 = vae.for_cell(Cell("sparsemap", 0, 8))
+    assert (sparsemap_8.batch_size, sparsemap_8.per_method("lr", "sparsemap")) == (16, 1e-4)
+    assert isinstance(sparsemap_8.batch_size, int) and sparsemap_8.overrides is None
+    assert vae.for_cell(Cell("gumbel", 0, 8)).gumbel_rate == 0.25 != vae.gumbel_rate
+    sparsemap_4 = vae.for_cell(Cell("sparsemap", 0, 4))
+    assert (sparsemap_4.batch_size, sparsemap_4.per_method("lr", "sparsemap")) == (
+        vae.batch_size,
+        0.002,
+    )
+    assert sparsemap_4.gumbel_rate == vae.gumbel_rate
+    # narrowing twice changes nothing; the run's settings hold the resolved values only
+    assert sparsemap_8.for_cell(Cell("sparsemap", 0, 8)) == sparsemap_8
+    values = vae.run_settings(Cell("sparsemap", 0, 8))
+    assert (values["batch_size"], values["lr"]) == (16, 1e-4) and "overrides" not in values
+    # another series' override leaves this cell's run settings as they were
+    fewer = dataclasses.replace(vae, overrides={"D8/sparsemap": {"batch_size": 16, "lr": 1e-4}})
+    assert fewer.run_settings(Cell("sparsemap", 0, 8)) == values
+    assert fewer.run_settings(Cell("gumbel", 0, 8)) != vae.run_settings(Cell("gumbel", 0, 8))

@@ -17,7 +17,16 @@ from components.data.images import ImageSplits
 from components.data.signal_game import GameSplits
 from components.errors import LearnableSparsityError
 from components.lvm import bitvector_vae, signal_game, ssvae
-from components.lvm.training import Cell, LvmSettings, Result, fit, train_and_evaluate
+from components.lvm.methods import build_method
+from components.lvm.training import (
+    Cell,
+    LvmSettings,
+    Result,
+    Setup,
+    WarmStart,
+    fit,
+    train_and_evaluate,
+)
 
 
 def _setup() -> tuple[torch.nn.Parameter, torch.optim.Optimizer]:
@@ -213,3 +222,83 @@ def test_each_experiment_trains_evaluates_and_reports(
     # Run again: the finished checkpoint is evaluated as it is, training time included.
     again = run(tmp_path, cell, experiment, on_log=lambda step, _: logged.append(step))
     assert again == result and len(logged) == 4
+
+
+def test_weight_decay_reaches_the_optimizer(run: Callable[..., Result], tmp_path: Path) -> None:
+    """The released SSVAE code's Adam L2 term: the same run with it ends with other weights,
+    and it is a setting of the run (a checkpoint of the other value is refused)."""
+    cell = Cell("sfe", 0, 8)
+    run(tmp_path / "plain", cell)
+    run(tmp_path / "decayed", cell, weight_decay=0.1)
+    plain, decayed = _saved(tmp_path / "plain")["model"], _saved(tmp_path / "decayed")["model"]
+    assert any(not torch.equal(plain[key], decayed[key]) for key in plain)
+    with pytest.raises(LearnableSparsityError, match="weight_decay"):
+        run(tmp_path / "plain", cell, weight_decay=0.1, steps=16)
+
+
+def test_a_warm_start_hands_its_best_weights_to_a_fresh_optimizer(
+    lvm_settings: Callable[..., LvmSettings], tmp_path: Path
+) -> None:
+    """The released SSVAE code's warm start: scored every ``every`` steps and at its end, the
+    run goes on from the best-scoring weights; a fresh Adam's first step moves every weight by
+    its rate (``lr``), so the step sizes show which optimizer took each step."""
+    warm_lr, main_lr, scores = 0.1, 0.01, [3.0, 1.0, 2.0]  # the best at the 2nd score (step 4)
+    weights_at: dict[int, torch.Tensor] = {}
+
+    def toy(settings: LvmSettings, data: None, cell: Cell, generator: torch.Generator) -> Setup:
+        model = torch.nn.Linear(2, 1, bias=False)
+
+        def step_fn(step: int) -> tuple[torch.Tensor, dict[str, float]]:
+            weights_at[step] = model.weight.detach().clone()
+            # a constant gradient: every Adam step moves each weight by the rate exactly
+            return -model.weight.sum(), {"loss": 0.0, "decoder_calls": 0.0}
+
+        def score() -> float:
+            return scores.pop(0)
+
+        warm = WarmStart(steps=5, lr=warm_lr, every=2, score=score)
+        return Setup(model, build_method("dense", "categorical"), step_fn, dict, warm)
+
+    settings = lvm_settings("ssvae", steps=8, lr={"default": main_lr}, checkpoint_every=4)
+    train_and_evaluate(toy, settings, None, Cell("dense", 0), tmp_path)
+    assert scores == []  # scored at steps 2, 4 and 5 (its end)
+
+    def step_size(at: int) -> torch.Tensor:
+        return (weights_at[at + 1] - weights_at[at]).abs()
+
+    assert all(torch.allclose(step_size(at), torch.tensor(warm_lr)) for at in range(4))
+    # step 4's update is dropped: step 5 starts from the weights scored best (at step 4) ...
+    torch.testing.assert_close(weights_at[5], weights_at[4], rtol=0, atol=0)
+    # ... and a fresh Adam takes it on at the method's rate
+    assert torch.allclose(step_size(5), torch.tensor(main_lr))
+    final = _saved(tmp_path)["model"]["weight"]
+    torch.testing.assert_close(final, weights_at[4] + 3 * main_lr)
+    assert _saved(tmp_path)["best"] is None  # kept only while the warm start runs
+
+
+def test_an_interrupted_warm_start_resumes_identically(
+    run: Callable[..., Result], tmp_path: Path
+) -> None:
+    warm = {
+        "warm_start": {"lr": 0.02, "validate_every": 2},
+        "pretrain_steps": 5,
+        "steps": 8,
+        "checkpoint_every": 2,
+        "log_every": 1,
+    }
+    cell = Cell("gumbel", 0)
+    straight = run(tmp_path / "straight", cell, "ssvae", **warm)
+
+    def stop_in_the_last_warm_step(step: int, _: dict[str, float]) -> None:
+        if step == 4:
+            raise KilledError
+
+    broken = tmp_path / "broken"
+    with pytest.raises(KilledError):
+        run(broken, cell, "ssvae", on_log=stop_in_the_last_warm_step, **warm)
+    saved = _saved(broken)
+    assert saved["step"] == 4 and saved["best"]["at"][1] in (2, 4)  # scored at 2 and 4
+    resumed = run(broken, cell, "ssvae", **warm)
+    _assert_same_run(straight, resumed, tmp_path / "straight", broken)
+    plain = run(tmp_path / "plain", cell, "ssvae", **(warm | {"warm_start": None}))
+    assert plain.metrics != straight.metrics

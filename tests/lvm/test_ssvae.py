@@ -87,3 +87,26 @@ def test_accuracy_counts_argmax_matches() -> None:
     predicted = model.scores(x).argmax(-1)
     assert ssvae.accuracy(model, x, predicted) == 1.0
     assert ssvae.accuracy(model, x, (predicted + 1) % K) == 0.0
+
+
+def test_the_unlabelled_term_is_weighted_as_the_released_code_weighs_it() -> None:
+    """loss = labelled mean + u · unlabelled mean (the released code: u = 45,000 / 5,000)."""
+    model, method = _model(), build_method("dense", "categorical")
+    x, y = _batch(torch.Generator().manual_seed(0), 8)
+    u, _ = _batch(torch.Generator().manual_seed(1), 8)
+    parts = {}
+    for weight in (1.0, 9.0):
+        total, metrics = ssvae.loss(
+            model,
+            method,
+            u,
+            (x, y),
+            0,
+            unlabelled_weight=weight,
+            generator=torch.Generator().manual_seed(2),
+        )
+        parts[weight] = (float(total.detach()), metrics)
+    (one, m1), (nine, m9) = parts[1.0], parts[9.0]
+    assert m1["unlabelled_nelbo"] == pytest.approx(m9["unlabelled_nelbo"])
+    assert nine - one == pytest.approx(8 * m1["unlabelled_nelbo"], rel=1e-5)
+    assert m9["loss"] == pytest.approx(nine, rel=1e-5)

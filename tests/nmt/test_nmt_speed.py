@@ -22,7 +22,7 @@ from components.nmt.speed import (
     training_round,
     training_throughput,
 )
-from components.settings import SettingsError
+from components.settings import SettingsError, build
 
 PAD, BOS, EOS = 0, 2, 3
 SPECIALS = {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS}
@@ -242,6 +242,18 @@ def test_speed_settings_need_the_softmax_baseline() -> None:
         SpeedSettings(corpus="c", variants=("topk",))
     with pytest.raises(SettingsError, match="variants lists \\['topk'\\] more than once"):
         SpeedSettings(corpus="c", variants=("softmax", "topk", "topk"))
+
+
+def test_speed_settings_may_name_their_own_architecture() -> None:
+    base = {"corpus": "c", "variants": ["softmax"]}
+    assert build(SpeedSettings, base, "speed").model is None
+    iwslt = {"d_model": 512, "n_heads": 4, "d_ff": 1024, "pre_norm": False, "dropout": 0.4}
+    model = build(SpeedSettings, {**base, "model": iwslt}, "speed").model
+    assert (model.n_heads, model.d_ff, model.pre_norm, model.dropout) == (4, 1024, False, 0.4)
+    with pytest.raises(SettingsError, match=r"speed\.model\.d_model must be divisible by n_heads"):
+        build(SpeedSettings, {**base, "model": {"n_heads": 3}}, "speed")
+    with pytest.raises(SettingsError, match=r"speed\.model has unknown keys \['heads'\]"):
+        build(SpeedSettings, {**base, "model": {"heads": 4}}, "speed")
 
 
 def test_unequal_models_are_refused(make_model) -> None:

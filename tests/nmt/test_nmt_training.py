@@ -21,6 +21,8 @@ from components.nmt.training import (
     noam_peak_lr,
     schedule_multiplier,
     train_step,
+    update_average,
+    with_average,
 )
 from components.schedules import inverse_sqrt_schedule, linear_schedule
 
@@ -232,3 +234,51 @@ def test_average_checkpoints_rejects_mismatches() -> None:
     with pytest.raises(LearnableSparsityError, match="different keys"):
         average_checkpoints([a, {"w": torch.ones(2)}])
     assert average_checkpoints([a, a])["n"].item() == 3
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "entmax_alpha"])
+def test_accumulated_batches_make_the_update_of_their_union(make_model, normalizer) -> None:
+    """Two batches accumulated (normalised by their tokens together) give the loss and gradient
+    of one batch holding both: OpenNMT's accum_count. (Gradients, not Adam's updates: a gradient
+    that is zero in exact arithmetic, e.g. a key bias under softmax, is rounding noise that Adam
+    scales to a full step.)"""
+    first, second = _copy_batch(0, 16), _copy_batch(1, 16)
+    union = collate(
+        [row[row != PAD][:-1].tolist() for b in (first, second) for row in b.tgt_out],
+        [row[row != PAD][:-1].tolist() for b in (first, second) for row in b.tgt_out],
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
+    updated = []
+    for batch in ([first, second], union):
+        model = make_model(normalizer, seed=2, dropout=0.0, attention_dropout=0.0)
+        optimizer, scheduler = build_optimizer(model, 1e-3, warmup=4)
+        metrics = train_step(model, batch, optimizer, scheduler, 0.0, 0.1, step=1, variant="v")
+        updated.append((metrics, {name: p.grad for name, p in model.named_parameters()}))
+    (accumulated, gradients), (single, gradients_union) = updated
+    assert accumulated["tokens"] == single["tokens"]
+    assert accumulated["loss"] == pytest.approx(single["loss"], rel=1e-5)
+    assert accumulated["grad_norm"] == pytest.approx(single["grad_norm"], rel=1e-4)
+    for name, value in gradients.items():
+        torch.testing.assert_close(value, gradients_union[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_moving_average_follows_opennmt(make_model) -> None:
+    """First update: a copy; then (1 − w) avg + w θ with w = max(d, 1 − (s+1)/(s+10))."""
+    model = make_model("softmax")
+    average = update_average(None, model, 1, 1e-4)
+    first = {name: p.detach().clone() for name, p in model.named_parameters()}
+    assert all(torch.equal(average[name], first[name]) for name in first)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    average = update_average(average, model, 2, 1e-4)  # w = 1 − 3/12 = 0.75
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(average[name], 0.25 * first[name] + 0.75 * p.detach())
+    late = update_average(average, model, 200_000, 0.5)  # w = max(0.5, 4.5e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(late[name], 0.5 * average[name] + 0.5 * p.detach())
+    state = with_average(model.state_dict(), late)
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(state[name], late[name]) for name in late)

@@ -366,3 +366,44 @@ def test_a_resumed_run_logs_the_same_averages_when_checkpoints_cut_a_log_window(
     assert [row["step"] for row in straight.train] == [3, 6, 9, 12]
     assert resumed.train == straight.train
     assert (tmp_path / "a" / "last.pt").read_bytes() == (tmp_path / "b" / "last.pt").read_bytes()
+
+
+def test_accumulation_and_the_moving_average_resume_identically(tmp_path: Path) -> None:
+    """With two batches per update and weight averaging, an interrupted run resumes as if it had
+    never stopped; the saved step weights (what decoding reads) are the average, not the last
+    parameters, and validation scores the average."""
+    smoothing = settings(accumulate=2, average_decay=0.05)
+    straight = fresh_model("softmax")
+    history = train(straight, TRAIN, VALID, smoothing, checkpoint_dir=tmp_path / "a", variant="v")
+    plain = train(
+        fresh_model("softmax"), TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "p", variant="v"
+    )
+    assert history.train != plain.train  # two batches per update: another run
+    interrupted = fresh_model("softmax")
+    with pytest.raises(KilledError):
+        train(
+            interrupted,
+            TRAIN,
+            VALID,
+            smoothing,
+            checkpoint_dir=tmp_path / "b",
+            variant="v",
+            before_checkpoint=kill_at(8),
+        )
+    resumed = fresh_model("softmax")
+    history_b = train(resumed, TRAIN, VALID, smoothing, checkpoint_dir=tmp_path / "b", variant="v")
+    assert history_b == history
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    saved = load_weights(tmp_path / "a")
+    kept = load_weights(tmp_path / "b")
+    assert all(torch.equal(saved[name], kept[name]) for name in saved)
+    step12 = torch.load(tmp_path / "a" / "step12.pt")["model"]
+    assert all(torch.equal(saved[name], step12[name]) for name in saved)  # the final save
+    assert any(not torch.equal(saved[name], value) for name, value in straight.state_dict().items())
+    averaged = fresh_model("softmax")
+    averaged.load_state_dict(saved)
+    assert history.valid[-1]["valid_nll"] == pytest.approx(validation_nll(averaged, VALID, 120))
+    assert history.valid[-1]["valid_nll"] != pytest.approx(validation_nll(straight, VALID, 120))

@@ -130,8 +130,8 @@ def test_a_changed_value_or_a_new_key_is_caught(table: str, profile: dict[str, A
     assert unsourced(table, added) == ["bpe.character_coverage"]
     set_where_the_table_says_none = {
         **profile,
-        "ape": {**profile["ape"], "train": {**profile["ape"]["train"], "clip_norm": 0.0}},
+        "nmt": {**profile["nmt"], "train": {**profile["nmt"]["train"], "label_smoothing": 0.2}},
     }
     assert mismatches(table, set_where_the_table_says_none) == [
-        "ape.train.clip_norm: the table says no key, the profile sets 0.0"
+        "nmt.train.label_smoothing: the table says no key, the profile sets 0.2"
     ]

@@ -16,6 +16,7 @@ from components.claims import Results, results_to_json
 from components.data import sword
 from components.data.registry import CORPORA
 from pipelines import corpora, preflight
+from pipelines.preflight import Check
 from pipelines.scaffold.params import Params, deep_merge, load_params, with_profile
 from pipelines.scaffold.stage import Stage
 from tests.data.sword_fixture import slots_of, write_module
@@ -228,13 +229,26 @@ def test_online_a_file_a_page_a_missing_file_and_a_dead_host(server: LoopbackSer
     assert not dead.ok and "unreachable" in dead.detail
 
 
-def test_online_checks_every_file_of_the_profiles_downloads() -> None:
-    """The paper profile's URLs: every corpus file of the registry and every image file."""
+def test_online_checks_every_file_of_the_profiles_downloads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The paper profile's URLs: every corpus file of the registry and every image file; a
+    manual download is named with its page, not probed."""
     params = with_profile(load_params(ROOT / "params.yaml"), "paper", ROOT / "profiles")
-    urls = {url for _, url, _ in preflight.remote_files(params)}
-    assert {remote.url for remote in CORPORA["wmt_ape_pbsmt_en_de"].files} <= urls
+    probed: list[str] = []
+    monkeypatch.setattr(
+        preflight, "url_check", lambda what, url, sha256: probed.append(url) or Check(what, True)
+    )
+    checks = {check.what: check for check in preflight.online_checks(params)}
+    urls = set(probed)
+    assert {r.url for r in CORPORA["wmt_ape_pbsmt_en_de"].files if r.url is not None} <= urls
+    manual = checks["corpus wmt_ape_pbsmt_en_de: wmt18_test_pbsmt"]
+    assert (
+        manual.ok and "manual download (not probed): https://www.statmt.org/wmt18" in manual.detail
+    )
     assert {remote.url for remote in CORPORA["iwslt14_de_en"].files} <= urls
     assert "https://ossci-datasets.s3.amazonaws.com/mnist/train-images-idx3-ubyte.gz" in urls
+    assert any(url.endswith("/test_train_splits/labeled_train_indx.npy") for url in urls)
     assert not list(preflight.remote_files(smoke_with({})))  # smoke downloads nothing
 
 
