@@ -354,16 +354,20 @@ def head_roles_exist(
     results: Results, variant: str, roles: Sequence[str], baselines: Sequence[str]
 ) -> Verdict:
     """Each role has a head in some seed of the variant, judged against the ``baselines``
-    (the other attention variants) trained as long: a role the variant has is reproduced; one
-    it lacks while a baseline has it is not (the corpus and the length can grow the role); one
-    no model has is not measurable (the corpus or the length cannot show it), as is a role the
-    corpus has no query for."""
+    (the other attention variants) the grid trained as long: a role the variant has is
+    reproduced; one it lacks while a baseline has it is not (the corpus and the length can grow
+    the role); one no model has is not measurable (the corpus or the length cannot show it), as
+    is a role the corpus has no query for. Baselines the grid did not train are left out (a
+    profile of softmax, 1.5-entmax and α-entmax is judged against the first two); with none
+    trained there is nothing to judge against."""
     blocked = _missing(results, "heads")
     if blocked:
         return blocked
-    absent = [v for v in (variant, *baselines) if v not in results.roles]
-    if absent:
-        return not_measurable(f"no head analysis of {', '.join(absent)}")
+    if variant not in results.roles:
+        return not_measurable(f"no head analysis of {variant}")
+    baselines = [b for b in baselines if b in results.roles]
+    if not baselines:
+        return not_measurable(f"no head analysis of another attention variant than {variant}")
     lengths = _trained_steps(results, [variant, *baselines])
     if len(set().union(*lengths.values())) > 1:
         return not_measurable(f"the models trained for different lengths: {lengths}")
@@ -433,13 +437,15 @@ def adaptive_sparsity(
     * per head: the spread (population sd) of its heads' densities significantly above
       ``fixed_alpha``'s, whose α is the same in every head;
     * per input: its heads' mean density spread between inputs of one length significantly above
-      ``fixed_support``'s, whose support is fixed by k at each length.
+      ``fixed_support``'s, whose support is fixed by k at each length. Where the grid did not
+      train ``fixed_support``, its closed form: top-k keeps min(k, n) of the n keys of every
+      query, so its density is a function of the length and spreads by 0 within one.
 
-    Each comparison waits until neither model catches up with the other."""
+    Each comparison with a trained model waits until neither catches up with the other."""
     blocked = _missing(results, "heads") or _missing(results, "density")
     if blocked:
         return blocked
-    absent = [v for v in (variant, fixed_alpha, fixed_support) if v not in results.density]
+    absent = [v for v in (variant, fixed_alpha) if v not in results.density]
     if absent:
         return not_measurable(f"no attention densities of {', '.join(absent)}")
 
@@ -464,6 +470,12 @@ def adaptive_sparsity(
             per_seed(fixed_support, mean, "within_length_sd"),
             per_seed(variant, mean, "within_length_sd"),
             names=(f"{fixed_support} within-length sd", f"{variant} within-length sd"),
+        )
+        if fixed_support in results.density
+        else checks.significantly_above_value(
+            per_seed(variant, mean, "within_length_sd"),
+            0.0,
+            names=(f"{variant} within-length sd", f"{fixed_support} (closed form, untrained)"),
         ),
     }
     return all_of(parts)

@@ -564,6 +564,33 @@ def test_head_roles_found_or_missing_against_the_other_variants() -> None:
     assert verdict.status == NOT_MEASURABLE and "cannot show" in verdict.evidence
 
 
+def _without(results: Results, *variants: str) -> Results:
+    """``results`` of a grid that did not train ``variants``."""
+    return dataclasses.replace(
+        results,
+        roles={v: r for v, r in results.roles.items() if v not in variants},
+        valid_nll={
+            corpus: {v: c for v, c in curves.items() if v not in variants}
+            for corpus, curves in results.valid_nll.items()
+        },
+    )
+
+
+def test_head_roles_are_judged_against_the_variants_the_grid_trained() -> None:
+    """The bible profile trains softmax, 1.5-entmax and α-entmax: judged against the first two."""
+    softmax_has_it = _roles(
+        {role: [1, 0, 1] for role in ROLES[1:]}, softmax={"positional_prev": [3, 2, 3]}
+    )
+    verdict = _verdict("ast_head_roles", _without(softmax_has_it, "sparsemax", "topk"))
+    assert verdict.status == NOT_REPRODUCED and "sparsemax" not in verdict.evidence
+    nobody = _without(_roles({}), "sparsemax", "topk")
+    verdict = _verdict("ast_head_roles", nobody)
+    assert verdict.status == NOT_MEASURABLE and "no model has such a head" in verdict.evidence
+    assert "softmax [0, 0, 0], entmax15 [0, 0, 0]" in verdict.evidence
+    alone = _verdict("ast_head_roles", _without(nobody, "softmax", "entmax15"))
+    assert alone.status == NOT_MEASURABLE and "no head analysis of another" in alone.evidence
+
+
 def test_head_roles_are_compared_at_the_same_length_only() -> None:
     found = _roles({role: [1, 0, 2] for role in ROLES})
     longer = {**found.valid_nll["smoke"], "softmax": [[*realistic_nll(), (4250, 0.5)]] * 3}
@@ -645,6 +672,18 @@ def test_alpha_entmax_attention_is_sparse_and_adapts_per_head_and_per_input() ->
     assert verdict.numbers["sparse"]["status"] == REPRODUCED  # 0.98-0.99: some exact zeros
     one_seed = _densities(_density([0.1, 0.3, 0.7, 1.0], [0.15, 0.2, 0.1, 0.0]), seeds=1)
     assert _verdict("ast_adaptive_sparsity", one_seed).status == NOT_MEASURABLE
+    # no top-k model trained: its within-length spread is its closed form, 0
+    untrained = dataclasses.replace(
+        adaptive, density={v: d for v, d in adaptive.density.items() if v != "topk"}
+    )
+    verdict = _verdict("ast_adaptive_sparsity", untrained)
+    assert verdict.status == REPRODUCED and "closed form" in verdict.evidence
+    fixed = dataclasses.replace(
+        near_softmax, density={v: d for v, d in near_softmax.density.items() if v != "topk"}
+    )
+    assert _verdict("ast_adaptive_sparsity", fixed).numbers["per input"]["status"] == (
+        NOT_REPRODUCED
+    )
     older = Results(missing={"density": "not in reports/evidence/results.json"})
     verdict = _verdict("ast_adaptive_sparsity", older)
     assert verdict.status == NOT_MEASURABLE and "not in reports/evidence" in verdict.evidence
