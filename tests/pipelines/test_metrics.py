@@ -88,6 +88,7 @@ def test_every_stage_builds_scalar_metrics_from_its_results() -> None:
     ter = {"triplets": 3, "corpus_ter": 20.0, "signature": "tok:tercom", "quantiles": {"10": 0}}
     summary = {
         "sets": {"real": {"test": ter}},
+        "left_out_seen": 0,
         "real_passed_over_untranslated": 1,
         "filters": {"candidates": 5, "dropped": {"x": 1}},
     }
