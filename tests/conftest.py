@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,6 +13,12 @@ import pytest
 import torch
 
 from tests.loopback import LoopbackServer, serving
+
+# Without a GPU, Triton's interpreter runs the core's Triton kernels on the CPU (tests/core/
+# test_triton.py). It must be chosen before triton is first imported: triton's own library
+# functions (tl.sum, ...) are jit'd at that import.
+if not torch.cuda.is_available() and "triton" not in sys.modules:
+    os.environ["TRITON_INTERPRET"] = "1"
 
 # The unit tests use small tensors, for which intra-op threads cost more than they save (and CI
 # has 2 cores shared with other processes).
