@@ -181,6 +181,29 @@ for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
                          **dict.fromkeys(constants, "constexpr")}
             triton.compile(triton.compiler.ASTSource(K.backward, signature, constants),
                            target=GPUTarget("cuda", 90, 32))
+from components.core import triton_attention as A
+tensors = ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "do_ptr", "dq_ptr", "dk_ptr", "dv_ptr")
+arguments = {
+    A.forward: ("q_ptr k_ptr v_ptr o_ptr alpha_ptr lengths_ptr stats_ptr tile_max_ptr",
+                "n_tiles_n"),
+    A.backward_rows: ("q_ptr k_ptr v_ptr do_ptr alpha_ptr lengths_ptr stats_ptr tile_max_ptr "
+                      "rows_ptr", "n_tiles_n"),
+    A.backward_dq: ("q_ptr k_ptr v_ptr do_ptr dq_ptr alpha_ptr lengths_ptr stats_ptr "
+                    "tile_max_ptr rows_ptr", "n_tiles_n"),
+    A.backward_dkdv: ("q_ptr k_ptr v_ptr do_ptr dk_ptr dv_ptr alpha_ptr lengths_ptr stats_ptr "
+                      "tile_max_ptr rows_ptr", "n_tiles_m n_tiles_n"),
+}
+for kernel, (pointers, tiles) in arguments.items():
+    for causal in (False, True):
+        constants = dict(D=64, BM=64, BN=64, CAUSAL=causal, HAS_LENGTHS=True, PRECISION="tf32")
+        if kernel is A.backward_rows:
+            constants["ALPHA_GRAD"] = True
+        signature = {p: "*bf16" if p in tensors else "*i32" if p == "lengths_ptr" else "*fp32"
+                     for p in pointers.split()}
+        signature |= {"q_len": "i32", "k_len": "i32", "scale": "fp32"}
+        signature |= dict.fromkeys(tiles.split(), "i32") | dict.fromkeys(constants, "constexpr")
+        triton.compile(triton.compiler.ASTSource(kernel, signature, constants),
+                       target=GPUTarget("cuda", 90, 32))
 print("compiled")
 """
 
