@@ -123,7 +123,7 @@ def _backward(
     with torch.cuda.device(p.device) if p.is_cuda else nullcontext():
         _kernels().backward[(rows,)](
             p, alpha_rows, grad, grad_x, grad_x if per_row is None else per_row, d,
-            torch.finfo(p.dtype).tiny, KIND=kind, ALPHA_GRAD=alpha_grad, **_launch_options(d),
+            KIND=kind, ALPHA_GRAD=alpha_grad, **_launch_options(d),
         )  # fmt: skip
     return grad_x, per_row
 

@@ -222,7 +222,6 @@ def backward(
     grad_x_ptr,
     grad_alpha_ptr,
     d,
-    tiny,
     BLOCK: tl.constexpr,
     KIND: tl.constexpr,
     ALPHA_GRAD: tl.constexpr,
@@ -243,8 +242,10 @@ def backward(
     else:
         beta = tl.maximum(tl.load(alpha_ptr + row) - 1.0, 0.0)
         s = tl.where(on, tl.exp((1.0 - beta) * log_p), 0.0)
-    s_sum = tl.maximum(tl.sum(s, axis=0), tiny)
-    gs_hat = tl.sum(s * g, axis=0) / s_sum
+    # A row with no support (no finite score) has s = 0: its gradients are 0, not 0/0.
+    s_sum = tl.sum(s, axis=0)
+    s_sum_safe = tl.where(s_sum > 0, s_sum, 1.0)
+    gs_hat = tl.sum(s * g, axis=0) / s_sum_safe
     grad_x = tl.where(nan_row, float("nan"), s * (g - gs_hat))
     tl.store(grad_x_ptr + row * d + cols, grad_x, mask=inside)
     if ALPHA_GRAD:
@@ -257,7 +258,7 @@ def backward(
             p_rho = tl.sum(p * rho, axis=0)
             gp_rho = tl.sum(gp * rho, axis=0)
             mixed = neg_entropy * gp_rho - p_rho * gp_log
-            grad_alpha = (gp_sum * p_rho - gp_rho + beta * mixed) / s_sum
+            grad_alpha = (gp_sum * p_rho - gp_rho + beta * mixed) / s_sum_safe
         else:
             grad_alpha = (gp_sum - gs_hat) / (beta * beta) - (gp_log - gs_hat * neg_entropy) / beta
         tl.store(grad_alpha_ptr + row, tl.where(nan_row, float("nan"), grad_alpha))

@@ -22,6 +22,7 @@ pytest.importorskip("triton", reason="Triton is not installed (a test-only depen
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
+BFLOAT16_TOLERANCE = 2e-2
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -49,10 +50,13 @@ def _run(inputs, alpha, grad, **options) -> list[torch.Tensor]:
 
 
 def _assert_close_to_reference(inputs, alpha, grad, tolerance: float, **options) -> None:
+    """Ours within ``tolerance`` × scale of the materialised path computed in float32 from the
+    same inputs (a bfloat16 reference is no oracle: its rounded scores move dQ by half its
+    scale)."""
     assert fused_attention.usable(inputs[0])
     ours = _run(inputs, alpha, grad, **options)
     with fused_attention.disabled():
-        reference = _run(inputs, alpha, grad, **options)
+        reference = _run([t.float() for t in inputs], alpha, grad.float(), **options)
     for name, got, expected in zip(["out", "dq", "dk", "dv", "dalpha"], ours, reference,
                                    strict=True):  # fmt: skip
         scale = expected.abs().max().item()
@@ -89,13 +93,19 @@ def test_a_batch_with_no_visible_key_gives_zeros() -> None:
     assert torch.equal(inputs[0].grad[0], torch.zeros_like(inputs[0].grad[0]))
 
 
-@pytest.mark.skipif(not CUDA, reason="the interpreter computes half-precision dots in float32")
+@pytest.mark.skipif(not CUDA, reason="Triton 3.6's interpreter mishandles bfloat16 tensors")
 @pytest.mark.parametrize("causal", [False, True])
 def test_bfloat16_on_the_gpu(causal: bool) -> None:
-    inputs = _inputs(2, 4, 300, 64, torch.bfloat16, seed=4)
+    """bf16 in and out, products accumulated in float32; P and dS are rounded to bf16 before
+    their products (0.4% each), far below what a bf16 reference's rounded scores cost.
+
+    Interpreted, the same call is off by 8e8 (float32 by 2e-5): the interpreter, not the kernel.
+    """
+    length = 300  # five 64-key tiles
+    inputs = _inputs(2, 4, length, 64, torch.bfloat16, seed=4)
     alpha = torch.linspace(1.1, 1.9, 4, device=DEVICE)
-    grad = torch.randn(2, 4, 300, 64, generator=torch.Generator().manual_seed(5)).to(DEVICE)
-    _assert_close_to_reference(inputs, alpha, grad.bfloat16(), 3e-2, causal=causal)
+    grad = torch.randn(2, 4, length, 64, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    _assert_close_to_reference(inputs, alpha, grad.bfloat16(), BFLOAT16_TOLERANCE, causal=causal)
 
 
 def test_other_inputs_go_to_the_materialised_scores() -> None:

@@ -177,7 +177,7 @@ for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
         for alpha_grad in (False, True) if kind == 2 else (False,):
             constants = dict(KIND=kind, BLOCK=128, ALPHA_GRAD=alpha_grad)
             pointers = ("p_ptr", "alpha_ptr", "g_ptr", "grad_x_ptr", "grad_alpha_ptr")
-            signature = {**dict.fromkeys(pointers, f"*{name}"), "d": "i32", "tiny": "fp32",
+            signature = {**dict.fromkeys(pointers, f"*{name}"), "d": "i32",
                          **dict.fromkeys(constants, "constexpr")}
             triton.compile(triton.compiler.ASTSource(K.backward, signature, constants),
                            target=GPUTarget("cuda", 90, 32))
