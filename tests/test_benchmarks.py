@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import subprocess
@@ -108,3 +109,12 @@ def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_pat
     header, _rule, *lines = [line for line in completed.stdout.splitlines() if line.startswith("|")]
     assert "f+b/sm IQR" in header and "spread" in header and len(lines) == 13
     assert sum("NOISY" in line for line in lines) == len(noisy)
+
+
+def test_the_gpu_page_is_generated_from_the_committed_run() -> None:
+    """docs/gpu-benchmarks.md holds no number by hand: regenerating it changes nothing."""
+    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks/gpu/report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    page = (ROOT / "docs/gpu-benchmarks.md").read_text()
+    assert page == report.render(ROOT / "results/benchmarks"), "run benchmarks/gpu/report.py"

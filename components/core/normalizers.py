@@ -31,17 +31,23 @@ found, verified against the KKT conditions; rows that fail verification go to th
 algorithm, which is also kept as the internal oracle. General α uses Newton steps on
 log Σ_i p_i inside a bisection bracket with a tolerance-based stop, or a stop once the bracket has
 collapsed to adjacent floats (exact in one step for α → 1).
+
+Kernels. sparsemax, ``entmax15`` and ``entmax`` run these solvers, fused, in C++ for CPU tensors
+(``fused``) and in Triton for CUDA tensors (``fused_triton``); the eager code below is the
+fall-back (no compiler, no Triton, rows longer than the Triton kernels hold) and the oracle the
+tests hold both to.
 """
 
 from __future__ import annotations
 
 import math
+from types import ModuleType
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from components.core import fused
+from components.core import fused, fused_triton
 
 # Below this α − 1 the general solver uses α − 1 = _MIN_BETA: softmax to within ~1e-7.
 _MIN_BETA = 1e-7
@@ -430,6 +436,16 @@ def _scaled_candidates(x: Tensor, beta: float | Tensor) -> _Rows:
     return _Rows(candidates, candidates.values - row_max, row_max, live, nan)
 
 
+def _kernels(x: Tensor) -> ModuleType | None:
+    """The fused kernels for ``x``: C++ on the CPU (``fused``), Triton on CUDA (``fused_triton``);
+    None sends ``x`` to the eager solvers."""
+    if fused.usable(x):
+        return fused
+    if fused_triton.usable(x):
+        return fused_triton
+    return None
+
+
 class SparsemaxFunction(torch.autograd.Function):
     """sparsemax(x) = argmin_{p ∈ Δ} ‖p − x‖² = [x − τ]_+ over the last dimension.
 
@@ -438,9 +454,9 @@ class SparsemaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        ctx.fused = fused.usable(x)
-        if ctx.fused:
-            p = fused.sparsemax(x)
+        ctx.kernels = _kernels(x)
+        if ctx.kernels is not None:
+            p = ctx.kernels.sparsemax(x)
             ctx.save_for_backward(p)
             return p
         rows = _scaled_candidates(x, 1.0)
@@ -453,8 +469,8 @@ class SparsemaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (p,) = ctx.saved_tensors
-        if ctx.fused:
-            return fused.sparsemax_backward(p, grad)
+        if ctx.kernels is not None:
+            return ctx.kernels.sparsemax_backward(p, grad)
         grad = ctx.candidates.gather(grad)
         grad_x = _jacobian_vector_product((p > 0).to(grad.dtype), grad)
         return _poison(ctx.candidates.scatter(grad_x), ctx.nan)
@@ -468,9 +484,9 @@ class Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
-        ctx.fused = fused.usable(x)
-        if ctx.fused:
-            p = fused.entmax15(x)
+        ctx.kernels = _kernels(x)
+        if ctx.kernels is not None:
+            p = ctx.kernels.entmax15(x)
             ctx.save_for_backward(p)
             return p
         rows = _scaled_candidates(x, 0.5)
@@ -483,8 +499,8 @@ class Entmax15Function(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
-        if ctx.fused:
-            return fused.entmax15_backward(*ctx.saved_tensors, grad)
+        if ctx.kernels is not None:
+            return ctx.kernels.entmax15_backward(*ctx.saved_tensors, grad)
         (sqrt_p,) = ctx.saved_tensors
         grad = ctx.candidates.gather(grad)
         return _poison(ctx.candidates.scatter(_jacobian_vector_product(sqrt_p, grad)), ctx.nan)
@@ -498,9 +514,9 @@ class EntmaxFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
-        ctx.fused = fused.usable(x)
-        if ctx.fused:
-            p = fused.entmax(x, alpha)
+        ctx.kernels = _kernels(x)
+        if ctx.kernels is not None:
+            p = ctx.kernels.entmax(x, alpha)
             ctx.save_for_backward(p, alpha)
             return p
         beta = (alpha - 1).clamp(min=_MIN_BETA)
@@ -520,8 +536,8 @@ class EntmaxFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
         p, alpha = ctx.saved_tensors
-        if ctx.fused:
-            grad_x, per_row = fused.entmax_backward(p, alpha, grad, ctx.needs_input_grad[1])
+        if ctx.kernels is not None:
+            grad_x, per_row = ctx.kernels.entmax_backward(p, alpha, grad, ctx.needs_input_grad[1])
             return grad_x, None if per_row is None else per_row.sum_to_size(alpha.shape)
         grad = ctx.candidates.gather(grad)
         beta = (alpha - 1).clamp(min=0)  # both gradients are well defined at α = 1

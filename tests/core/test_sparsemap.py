@@ -36,7 +36,9 @@ def check_distribution(dist, t: torch.Tensor, budget: int | None = None) -> None
     B, D = t.shape
     p, configs = dist.probs.detach(), dist.configs
     assert (p >= 0).all()
-    torch.testing.assert_close(p.sum(-1), torch.ones(B, dtype=p.dtype), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        p.sum(-1), torch.ones(B, dtype=p.dtype, device=p.device), atol=1e-6, rtol=0
+    )
     assert int(dist.support_size.max()) <= D + 1
     assert ((configs == 0) | (configs == 1)).all()
     if budget is not None:
@@ -51,9 +53,11 @@ def check_distribution(dist, t: torch.Tensor, budget: int | None = None) -> None
 @pytest.mark.parametrize("D", [1, 2, 5, 16, 48])
 @pytest.mark.parametrize("scale", [0.3, 1.0, 5.0])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_cube_marginals_are_the_projection(D: int, scale: float, dtype: torch.dtype) -> None:
+def test_cube_marginals_are_the_projection(
+    D: int, scale: float, dtype: torch.dtype, device: torch.device
+) -> None:
     g = torch.Generator().manual_seed(D * 100 + int(scale * 10))
-    t = (torch.randn(8, D, generator=g, dtype=F64) * scale + 0.5).to(dtype)
+    t = (torch.randn(8, D, generator=g, dtype=F64) * scale + 0.5).to(device, dtype)
     dist = sparsemap(t)
     assert dist.probs.dtype == dtype
     torch.testing.assert_close(dist.marginals, t.clamp(0, 1), atol=1e-5, rtol=0)
@@ -62,19 +66,22 @@ def test_cube_marginals_are_the_projection(D: int, scale: float, dtype: torch.dt
 
 @pytest.mark.parametrize("D", [2, 6, 16, 48])
 @pytest.mark.parametrize("budget_fraction", [0.0, 0.25, 0.5, 1.0])
-def test_budget_marginals_are_the_projection(D: int, budget_fraction: float) -> None:
+def test_budget_marginals_are_the_projection(
+    D: int, budget_fraction: float, device: torch.device
+) -> None:
     budget = int(D * budget_fraction)
     g = torch.Generator().manual_seed(D + int(budget_fraction * 1000))
     # Shifted up so that the budget binds in most rows (and not in a few).
     t = (
         torch.randn(10, D, generator=g, dtype=F64)
         + torch.linspace(-0.5, 1.5, 10, dtype=F64)[:, None]
-    )
+    ).to(device)
     dist = sparsemap(t, budget_map(budget))
     torch.testing.assert_close(dist.marginals, budget_projection(t, budget), atol=1e-5, rtol=0)
     check_distribution(dist, t, budget)
 
 
+# CPU only: it checks the other test's inputs, not the code.
 def test_budget_binds_in_the_budget_test() -> None:
     """Guard for the test above: the shifted inputs do exercise λ > 0 and λ = 0."""
     g = torch.Generator().manual_seed(16 + 500)
@@ -86,8 +93,8 @@ def test_budget_binds_in_the_budget_test() -> None:
     assert binds.any() and (~binds).any()
 
 
-def test_maps_of_the_oracles() -> None:
-    t = torch.tensor([[0.5, -1.0, 2.0, 0.1, -0.2]])
+def test_maps_of_the_oracles(device: torch.device) -> None:
+    t = torch.tensor([[0.5, -1.0, 2.0, 0.1, -0.2]], device=device)
     assert bernoulli_map(t).tolist() == [[1.0, 0.0, 1.0, 1.0, 0.0]]
     assert budget_map(2)(t).tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]]
     assert budget_map(0)(t).tolist() == [[0.0] * 5]
@@ -96,29 +103,29 @@ def test_maps_of_the_oracles() -> None:
         budget_map(-1)
 
 
-def test_map_scores_give_a_single_structure() -> None:
+def test_map_scores_give_a_single_structure(device: torch.device) -> None:
     """Scores far outside [0, 1] project onto a vertex: the MAP structure with p = 1."""
-    t = torch.tensor([[3.0, -2.0, 5.0], [-4.0, -1.5, 2.5]])
+    t = torch.tensor([[3.0, -2.0, 5.0], [-4.0, -1.5, 2.5]], device=device)
     dist = sparsemap(t)
     assert dist.support_size.tolist() == [1, 1]
     torch.testing.assert_close(dist.marginals, bernoulli_map(t))
     assert dist.iterations.tolist() == [1, 1]
 
 
-def test_rows_are_solved_independently() -> None:
+def test_rows_are_solved_independently(device: torch.device) -> None:
     g = torch.Generator().manual_seed(3)
-    t = torch.randn(6, 12, generator=g, dtype=F64) * 2
+    t = (torch.randn(6, 12, generator=g, dtype=F64) * 2).to(device)
     batch = sparsemap(t, budget_map(4))
     for b in range(6):
         single = sparsemap(t[b : b + 1], budget_map(4))
         torch.testing.assert_close(single.marginals[0], batch.marginals[b], atol=1e-9, rtol=0)
 
 
-def random_structured_loss(D: int, seed: int):
+def random_structured_loss(D: int, seed: int, device: torch.device):
     """f(z) = ⟨w, z⟩ + zᵀ A z: a non-linear function of the configuration."""
     g = torch.Generator().manual_seed(seed)
-    w = torch.randn(D, generator=g, dtype=F64)
-    A = torch.randn(D, D, generator=g, dtype=F64)
+    w = torch.randn(D, generator=g, dtype=F64).to(device)
+    A = torch.randn(D, D, generator=g, dtype=F64).to(device)
 
     def f(configs: torch.Tensor) -> torch.Tensor:
         return configs @ w + torch.einsum("...i,ij,...j->...", configs, A, configs)
@@ -133,15 +140,17 @@ def expected_f(t: torch.Tensor, f, oracle) -> torch.Tensor:
 
 @pytest.mark.parametrize("D", [3, 6, 10])
 @pytest.mark.parametrize("oracle_name", ["bernoulli", "budget"])
-def test_gradient_matches_finite_differences(D: int, oracle_name: str) -> None:
+def test_gradient_matches_finite_differences(
+    D: int, oracle_name: str, device: torch.device
+) -> None:
     oracle = bernoulli_map if oracle_name == "bernoulli" else budget_map(D // 2)
-    f = random_structured_loss(D, seed=D)
+    f = random_structured_loss(D, seed=D, device=device)
     g = torch.Generator().manual_seed(10 + D)
     for _ in range(3):
-        t = (torch.rand(1, D, generator=g, dtype=F64) * 1.6 - 0.3).requires_grad_()
+        t = (torch.rand(1, D, generator=g, dtype=F64) * 1.6 - 0.3).to(device).requires_grad_()
         (grad,) = torch.autograd.grad(expected_f(t, f, oracle), t)
         eps = 1e-6
-        numeric = torch.zeros(D, dtype=F64)
+        numeric = torch.zeros(D, dtype=F64, device=device)
         for i in range(D):
             step = torch.zeros_like(t)
             step[0, i] = eps
@@ -152,21 +161,21 @@ def test_gradient_matches_finite_differences(D: int, oracle_name: str) -> None:
         torch.testing.assert_close(grad[0], numeric, atol=1e-5, rtol=1e-5)
 
 
-def test_gradient_of_a_linear_loss_is_the_projection_jacobian() -> None:
+def test_gradient_of_a_linear_loss_is_the_projection_jacobian(device: torch.device) -> None:
     g = torch.Generator().manual_seed(7)
-    t = (torch.randn(16, 24, generator=g, dtype=F64) + 0.5).requires_grad_()
-    w = torch.randn(24, generator=g, dtype=F64)
+    t = (torch.randn(16, 24, generator=g, dtype=F64) + 0.5).to(device).requires_grad_()
+    w = torch.randn(24, generator=g, dtype=F64).to(device)
     dist = sparsemap(t)
     (grad,) = torch.autograd.grad((dist.marginals @ w).sum(), t)
     inside = ((t > 0) & (t < 1)).to(F64)
     torch.testing.assert_close(grad, w * inside, atol=1e-8, rtol=0)
 
 
-def test_marginalize_bits_evaluates_the_support_only() -> None:
+def test_marginalize_bits_evaluates_the_support_only(device: torch.device) -> None:
     g = torch.Generator().manual_seed(11)
-    t = torch.randn(5, 6, generator=g, dtype=F64) + 0.5
+    t = (torch.randn(5, 6, generator=g, dtype=F64) + 0.5).to(device)
     dist = sparsemap(t)
-    f = random_structured_loss(6, seed=1)
+    f = random_structured_loss(6, seed=1, device=device)
     seen: list[int] = []
 
     def loss_fn(example: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -176,15 +185,17 @@ def test_marginalize_bits_evaluates_the_support_only() -> None:
     result = marginalize_bits(dist, loss_fn)
     assert result.decoder_calls.tolist() == dist.support_size.tolist()
     assert seen == [int(dist.support_size.sum())]
-    expected = (dist.probs * (f(dist.configs) + torch.arange(5, dtype=F64)[:, None])).sum(-1)
+    expected = (
+        dist.probs * (f(dist.configs) + torch.arange(5, dtype=F64, device=device)[:, None])
+    ).sum(-1)
     torch.testing.assert_close(result.loss, expected)
 
 
-def test_exhaustive_small_cube_against_enumerated_projection() -> None:
+def test_exhaustive_small_cube_against_enumerated_projection(device: torch.device) -> None:
     """D = 3: the returned distribution is a valid decomposition of μ over the 8 vertices."""
-    vertices = torch.tensor(list(itertools.product([0.0, 1.0], repeat=3)), dtype=F64)
+    vertices = torch.tensor(list(itertools.product([0.0, 1.0], repeat=3)), dtype=F64, device=device)
     g = torch.Generator().manual_seed(0)
-    t = torch.randn(50, 3, generator=g, dtype=F64) + 0.5
+    t = (torch.randn(50, 3, generator=g, dtype=F64) + 0.5).to(device)
     dist = sparsemap(t)
     for b in range(50):
         support = dist.configs[b][dist.probs[b] > 0]
@@ -192,13 +203,14 @@ def test_exhaustive_small_cube_against_enumerated_projection() -> None:
     torch.testing.assert_close(dist.marginals, t.clamp(0, 1), atol=1e-9, rtol=0)
 
 
-def test_errors_name_the_problem() -> None:
+def test_errors_name_the_problem(device: torch.device) -> None:
     with pytest.raises(ValueError, match="batch, D"):
-        sparsemap(torch.zeros(3))
+        sparsemap(torch.zeros(3, device=device))
     with pytest.raises(ValueError, match="NaN or Inf"):
-        sparsemap(torch.tensor([[0.5, float("nan")]]))
+        sparsemap(torch.tensor([[0.5, float("nan")]], device=device))
     with pytest.raises(RuntimeError, match="max_iter=1"):
-        sparsemap(torch.full((2, 8), 0.5) + torch.arange(8) * 0.01, max_iter=1)
+        t = torch.full((2, 8), 0.5, device=device) + torch.arange(8, device=device) * 0.01
+        sparsemap(t, max_iter=1)
 
 
 # Tied fractional scores (symmetric initialisation, fp16 scores): the active set can stop on a
@@ -250,9 +262,11 @@ def _finite_difference_jacobian(fn, t: torch.Tensor, eps: float = 1e-6) -> torch
 
 
 @pytest.mark.parametrize("oracle_name", ["bernoulli", "budget"])
-def test_marginals_jacobian_at_tied_scores_matches_finite_differences(oracle_name: str) -> None:
+def test_marginals_jacobian_at_tied_scores_matches_finite_differences(
+    oracle_name: str, device: torch.device
+) -> None:
     oracle, rows = TIED[oracle_name]
-    t = torch.tensor(rows, dtype=F64)
+    t = torch.tensor(rows, dtype=F64, device=device)
     jacobian = _marginals_jacobian(t, oracle)
     with torch.no_grad():
         numeric = _finite_difference_jacobian(lambda s: sparsemap(s, oracle).marginals, t)
@@ -268,7 +282,7 @@ def test_marginals_jacobian_at_tied_scores_matches_finite_differences(oracle_nam
     # Jacobian-vector products along random directions, against finite differences along them.
     g = torch.Generator().manual_seed(21)
     for _ in range(3):
-        v = torch.randn(t.shape, generator=g, dtype=F64)
+        v = torch.randn(t.shape, generator=g, dtype=F64).to(device)
         with torch.no_grad():
             eps = 1e-6
             plus, minus = sparsemap(t + eps * v, oracle), sparsemap(t - eps * v, oracle)
@@ -291,16 +305,20 @@ def test_marginals_jacobian_at_tied_scores_matches_finite_differences(oracle_nam
         )
 
 
-def test_marginals_backward_keeps_the_support_backward_of_the_probabilities() -> None:
+def test_marginals_backward_keeps_the_support_backward_of_the_probabilities(
+    device: torch.device,
+) -> None:
     """At ties the probabilities' backward stays on the support (invariant to f + c, no f off
     the support); at generic scores both backwards give the same Jacobian of μ."""
-    t = torch.tensor([[0.5, 0.5, 0.5], [0.2, 0.9, 0.4]], dtype=F64, requires_grad=True)
+    t = torch.tensor(
+        [[0.5, 0.5, 0.5], [0.2, 0.9, 0.4]], dtype=F64, device=device, requires_grad=True
+    )
     dist = sparsemap(t)
-    f = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=F64)[: dist.probs.shape[1]]
+    f = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=F64, device=device)[: dist.probs.shape[1]]
     (grad,) = torch.autograd.grad((dist.probs * f).sum(), t, retain_graph=True)
     (shifted,) = torch.autograd.grad((dist.probs * (f + 100.0)).sum(), t, retain_graph=True)
     torch.testing.assert_close(grad, shifted, atol=1e-9, rtol=0)
-    w = torch.tensor([0.3, -1.0, 2.0], dtype=F64)
+    w = torch.tensor([0.3, -1.0, 2.0], dtype=F64, device=device)
     (via_mu,) = torch.autograd.grad((dist.marginals @ w).sum(), t, retain_graph=True)
     (via_p,) = torch.autograd.grad(
         (torch.einsum("bs,bsd->bd", dist.probs, dist.configs) @ w).sum(), t
@@ -310,14 +328,14 @@ def test_marginals_backward_keeps_the_support_backward_of_the_probabilities() ->
 
 
 @pytest.mark.parametrize("oracle_name", ["bernoulli", "budget"])
-def test_marginals_jacobian_for_long_generic_scores(oracle_name: str) -> None:
+def test_marginals_jacobian_for_long_generic_scores(oracle_name: str, device: torch.device) -> None:
     """D = 128, no ties: the active set stops within its tolerance, often on a support that
     spans less than the face containing μ (here 27–40 configurations for 30–56 fractional
     coordinates, independent bits); the backward of μ must still be the projection's Jacobian."""
     g = torch.Generator().manual_seed(128)
     shift = torch.linspace(-0.6, 1.0, 8, dtype=F64)[:, None]  # the budget binds in some rows
-    t = (torch.randn(8, 128, generator=g, dtype=F64) + shift).requires_grad_()
-    w = torch.randn(8, 128, generator=g, dtype=F64)
+    t = (torch.randn(8, 128, generator=g, dtype=F64) + shift).to(device).requires_grad_()
+    w = torch.randn(8, 128, generator=g, dtype=F64).to(device)
     budget = 40
     oracle = bernoulli_map if oracle_name == "bernoulli" else budget_map(budget)
     (grad,) = torch.autograd.grad((sparsemap(t, oracle).marginals * w).sum(), t)
@@ -333,11 +351,12 @@ def test_marginals_jacobian_for_long_generic_scores(oracle_name: str) -> None:
 
 
 @pytest.mark.parametrize("seed", [9, 14, 17])
-def test_long_rows_converge_without_cycling(seed: int) -> None:
+def test_long_rows_converge_without_cycling(seed: int, device: torch.device) -> None:
     """Batches where the solve's round-off (~2e-9 on a weight, 36 structures at D = 128) used to
     count as a negative weight: the method dropped and re-added one structure until max_iter."""
     torch.manual_seed(seed)
-    t = torch.randn(64, 128)
+    t = torch.randn(64, 128).to(device)
     distribution = sparsemap(t)
     torch.testing.assert_close(distribution.marginals, t.clamp(0, 1), atol=1e-6, rtol=0)
-    torch.testing.assert_close(distribution.probs.sum(-1), torch.ones(64), atol=1e-6, rtol=0)
+    ones = torch.ones(64, device=device)
+    torch.testing.assert_close(distribution.probs.sum(-1), ones, atol=1e-6, rtol=0)

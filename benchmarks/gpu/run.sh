@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The one prepared GPU run: environment facts, the CUDA tests, and the three GPU benchmarks.
+#
+#   bash benchmarks/gpu/run.sh [--device cuda|cpu] [--quick] [--out DIR] [--tests "PATHS"]
+#   bash benchmarks/gpu/run.sh --stamp     # on the development machine, before the GPU run:
+#                                          # writes benchmarks/gpu/COMMIT (commit + code digest)
+#
+# Run from anywhere (it changes to the repository root). Steps, each under its own `timeout`
+# (a failing or hanging step cannot eat the others' time), each one's output prefixed with the
+# time and appended to DIR/run.log as well as printed:
+#   (a) env          benchmarks/gpu/environment.py            -> DIR/env.json
+#   (b) tests        pytest -q tests/core tests/devices        -> DIR/junit.xml  (or --tests;
+#                    on CUDA only those that touch it: -k "cuda or triton or fused_attention")
+#       prewarm      benchmarks/gpu/prewarm.py, in the background beside the tests: compiles
+#                    the benchmarks' Triton kernels (AdaSplash's autotuning configurations split
+#                    over worker processes) into the Triton cache; waited for after the tests
+#   (c) normalizers  benchmarks/gpu/normalizers.py             -> DIR/normalizers.json
+#   (d) attention    benchmarks/gpu/attention.py               -> DIR/attention.json
+#   (e) transformer  benchmarks/gpu/transformer.py             -> DIR/transformer.json
+# then a summary (step, status, seconds) printed and written to DIR/summary.json: 7 files in DIR.
+# DIR: --out, else $OUT (the GPU machine's), else results/benchmarks/gpu-rehearsal.
+#
+# Packages the machine lacks travel as wheels in .whl/ (git-ignored; `carry` it): they are
+# installed with pip --no-index --no-deps --target into a fresh temporary folder (or unzipped
+# there when pip is missing: they are pure-Python wheels) that goes first on PYTHONPATH, followed
+# by the repository root. Nothing here needs the network. The interpreter is ${PYTHON:-python3}.
+# Budget on one H100 (timeouts, seconds): env 20, tests 240 (prewarm 140 beside them; the first
+# H100 run, 2026-11-26, needed 193 s for them with a warm Triton cache and ran out at 150 cold),
+# normalizers 60, attention 100, transformer 80 (that run: 29, 52 and 54 s): 500 s at most, plus
+# the wheel install (seconds). Override a step's limit with TIMEOUT_<STEP>=seconds
+# (e.g. TIMEOUT_TESTS=300).
+# Triton's cache: $TRITON_CACHE_DIR, else a fresh folder beside the wheels' (shared by the steps).
+# Exit status: the number of steps that did not pass (0: all passed).
+set -u
+set -o pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+ROOT=$PWD
+PYTHON=${PYTHON:-python3}
+DEVICE=cuda
+QUICK=0
+DIR=${OUT:-}
+TESTS=""
+STAMP=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --device) DEVICE=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --out) DIR=$2; shift 2 ;;
+        --tests) TESTS=$2; shift 2 ;;
+        --stamp) STAMP=1; shift ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' \
+            "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+case "$DEVICE" in cuda|cpu) ;; *) echo "--device must be cuda or cpu" >&2; exit 2 ;; esac
+if [ "$STAMP" = 1 ]; then
+    exec "$PYTHON" benchmarks/gpu/environment.py --stamp
+fi
+DIR=${DIR:-results/benchmarks/gpu-rehearsal}
+mkdir -p "$DIR" || exit 2
+DIR=$(cd "$DIR" && pwd)
+LOG=$DIR/run.log
+: > "$LOG"
+export PYTHONUNBUFFERED=1
+# A CPU rehearsal on a small shared machine: one intra-op thread (OpenMP threads that spin at
+# barriers on oversubscribed cores made every op of the tiny model take milliseconds).
+if [ "$DEVICE" = cpu ]; then
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
+export PYTHONDONTWRITEBYTECODE=1
+START=$SECONDS
+
+say() {
+    printf '[%(%H:%M:%S)T +%4ds] %s\n' -1 "$((SECONDS - START))" "$*" | tee -a "$LOG"
+}
+
+# Prefix every line of a step's output with the time and the step's name, print it and log it.
+stamp_lines() {
+    local name=$1 line
+    while IFS= read -r line; do
+        printf '[%(%H:%M:%S)T %s] %s\n' -1 "$name" "$line"
+    done | tee -a "$LOG"
+}
+
+# ---------------------------------------------------------------- wheels and PYTHONPATH
+SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-bench-site.XXXXXX") || exit 2
+trap 'rm -rf "$SITE"' EXIT
+shopt -s nullglob
+WHEELS=(.whl/*.whl)
+shopt -u nullglob
+if [ ${#WHEELS[@]} -gt 0 ]; then
+    say "installing ${#WHEELS[@]} wheel(s) from .whl into $SITE: ${WHEELS[*]##*/}"
+    if ! "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --disable-pip-version-check --target "$SITE" "${WHEELS[@]}" 2>&1 | tee -a "$LOG"; then
+        say "pip failed or is missing: unzipping the wheels instead"
+        "$PYTHON" - "$SITE" "${WHEELS[@]}" <<'EOF' 2>&1 | tee -a "$LOG"
+import sys
+import zipfile
+
+for wheel in sys.argv[2:]:
+    zipfile.ZipFile(wheel).extractall(sys.argv[1])
+EOF
+    fi
+else
+    say "no wheels in .whl: adasplash and entmax must already be importable"
+fi
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$SITE/triton-cache}
+say "python: $(command -v "$PYTHON") ($("$PYTHON" -V 2>&1)); device $DEVICE; quick $QUICK; out $DIR"
+
+# ---------------------------------------------------------------- steps
+declare -a NAMES=() STATUS=() TIMES=()
+
+# The limit of step NAME: $TIMEOUT_<NAME> if set, else the default given.
+limit_of() {
+    local var="TIMEOUT_${1^^}"
+    echo "${!var:-$2}"
+}
+
+# record NAME RC LIMIT BEGIN [END]: the status of a finished step (END: when it ended, default now).
+record() {
+    local name=$1 rc=$2 limit=$3 begin=$4 end=${5:-$SECONDS} status=ok
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        status="timeout(${limit}s)"
+    elif [ "$rc" != 0 ]; then
+        status="failed(rc=$rc)"
+    fi
+    NAMES+=("$name")
+    STATUS+=("$status")
+    TIMES+=("$((end - begin))")
+    say "=== step $name: $status in $((end - begin))s"
+}
+
+# step NAME SECONDS COMMAND...: run under `timeout` (TERM to its process group, KILL 10 s later).
+step() {
+    local name=$1 limit begin
+    limit=$(limit_of "$1" "$2")
+    shift 2
+    say "=== step $name (timeout ${limit}s): $*"
+    begin=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" < /dev/null 2>&1 | stamp_lines "$name"
+    record "$name" "${PIPESTATUS[0]}" "$limit" "$begin"
+}
+
+# background NAME SECONDS COMMAND...: the same, started in the background; `finish NAME` waits.
+background() {
+    local name=$1 limit
+    limit=$(limit_of "$1" "$2")
+    shift 2
+    say "=== step $name (background, timeout ${limit}s): $*"
+    BG_BEGIN=$SECONDS
+    BG_LIMIT=$limit
+    (
+        timeout --kill-after=10 "$limit" "$@" < /dev/null 2>&1 | stamp_lines "$name"
+        echo "${PIPESTATUS[0]} $SECONDS" > "$SITE/$name.rc"
+    ) &
+    BG_PID=$!
+}
+
+finish() {
+    local rc end
+    wait "$BG_PID"
+    read -r rc end < "$SITE/$1.rc" || rc=255
+    record "$1" "${rc:-255}" "$BG_LIMIT" "$BG_BEGIN" "${end:-$SECONDS}"
+}
+
+if [ "$QUICK" = 1 ]; then
+    NORM_ARGS=(--rows 64 --dims 64 256 --rounds 3 --repeats 1)
+    ATTN_ARGS=(--lengths 128 256 --shapes 128:1x2 256:1x2 --rounds 3 --repeats 1)
+    TRANS_ARGS=(--quick)
+    WARM_ARGS=(--quick --workers 2)
+else
+    NORM_ARGS=(--rows 2048 --dims 1024 4096 --rounds 5 --repeats 3)
+    ATTN_ARGS=(--lengths 1024 4096 16384 --shapes 1024:2x8 4096:1x8 16384:1x2 --rounds 5 --repeats 3)
+    TRANS_ARGS=(--rounds 3)
+    WARM_ARGS=(--workers 8)
+fi
+if [ -z "$TESTS" ]; then
+    for path in tests/core tests/devices; do
+        [ -e "$path" ] && TESTS="$TESTS $path"
+    done
+fi
+
+step env 20 "$PYTHON" benchmarks/gpu/environment.py --out "$DIR/env.json"
+background prewarm 140 "$PYTHON" benchmarks/gpu/prewarm.py --device "$DEVICE" "${WARM_ARGS[@]}"
+# shellcheck disable=SC2086  # TESTS is a list of paths
+# On CUDA only the tests that touch it (the CPU ones are CI's); every failure, not the first.
+if [ "$DEVICE" = cuda ]; then SELECT=(-k "cuda or triton or fused_attention"); else SELECT=(); fi
+step tests 240 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
+    --junitxml="$DIR/junit.xml" $TESTS
+finish prewarm
+step normalizers 60 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "${NORM_ARGS[@]}" \
+    --out "$DIR/normalizers.json"
+step attention 100 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
+    --out "$DIR/attention.json"
+step transformer 80 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
+    --out "$DIR/transformer.json"
+
+# ---------------------------------------------------------------- summary
+say "=== summary (total $((SECONDS - START))s)"
+FAILED=0
+{
+    printf '{\n  "device": "%s",\n  "quick": %s,\n  "total_seconds": %d,\n  "steps": [\n' \
+        "$DEVICE" "$([ "$QUICK" = 1 ] && echo true || echo false)" "$((SECONDS - START))"
+    for i in "${!NAMES[@]}"; do
+        sep=","
+        [ "$i" = $((${#NAMES[@]} - 1)) ] && sep=""
+        printf '    {"step": "%s", "status": "%s", "seconds": %d}%s\n' \
+            "${NAMES[$i]}" "${STATUS[$i]}" "${TIMES[$i]}" "$sep"
+    done
+    printf '  ]\n}\n'
+} > "$DIR/summary.json"
+for i in "${!NAMES[@]}"; do
+    say "$(printf '%-12s %-18s %4ss' "${NAMES[$i]}" "${STATUS[$i]}" "${TIMES[$i]}")"
+    [ "${STATUS[$i]}" = ok ] || FAILED=$((FAILED + 1))
+done
+say "files in $DIR: $(cd "$DIR" && ls | tr '\n' ' ')"
+say "$((${#NAMES[@]} - FAILED))/${#NAMES[@]} steps passed"
+exit "$FAILED"

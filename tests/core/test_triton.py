@@ -1,0 +1,222 @@
+"""The Triton kernels (``components.core.fused_triton``) against the oracles, on any machine.
+
+With a GPU the kernels run compiled on CUDA tensors; without one, Triton's interpreter runs the
+same kernels on CPU tensors (the root conftest sets ``TRITON_INTERPRET=1``), so CI checks their
+arithmetic without a GPU. Forward: the ``entmax`` package in float64 (softmax at α = 1);
+backward: the eager solvers (themselves checked against finite differences and the package in
+``test_normalizers``) and ``gradcheck`` in float64. A last test compiles every kernel for a
+Hopper GPU (sm_90) on the CPU, which catches what the interpreter forgives (types of
+loop-carried values, branches that disagree).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+import torch
+from entmax import entmax15 as ref_entmax15
+from entmax import entmax_bisect as ref_entmax_bisect
+from entmax import sparsemax as ref_sparsemax
+
+from components.core import fused, fused_triton
+from components.core.normalizers import entmax, entmax15, sparsemax
+
+pytest.importorskip("triton", reason="Triton is not installed (a test-only dependency on CPU)")
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+F32, F64 = torch.float32, torch.float64
+TOL = {F32: 1e-5, F64: 1e-10}
+# α on both sides of every branch of the kernels: softmax (α − 1 < 1e-7), the float64 solve of
+# float32 rows (α − 1 < 0.01), the cancellation-free α-gradient (α − 1 < 0.5), sparsemax's
+# Newton, α > 2 (computed in float64 by ``entmax``).
+ROW_ALPHAS = (1.0, 1.0001, 1.005, 1.05, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels() -> Iterator[None]:
+    """The kernels loaded and, without CUDA, CPU tensors routed to them (interpreted: the root
+    conftest sets ``TRITON_INTERPRET=1`` before triton is first imported)."""
+    with ExitStack() as stack:
+        assert fused_triton.available(), "Triton is installed but the kernels did not load"
+        if not CUDA:
+            stack.enter_context(fused_triton.on_cpu())
+            # The C++ kernels take CPU tensors first: off, so that CPU tensors reach Triton.
+            stack.enter_context(fused.disabled())
+        yield
+
+
+def _scores(rows: int, d: int, dtype: torch.dtype, seed: int, scale: float = 3.0) -> torch.Tensor:
+    """Random scores with a partly masked row, an empty row and a NaN row (rows ≥ 4)."""
+    g = torch.Generator().manual_seed(seed)
+    x = scale * torch.randn(rows, d, generator=g, dtype=F64)
+    x[1, max(1, d // 3) :] = float("-inf")
+    x[2] = float("-inf")
+    x[3, d // 2] = float("nan")
+    return x.to(dtype).to(DEVICE)
+
+
+def _oracle(name: str, x: torch.Tensor, alpha: torch.Tensor | None) -> torch.Tensor:
+    """float64 reference on the ordinary rows (0, 1, 4, …) of ``x``."""
+    x64 = x.to(F64)
+    if name == "sparsemax":
+        return ref_sparsemax(x64, dim=-1)
+    if name == "entmax15":
+        return ref_entmax15(x64, dim=-1)
+    a = alpha.to(F64)
+    # The package returns the uniform distribution at α = 1: softmax is the reference there.
+    bisect = ref_entmax_bisect(x64, a.clamp(min=1.0001), dim=-1, n_iter=100)
+    return torch.where(a == 1, torch.softmax(x64, dim=-1), bisect)
+
+
+def _row_alphas(rows: int, dtype: torch.dtype) -> torch.Tensor:
+    values = torch.tensor(ROW_ALPHAS, dtype=dtype)
+    return values[torch.arange(rows) % len(ROW_ALPHAS)].unsqueeze(-1).to(DEVICE)
+
+
+def _call(name: str, x: torch.Tensor, alpha: torch.Tensor | None) -> torch.Tensor:
+    if name == "sparsemax":
+        return sparsemax(x)
+    if name == "entmax15":
+        return entmax15(x)
+    return entmax(x, alpha)
+
+
+ORDINARY = [0, 1, *range(4, 2 * len(ROW_ALPHAS))]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("d", [1, 7, 130])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax"])
+def test_forward_matches_the_oracle(name: str, d: int, dtype: torch.dtype) -> None:
+    rows = 2 * len(ROW_ALPHAS)
+    x = _scores(rows, d, dtype, seed=d)
+    alpha = _row_alphas(rows, dtype) if name == "entmax" else None
+    if d > 1:
+        assert fused_triton.usable(x)
+    p = _call(name, x, alpha)
+    ordinary = torch.tensor(ORDINARY, device=DEVICE)
+    a = None if alpha is None else alpha[ordinary]
+    expected = _oracle(name, x[ordinary], a)
+    torch.testing.assert_close(p[ordinary].to(F64), expected, atol=TOL[dtype], rtol=0)
+    if d > 1:
+        assert torch.equal(p[2], torch.zeros_like(p[2])), "a row with no finite score: zeros"
+        assert bool(p[3].isnan().all()), "a row with a NaN score: NaN everywhere"
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax"])
+def test_backward_matches_the_eager_solvers(name: str, dtype: torch.dtype) -> None:
+    rows, d = 2 * len(ROW_ALPHAS), 33
+    x = _scores(rows, d, dtype, seed=1).requires_grad_()
+    alpha = _row_alphas(rows, dtype).requires_grad_() if name == "entmax" else None
+    g = torch.randn(rows, d, generator=torch.Generator().manual_seed(2), dtype=dtype).to(DEVICE)
+
+    def gradients() -> list[torch.Tensor]:
+        inputs = [x] if alpha is None else [x, alpha]
+        return list(torch.autograd.grad((_call(name, x, alpha) * g).sum(), inputs))
+
+    ours = gradients()
+    with fused_triton.disabled():
+        eager = gradients()
+    for got, expected in zip(ours, eager, strict=True):
+        torch.testing.assert_close(got, expected, atol=10 * TOL[dtype], rtol=10 * TOL[dtype],
+                                   equal_nan=True)  # fmt: skip
+    assert bool(ours[0][3].isnan().all()), "a NaN row's gradient is NaN"
+    assert torch.equal(ours[0][2], torch.zeros_like(ours[0][2])), "an empty row's gradient is 0"
+
+
+@pytest.mark.parametrize("alpha", [1.2, 1.7, 2.0, 2.4])
+def test_gradcheck_in_float64(alpha: float) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 6, generator=g, dtype=F64).to(DEVICE).requires_grad_()
+    a = torch.full((3, 1), alpha, dtype=F64, device=DEVICE).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, a: entmax(x, a), (x, a))
+    assert torch.autograd.gradcheck(sparsemax, (x,))
+    assert torch.autograd.gradcheck(entmax15, (x,))
+
+
+def test_half_precision_and_masks_run_in_float32_and_come_back() -> None:
+    x = _scores(6, 40, F32, seed=4)[[0, 1, 4, 5]]
+    mask = torch.rand(4, 40, generator=torch.Generator().manual_seed(5)) < 0.7
+    mask = mask.to(DEVICE)
+    alpha = torch.tensor([1.2, 1.5, 1.8, 1.3], device=DEVICE).unsqueeze(-1)
+    for half in (torch.float16, torch.bfloat16):
+        p = entmax(x.to(half), alpha, mask=mask)
+        assert p.dtype == half
+        expected = _oracle("entmax", x.to(half).float().masked_fill(~mask, float("-inf")), alpha)
+        torch.testing.assert_close(p.to(F64), expected, atol=1e-2, rtol=0)
+        assert not bool(p[~mask].any()), "masked entries get exactly zero"
+
+
+def test_rows_longer_than_the_kernels_hold_go_to_the_eager_solvers() -> None:
+    long = torch.zeros(1, fused_triton.MAX_D + 1, device=DEVICE)
+    assert not fused_triton.usable(long)
+    assert fused_triton.usable(long[:, :-1])
+    with fused_triton.disabled():
+        assert not fused_triton.usable(long[:, :-1])
+
+
+HOPPER_COMPILE = """
+import triton, torch
+from triton.backends.compiler import GPUTarget
+from components.core import fused_triton, triton_kernels as K
+for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
+    for kind in (0, 1, 2):
+        constants = dict(KIND=kind, BLOCK=128, **fused_triton._solver_constants(dtype))
+        signature = {"x_ptr": f"*{name}", "alpha_ptr": f"*{name}", "p_ptr": f"*{name}",
+                     "d": "i32", "bits": "i32", **dict.fromkeys(constants, "constexpr")}
+        triton.compile(triton.compiler.ASTSource(K.forward, signature, constants),
+                       target=GPUTarget("cuda", 90, 32))
+        for alpha_grad in (False, True) if kind == 2 else (False,):
+            constants = dict(KIND=kind, BLOCK=128, ALPHA_GRAD=alpha_grad)
+            pointers = ("p_ptr", "alpha_ptr", "g_ptr", "grad_x_ptr", "grad_alpha_ptr")
+            signature = {**dict.fromkeys(pointers, f"*{name}"), "d": "i32",
+                         **dict.fromkeys(constants, "constexpr")}
+            triton.compile(triton.compiler.ASTSource(K.backward, signature, constants),
+                           target=GPUTarget("cuda", 90, 32))
+from components.core import triton_attention as A
+tensors = ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "do_ptr", "dq_ptr", "dk_ptr", "dv_ptr")
+arguments = {
+    A.forward: ("q_ptr k_ptr v_ptr o_ptr alpha_ptr lengths_ptr stats_ptr tile_max_ptr",
+                "n_tiles_n"),
+    A.backward_rows: ("q_ptr k_ptr v_ptr do_ptr alpha_ptr lengths_ptr stats_ptr tile_max_ptr "
+                      "rows_ptr", "n_tiles_n"),
+    A.backward_dq: ("q_ptr k_ptr v_ptr do_ptr dq_ptr alpha_ptr lengths_ptr stats_ptr "
+                    "tile_max_ptr rows_ptr", "n_tiles_n"),
+    A.backward_dkdv: ("q_ptr k_ptr v_ptr do_ptr dk_ptr dv_ptr alpha_ptr lengths_ptr stats_ptr "
+                      "tile_max_ptr rows_ptr", "n_tiles_m n_tiles_n"),
+}
+for kernel, (pointers, tiles) in arguments.items():
+    for causal in (False, True):
+        constants = dict(D=64, BM=64, BN=64, CAUSAL=causal, HAS_LENGTHS=True, PRECISION="tf32")
+        if kernel is A.backward_rows:
+            constants["ALPHA_GRAD"] = True
+        signature = {p: "*bf16" if p in tensors else "*i32" if p == "lengths_ptr" else "*fp32"
+                     for p in pointers.split()}
+        signature |= {"q_len": "i32", "k_len": "i32", "scale": "fp32"}
+        signature |= dict.fromkeys(tiles.split(), "i32") | dict.fromkeys(constants, "constexpr")
+        triton.compile(triton.compiler.ASTSource(kernel, signature, constants),
+                       target=GPUTarget("cuda", 90, 32))
+print("compiled")
+"""
+
+
+@pytest.mark.skipif(CUDA, reason="on a GPU the other tests compile and run every kernel")
+def test_every_kernel_compiles_for_a_hopper_gpu() -> None:
+    """Compiled in a fresh process: the interpreter, loaded above, would replace the compiler."""
+    environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(HOPPER_COMPILE)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
