@@ -29,8 +29,8 @@ of that bracket (the map τ ↦ Σ_i [z_i − τ]_+^{1/(α−1)} is convex and d
 these steps never overshoot), and finish with the exact threshold in closed form from the support
 found, verified against the KKT conditions; rows that fail verification go to the sort-based
 algorithm, which is also kept as the internal oracle. General α uses Newton steps on
-log Σ_i p_i inside a bisection bracket with a tolerance-based stop, or a stop once the bracket has
-collapsed to adjacent floats (exact in one step for α → 1).
+(Σ_i p_i)^β − 1 (β = α − 1) inside a bisection bracket with a tolerance-based stop, or a stop
+once the bracket has collapsed to adjacent floats (exact in one step for α → 1).
 
 Kernels. sparsemax, ``entmax15`` and ``entmax`` run these solvers, fused, in C++ for CPU tensors
 (``fused``) and in Triton for CUDA tensors (``fused_triton``); the eager code below is the

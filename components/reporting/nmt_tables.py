@@ -277,7 +277,7 @@ def speed_comparison_table(
             Metric("inference_ratio", "inference ratio to softmax"),
         ),
         rows=tuple(table_rows),
-        provenance=Provenance(profile, corpora, device=device),
+        provenance=Provenance(profile, corpora, device=device, replicates="timing rounds"),
         sources=(
             paper_table(est_id)["source"],
             paper_table("ast_training_speed")["source"],

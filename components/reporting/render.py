@@ -139,7 +139,7 @@ def _provenance_lines(table: ComparisonTable) -> list[tuple[str, str]]:
     lines = [
         ("profile", p.profile if p.is_paper else f"{p.profile} — {NOT_COMPARABLE}"),
         ("data", ", ".join(p.data)),
-        ("seeds (n per cell)", seeds),
+        (f"{p.replicates} (n per cell)", seeds),
     ]
     lines += [("sacreBLEU signature", signature) for signature in p.signatures]
     if p.device is not None:

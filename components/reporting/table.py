@@ -112,12 +112,15 @@ class Row:
 @dataclass(frozen=True)
 class Provenance:
     """Where the reproduced numbers come from: the scale ``profile`` ("smoke", "paper", "ci",
-    …), the ``data`` sets used, the sacreBLEU ``signatures`` and the ``device``, when given."""
+    …), the ``data`` sets used, the sacreBLEU ``signatures``, the ``device``, when given, and
+    what a cell's n values are (``replicates``: training seeds, or the timing rounds of one
+    model)."""
 
     profile: str
     data: tuple[str, ...]
     signatures: tuple[str, ...] = ()
     device: str | None = None
+    replicates: str = "seeds"
 
     @property
     def is_paper(self) -> bool:

@@ -102,6 +102,9 @@ def test_speed_table_reads_the_ratios_and_computes_none() -> None:
     est, ast = entmax15["train_ratio"].references
     assert est.value == pytest.approx(40 / 49) and ast.value == pytest.approx(0.9)
     assert "- device: cpu" in to_markdown(table)
+    # a speed cell's values are the timing rounds of one model, not seeds
+    assert "- timing rounds (n per cell): 1" in to_markdown(table)
+    assert "seeds (n per cell)" not in to_markdown(table)
 
 
 def test_speed_table_says_why_its_ratios_differ_from_ests() -> None:
