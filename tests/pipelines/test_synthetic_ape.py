@@ -99,7 +99,9 @@ def test_kfold_cross_translation_runs_as_a_stage(
     other, the triplets in corpus order with the references as pe."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-    sizes = {"train": 60, "valid": 10, "test": 10, "heldout": 40}  # room for empty outputs
+    # Room for empty outputs: the 4-step fold models translate many sentences to nothing (once,
+    # on a loaded machine, 35 of 40), and the real set needs 16 translated ones.
+    sizes = {"train": 60, "valid": 10, "test": 10, "heldout": 160}
     pairs = generate_splits(sizes, 0)
     write_corpus(tmp_path / "data/corpora/c", pairs)
     train_joint_bpe(pairs["train"] + pairs["heldout"], tmp_path / "data/bpe/c/bpe", 120)
