@@ -80,8 +80,9 @@ def test_empty_lines_are_listed_with_their_numbers(tmp_path: Path) -> None:
     message = str(err.value)
     assert str(path) in message
     assert "12 empty line(s)" in message
-    assert "2, 4, 5, 7, 9, 11, 13, 15, 17, 19, …" in message
-    assert "21" not in message
+    # The line numbers listed end with the tenth (the path may hold any digits: pytest-121/).
+    listed = message.split("at line(s) ")[1].split(";")[0]
+    assert listed == "2, 4, 5, 7, 9, 11, 13, 15, 17, 19, …"
 
 
 def test_empty_file_is_named(tmp_path: Path) -> None:
