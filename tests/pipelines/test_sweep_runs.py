@@ -299,9 +299,13 @@ def test_a_killed_trial_worker_is_retried_from_its_checkpoint(
     cluster_sweep: tuple[MlflowClient, str, str],
 ) -> None:
     client, log, killed = cluster_sweep
-    assert log.count("retrying it, its cells resume from their checkpoints") == 1
-    assert "resuming from models/lvm/ssvae/" in log  # the cell's own checkpoint, not step 0
     run = client.get_run(killed)
+    # The killed trial is retried once; another trial whose worker a loaded machine loses is
+    # retried too (once in CI, 2026-11-27), which this test does not judge.
+    retries = [line for line in log.splitlines() if "retrying it" in line]
+    of_killed = [line for line in retries if f"trial {run.data.tags['trial']} [" in line]
+    assert len(of_killed) == 1, retries
+    assert "resuming from models/lvm/ssvae/" in log  # the cell's own checkpoint, not step 0
     assert run.info.status == "FINISHED"
     assert run.data.tags["resumed"] == "true"  # the same MLflow run, continued
 
