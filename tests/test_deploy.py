@@ -1,4 +1,4 @@
-"""The deployment examples of the README's "Scale out" (not launched here: no cloud, no
+"""The deployment examples of docs/scale-out.md (not launched here: no cloud, no
 Kubernetes): the cluster YAML satisfies Ray's own schema, and the RayJob, the image and the
 cluster run this project's Ray version, sweep specs and paths."""
 

@@ -349,9 +349,9 @@ def test_the_mlflow_ui_shows_the_sweeps_trials_and_compares_them(
 def test_ray_job_submit_carries_the_data_only_when_told_to(
     project: Path, ray_cluster: Any, mlflow_server: tuple[str, Path]
 ) -> None:
-    """The README's command, `ray job submit --working-dir . -- python -m pipelines.sweep`:
-    without RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 Ray leaves the git-ignored data/ behind and the
-    job stops at once with an error that says what to do; with it, the sweep runs."""
+    """The command of docs/scale-out.md, `ray job submit --working-dir . -- python -m
+    pipelines.sweep`: without RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 Ray leaves the git-ignored data/
+    behind and the job stops at once with an error that says what to do; with it, the sweep runs."""
     spec = write_spec(
         project,
         "submitted",

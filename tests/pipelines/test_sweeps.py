@@ -266,11 +266,12 @@ def test_a_failed_trials_error_is_read_before_tune_copies_it_to_storage(
     assert error_text(trial).endswith("LearnableSparsityError: non-finite loss nan at step 1")
 
 
-def test_the_readme_example_spec_checks_out(project: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### A sweep spec") :]
+def test_the_scale_out_docs_example_spec_checks_out(project: Path) -> None:
+    """The annotated spec of docs/scale-out.md, "A sweep spec", is a spec that loads and checks."""
+    page = (ROOT / "docs/scale-out.md").read_text()
+    section = page[page.index("## A sweep spec") :]
     example = section[section.index("```yaml\n") + 8 : section.index("```\n", 8)]
-    spec = load(spec_file(project, yaml.safe_load(example), "readme"))
+    spec = load(spec_file(project, yaml.safe_load(example), "documented"))
     assert spec.settings.asha is not None and spec.settings.num_samples == 2
     assert spec.check_trials("sqlite:///unused.db") == [Path("data/images/digits.pt")]
 
