@@ -61,6 +61,15 @@ FINDINGS = """## What this run found
 """
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def _cell(value: float | None, spec: str, otherwise: str = "") -> str:
+    """``value`` formatted by ``spec``, or ``otherwise`` where the run has no value."""
+    return otherwise if value is None else format(value, spec)
+
+
 def _header(env: dict, tests: dict) -> list[str]:
     versions = env["versions"]
     return [
@@ -103,17 +112,13 @@ def _normalizers(data: dict) -> list[str]:
     ]
     for row in data["results"]:
         goal = NORMALIZER_GOALS.get(row["function"])
-        met = ""
-        if goal is not None and row.get("forward_backward_ratio") is not None:
-            verdict = "met" if row["forward_backward_ratio"] <= goal else "not met"
-            met = f"≤ {goal:g}×: {verdict}"
-        ms = row.get("forward_backward_ms")
-        cell = f"{ms:.3f}" if ms is not None else (row.get("error") or "")[:60]
-        error = row.get("max_abs_error_vs_fp64")
+        ratio = row.get("forward_backward_ratio")
+        met = "" if goal is None or ratio is None else f"≤ {goal:g}×: {_met(ratio <= goal)}"
+        cell = _cell(row.get("forward_backward_ms"), ".3f", (row.get("error") or "")[:60])
         lines.append(
             f"| {row['d']} | {row['dtype']} | {row['function']} | {row.get('path') or ''} "
             f"| {cell} | {_ratio(row, 'forward_backward')} | {met} "
-            f"| {'' if error is None else f'{error:.1e}'} |"
+            f"| {_cell(row.get('max_abs_error_vs_fp64'), '.1e')} |"
         )
     return [*lines, ""]
 
@@ -140,15 +145,14 @@ def _attention(data: dict) -> list[str]:
             goal = ""
             if method == "ours_fused" and length >= 4096 and "forward_backward_ms" in splash:
                 over = row["forward_backward_ms"] / splash["forward_backward_ms"]
-                verdict = "met" if over <= FUSED_OVER_ADASPLASH_GOAL else "not met"
+                verdict = _met(over <= FUSED_OVER_ADASPLASH_GOAL)
                 goal = f"{over:.2f}× AdaSplash (≤ {FUSED_OVER_ADASPLASH_GOAL}×): {verdict}"
-            ms = row.get("forward_backward_ms")
-            cell = f"{ms:.3f}" if ms is not None else (row.get("skipped") or row.get("error"))
-            sparsity = row.get("block_sparsity")
+            missing = row.get("skipped") or row.get("error")
+            cell = _cell(row.get("forward_backward_ms"), ".3f", missing)
             lines.append(
                 f"| {length} | {causal} | {row['batch']}×{row['heads']} | {method} | {cell} "
                 f"| {_ratio(row, 'forward_backward')} "
-                f"| {'' if sparsity is None else f'{sparsity:.3f}'} | {goal} |"
+                f"| {_cell(row.get('block_sparsity'), '.3f')} | {goal} |"
             )
     return [*lines, ""]
 
@@ -180,13 +184,12 @@ def _transformer(data: dict) -> list[str]:
         lines.append(f"| {row['variant']} | {train:,.0f} | {ratios[0]} | {infer:,.0f} | "
                      f"{ratios[1]} |")  # fmt: skip
     alpha = next(row for row in data["rows"] if row["variant"] == "entmax_alpha")
-    train_met = alpha["train_ratio_to_softmax"] >= TRAIN_GOAL
-    infer_met = alpha["inference_ratio_to_softmax"] >= INFERENCE_GOAL
+    train_met = _met(alpha["train_ratio_to_softmax"] >= TRAIN_GOAL)
+    infer_met = _met(alpha["inference_ratio_to_softmax"] >= INFERENCE_GOAL)
     lines += [
         "",
         f"Goals for α-entmax: training ≥ {TRAIN_GOAL} of softmax (AST's figure): "
-        f"{'met' if train_met else 'not met'}; inference ≥ {INFERENCE_GOAL}: "
-        f"{'met' if infer_met else 'not met'} (EST measured 0.27 and 0.09).",
+        f"{train_met}; inference ≥ {INFERENCE_GOAL}: {infer_met} (EST measured 0.27 and 0.09).",
         "",
     ]
     return lines
