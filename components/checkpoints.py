@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from components.data.atomic import atomic_write_bytes
 from components.errors import LearnableSparsityError
 
 log = logging.getLogger(__name__)
@@ -36,13 +37,7 @@ def save_atomic(obj: Any, path: Path) -> None:
     form: equal states give equal bytes."""
     buffer = io.BytesIO()
     torch.save(_canonical(obj), buffer)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(buffer.getvalue())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def load_file(

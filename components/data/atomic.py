@@ -9,6 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+# The temporary files are ".<name>.<random><PARTIAL_SUFFIX>": removed by the writer when it fails,
+# left behind only when its process is killed (see remove_partial_writes).
+PARTIAL_SUFFIX = ".tmp"
+
 
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
@@ -16,7 +20,7 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     ends without an error (removed otherwise): a file written piece by piece, still atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=PARTIAL_SUFFIX)
     try:
         # mkstemp creates 0600 files; give the result the permissions of an ordinary new file.
         umask = os.umask(0)
@@ -42,3 +46,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def remove_partial_writes(directory: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files that writers killed mid-write left under ``directory`` (and
+    return them). Call it only while no writer can be at work there (e.g. under the lock of the
+    directory's owner): a resumed run must leave the same files as one never interrupted."""
+    partial = sorted(Path(directory).rglob(f".*{PARTIAL_SUFFIX}"))
+    for path in partial:
+        path.unlink(missing_ok=True)
+    return partial

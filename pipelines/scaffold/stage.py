@@ -54,7 +54,7 @@ from matplotlib.figure import Figure
 from mlflow.entities import Dataset
 from torch import nn
 
-from components.data.atomic import atomic_write_bytes, atomic_write_text
+from components.data.atomic import atomic_write_bytes, atomic_write_text, remove_partial_writes
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import Settings, params_of
 from pipelines.scaffold import layout, tracking
@@ -248,7 +248,8 @@ def run_cell(cell: CellRun) -> dict:
     cell already done under the same fingerprint returns its recorded result. The MLflow run is
     left open (a sweep trial logs several stages' cells to one run).
 
-    The cell's directory is locked while its task runs: a worker of a killed driver can outlive
+    The cell's directory is locked while its task runs (and cleared of the temporary files of
+    writes a killed worker left): a worker of a killed driver can outlive
     it by a few seconds, and a new run of the cell waits for it instead of writing the same
     checkpoints at the same time (and reuses its result if it finished).
     """
@@ -258,6 +259,10 @@ def run_cell(cell: CellRun) -> dict:
         done = layout.done(cell.directory)
         if done.exists() and read_json(done)["fingerprint"] == cell.fingerprint:
             return read_json(done)["result"]
+        # A worker killed mid-write left its temporary file: the resumed cell must end with the
+        # files of one never interrupted (they are hashed into done.json and by DVC).
+        for partial in remove_partial_writes(cell.directory):
+            log.info("%s: removed %s, left by an interrupted write", cell.key, partial.name)
         with tracking.system_metrics(cell.run):
             cell.run.set_tags(tracking.system_tags())
             cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0

@@ -143,6 +143,19 @@ def test_an_interrupted_cell_keeps_its_directory_to_resume(
     assert (store / "a" / "last.pt").exists() and calls(store, "a") == 2
 
 
+def test_a_resumed_cell_drops_the_partial_writes_of_the_killed_one(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    grid(store, mlflow_uri, {"a": 1})
+    done(store / "a").unlink()  # killed while writing a checkpoint (and a file of a sub-folder)
+    (store / "a" / ".last.pt.4242.tmp").write_bytes(b"half a checkpoint")
+    (store / "a" / "sub").mkdir()
+    (store / "a" / "sub" / ".scores.json.x1y2.tmp").write_text("{")
+    grid(store, mlflow_uri, {"a": 1})
+    assert not list(store.rglob("*.tmp"))
+    assert list(json.loads(done(store / "a").read_text())["files"]) == ["calls"]
+
+
 def test_duplicate_keys_and_missing_inputs_fail_before_any_task(
     mlflow_uri: str, store: Path, tmp_path: Path
 ) -> None:
