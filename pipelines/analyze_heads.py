@@ -35,21 +35,13 @@ from components.nmt.batching import encode_pairs
 from components.nmt.grid import NmtSettings
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
-from pipelines.scaffold import layout, tracking
+from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid, done_record, training_run
+from pipelines.scaffold.files import clear, png, read_json, write_json
 from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, long_csv
-from pipelines.scaffold.stage import (
-    CellRun,
-    Grid,
-    Stage,
-    clear,
-    done_record,
-    png,
-    read_json,
-    run_stage,
-    training_run,
-    write_json,
-)
+from pipelines.scaffold.runs import experiment_of, metric_name
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "analyze_heads"
 RESULTS = layout.results(STAGE)
@@ -78,12 +70,12 @@ def analyze_cell(run: CellRun) -> dict:
     scalars = {f"analysis/js/{k}": v for k, v in cell_summary["js"].items() if v is not None}
     scalars |= {f"analysis/density/{k}": v for k, v in cell_summary["mean_density"].items()}
     loggers = [run.run]
-    experiment = tracking.experiment_of(run.run.uri, run.run.run_id)
+    experiment = experiment_of(run.run.uri, run.run.run_id)
     trained_by = training_run(run.run.uri, experiment, TRAINING_STAGE, layout.NMT_MODELS, cell.key)
     if trained_by is not None:  # the model's training was logged to this store
         loggers.append(trained_by)
     for logger in loggers:
-        logger.log_metrics({tracking.metric_name(k): v for k, v in scalars.items()}, step=0)
+        logger.log_metrics({metric_name(k): v for k, v in scalars.items()}, step=0)
         logger.flush()
         for path in paths:
             logger.log_artifact(path, "analysis")

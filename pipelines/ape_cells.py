@@ -24,7 +24,7 @@ from components.nmt.batching import Example
 from components.nmt.training import load_weights
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun
+from pipelines.scaffold.cells import Cell, CellRun
 
 BERT_DIR = layout.BERT / "model"  # pretrain_bert's cell
 

@@ -37,8 +37,10 @@ from pipelines.ape_cells import (
     trained_model,
 )
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
+from pipelines.scaffold.files import write_json
 from pipelines.scaffold.metrics import cell_metrics
-from pipelines.scaffold.stage import CellRun, Grid, Stage, run_stage, write_json
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "evaluate_ape"
 RESULTS = layout.results(STAGE)

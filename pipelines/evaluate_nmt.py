@@ -28,8 +28,10 @@ from components.nmt.search import DecodeSettings, translate
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
+from pipelines.scaffold.files import read_json, write_json
 from pipelines.scaffold.metrics import cell_metrics
-from pipelines.scaffold.stage import CellRun, Grid, Stage, read_json, run_stage, write_json
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "evaluate_nmt"
 RESULTS = layout.results(STAGE)

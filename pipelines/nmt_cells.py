@@ -25,7 +25,7 @@ from components.nmt.training import (
 )
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun
+from pipelines.scaffold.cells import Cell, CellRun
 
 
 def nmt_cells(

@@ -24,7 +24,8 @@ from components.ape.bert import (
 from components.data.local import read_corpus
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun, Stage, run_stage
+from pipelines.scaffold.cells import Cell, CellRun
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "pretrain_bert"
 CELL = "model"  # models/bert/model: the directory train_ape and evaluate_ape load

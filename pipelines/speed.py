@@ -33,7 +33,8 @@ from components.nmt.model import TransformerConfig
 from components.nmt.search import DecodeSettings
 from components.nmt.speed import PHASES, SpeedSettings, measure_speed, summarize_rounds
 from components.timing import MIN_ROUNDS_FOR_SPREAD, NOISY_RELATIVE_SPREAD
-from pipelines.scaffold import layout, tracking
+from pipelines.scaffold import layout
+from pipelines.scaffold.runs import metric_name
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "speed"
@@ -99,7 +100,7 @@ def main(stage: Stage) -> None:
         )
     stage.run.log_metrics(
         {
-            tracking.metric_name(variant, name): value
+            metric_name(variant, name): value
             for variant, values in metrics.items()
             for name, value in values.items()
         },

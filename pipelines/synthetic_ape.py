@@ -46,7 +46,9 @@ from components.nmt.training import TrainingSettings, weight_files
 from components.settings import build, params_of
 from pipelines.nmt_cells import open_cell, train_in_cell, trained_model
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun, Stage, clear, run_stage
+from pipelines.scaffold.cells import Cell, CellRun
+from pipelines.scaffold.files import clear
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "synthetic_ape"
 RESULTS = layout.results(STAGE)

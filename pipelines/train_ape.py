@@ -22,9 +22,10 @@ from components.settings import build, params_of
 from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
 from pipelines.nmt_cells import train_in_cell
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
 from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.plots import curves_csv
-from pipelines.scaffold.stage import CellRun, Grid, Stage, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "train_ape"
 RESULTS = layout.results(STAGE)

@@ -31,9 +31,11 @@ from components.lvm.training import train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import Cell, CellRun, Grid
+from pipelines.scaffold.files import clear, read_json
 from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, curve_rows, long_csv
-from pipelines.scaffold.stage import Cell, CellRun, Grid, Stage, clear, read_json, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 # experiment → (its module with its setup, its settings class, the kind of data it reads)
 EXPERIMENTS = {

@@ -27,9 +27,11 @@ from components.nmt.training import TrainingSettings
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
+from pipelines.scaffold.files import clear
 from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.plots import FACET, RUN, SERIES, curves_csv, long_csv
-from pipelines.scaffold.stage import CellRun, Grid, Stage, clear, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "train_nmt"
 RESULTS = layout.results(STAGE)

@@ -12,10 +12,11 @@ import torch
 from mlflow import MlflowClient
 
 from components.errors import LearnableSparsityError
-from pipelines.scaffold import stage as scaffold
+from pipelines.scaffold import cells as grid_cells
+from pipelines.scaffold.cells import Cell, CellRun
 from pipelines.scaffold.layout import done
 from pipelines.scaffold.params import Params
-from pipelines.scaffold.stage import Cell, CellRun, Stage, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 # Ray tasks must be top-level functions of an importable module (conftest puts this folder on the
 # workers' PYTHONPATH).
@@ -117,7 +118,7 @@ def test_code_and_threads_are_part_of_the_fingerprint(
     grid(store, mlflow_uri, {"a": 1}, task_cpus=2)  # torch threads change the numbers
     assert fingerprint() != one_thread
     two_threads = fingerprint()
-    monkeypatch.setattr(scaffold, "code_digest", lambda module: "other code")
+    monkeypatch.setattr(grid_cells, "code_digest", lambda module: "other code")
     grid(store, mlflow_uri, {"a": 1}, task_cpus=2)
     assert fingerprint() != two_threads
 

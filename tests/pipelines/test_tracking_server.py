@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 from mlflow import MlflowClient
 
+from pipelines.scaffold.cells import Cell, CellRun
 from pipelines.scaffold.params import Params
-from pipelines.scaffold.stage import Cell, CellRun, Stage
+from pipelines.scaffold.stage import Stage
 
 
 def train_and_log(run: CellRun) -> dict:
