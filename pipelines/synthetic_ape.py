@@ -46,7 +46,7 @@ from components.nmt.training import TrainingSettings, weight_files
 from components.settings import build, params_of
 from pipelines.nmt_cells import open_cell, train_in_cell, trained_model
 from pipelines.scaffold import layout
-from pipelines.scaffold.cells import Cell, CellRun
+from pipelines.scaffold.cells import CellRun, GridCell
 from pipelines.scaffold.files import clear
 from pipelines.scaffold.stage import Stage, run_stage
 
@@ -98,7 +98,7 @@ def folds(ape: SyntheticApeSettings, n_pairs: int) -> list[list[int]]:
     return kfold(n_pairs, ape.folds, int(ape.model.partition("/seed")[2]))
 
 
-def cells(ape: SyntheticApeSettings, nmt: NmtSettings, n_pairs: int) -> list[Cell]:
+def cells(ape: SyntheticApeSettings, nmt: NmtSettings, n_pairs: int) -> list[GridCell]:
     """The translation tasks: chunks of the split (heldout) or its folds (kfold)."""
     variant, _, seed = ape.model.partition("/seed")
     cell = NmtCell(ape.corpus, variant, int(seed))
@@ -110,14 +110,14 @@ def cells(ape: SyntheticApeSettings, nmt: NmtSettings, n_pairs: int) -> list[Cel
         weights = [*weight_files(directory, nmt.decode.average_last), layout.done(directory)]
         inputs = (*corpus, layout.bpe_model(ape.corpus), *weights)
         return [
-            Cell(f"chunk{start:08d}", {**common, "range": [start, stop]}, inputs)
+            GridCell(f"chunk{start:08d}", {**common, "range": [start, stop]}, inputs)
             for start in range(0, n_pairs, ape.chunk_sentences)
             for stop in [min(start + ape.chunk_sentences, n_pairs)]
         ]
     inputs = (*corpus, *layout.corpus_files(ape.corpus, ("valid",)), layout.bpe_model(ape.corpus))
     payload = {**common, "train": params_of(nmt.train)}
     return [
-        Cell(f"fold{index}", {**payload, "fold": fold}, inputs)
+        GridCell(f"fold{index}", {**payload, "fold": fold}, inputs)
         for index, fold in enumerate(folds(ape, n_pairs))
     ]
 
@@ -228,7 +228,7 @@ def triplet_metrics(summary: dict) -> dict:
     return {**sets, **(counts if "filters" in summary else {})}
 
 
-def translations(tasks: list[Cell], n_pairs: int) -> list[str]:
+def translations(tasks: list[GridCell], n_pairs: int) -> list[str]:
     """Every sentence's translation, in corpus order, from the cells' ``mt.txt``."""
     mt = [""] * n_pairs
     for task in tasks:

@@ -31,7 +31,7 @@ from components.lvm.training import train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.cells import Cell, CellRun, Grid
+from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.files import clear, read_json
 from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, curve_rows, long_csv
@@ -115,7 +115,7 @@ def grid(stage: Stage, experiment: str) -> Grid:
             f"of the {kind} datasets of the images stage ({sorted(datasets)})"
         )
     cells = [
-        Cell(
+        GridCell(
             cell.key,
             {
                 "experiment": experiment,

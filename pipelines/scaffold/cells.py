@@ -1,15 +1,15 @@
 """The grid cells of a stage and their reuse: fingerprints, ``done.json`` records, the task run.
 
-A :class:`Cell` is a key (its directory under the stage's ``store``), the payload its task reads
-(plain JSON) and the input files it reads. Its *fingerprint* hashes the payload, the contents of
-the input files, the project code the task runs (``pipelines.scaffold.imports``: the task's
-module and everything it imports within the repo) and the torch threads it gets (they change the
-numbers). A cell whose ``done.json`` holds the same fingerprint is reused (:func:`reuse`); one
-whose directory was started under another fingerprint is cleared and retrained; one started under
-the same fingerprint resumes (its task finds its checkpoints); directories of cells no longer in
-the grid are removed. The task runs in a Ray worker (``pipelines.scaffold.runner``), gets a
-:class:`CellRun` (its key, payload, directory, device and MLflow child run) and returns a JSON
-result, which the worker records in ``done.json`` before returning it (:func:`run_cell`).
+A :class:`GridCell` is a key (its directory under the stage's ``store``), the payload its task reads
+(plain JSON) and the input files it reads. Its *fingerprint* hashes the payload, the contents of the
+input files, the project code the task runs (``pipelines.scaffold.imports``: the task's module and
+everything it imports within the repo) and the torch threads it gets (they change the numbers). A
+cell whose ``done.json`` holds the same fingerprint is reused (:func:`reuse`); one whose directory
+was started under another fingerprint is cleared and retrained; one started under the same
+fingerprint resumes (its task finds its checkpoints); directories of cells no longer in the grid are
+removed. The task runs in a Ray worker (``pipelines.scaffold.runner``), gets a :class:`CellRun` (its
+key, payload, directory, device and MLflow child run) and returns a JSON result, which the worker
+records in ``done.json`` before returning it (:func:`run_cell`).
 ``pipelines.scaffold.stage`` runs a stage's :class:`Grid` this way.
 """
 
@@ -54,10 +54,12 @@ def fingerprint(*parts: Any) -> str:
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One cell of a grid: ``key`` (unique; its directory under the store), the JSON ``payload``
-    its task reads, the ``inputs`` (files) its result depends on, and which of them are ``data``
-    (logged as the MLflow run's datasets, one per directory)."""
+class GridCell:
+    """One cell of a stage's grid, as the scaffold runs it (an experiment's own cell, such as an
+    ``NmtCell``, gives it its key and goes into its payload): ``key`` (unique; its directory
+    under the store), the JSON ``payload`` its task reads, the ``inputs`` (files) its result
+    depends on, and which of them are ``data`` (logged as the MLflow run's datasets, one per
+    directory)."""
 
     key: str
     payload: Mapping[str, Any]
@@ -97,13 +99,13 @@ class Grid:
     """What a stage runs: ``task`` on every cell of ``cells``, their directories under ``store``."""
 
     task: Callable[[CellRun], dict]
-    cells: list[Cell]
+    cells: list[GridCell]
     store: Path
 
 
 def cell_fingerprints(
     task: Callable[[CellRun], dict],
-    cells: Sequence[Cell],
+    cells: Sequence[GridCell],
     task_cpus: float,
     digest: Callable[[Path], str] = file_digest,
 ) -> dict[str, str]:
@@ -260,7 +262,7 @@ def training_run(
     return None if found is None else RunLogger(uri, found)
 
 
-def reuse(store: Path, cells: Sequence[Cell], prints: Mapping[str, str]) -> dict[str, dict]:
+def reuse(store: Path, cells: Sequence[GridCell], prints: Mapping[str, str]) -> dict[str, dict]:
     """The recorded results (by key) of the cells finished under their fingerprint ``prints``
     with their files intact; the directories of cells finished otherwise (under other settings,
     or damaged since), of cells started under another fingerprint and of cells no longer in the

@@ -38,9 +38,9 @@ from components.errors import LearnableSparsityError
 from components.settings import Settings, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import (
-    Cell,
     CellRun,
     Grid,
+    GridCell,
     cell_fingerprints,
     datasets,
     execute_cell,
@@ -118,7 +118,7 @@ class Stage:
             self._run.finish(status)
 
     def grid(
-        self, task: Callable[[CellRun], dict], cells: Sequence[Cell], *, store: Path
+        self, task: Callable[[CellRun], dict], cells: Sequence[GridCell], *, store: Path
     ) -> list[dict]:
         """``task`` on every cell as Ray tasks, reusing finished cells; results in cell order."""
         keys = [cell.key for cell in cells]

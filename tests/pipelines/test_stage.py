@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from components.errors import LearnableSparsityError
 from pipelines.scaffold import cells as grid_cells
-from pipelines.scaffold.cells import Cell, CellRun
+from pipelines.scaffold.cells import CellRun, GridCell
 from pipelines.scaffold.layout import done
 from pipelines.scaffold.params import Params
 from pipelines.scaffold.stage import Stage, run_stage
@@ -79,7 +79,7 @@ def grid(
     store: Path, mlflow_uri: str, xs: dict[str, int], inputs: tuple[Path, ...] = (), **ray: float
 ) -> list[dict]:
     stage = Stage("scaffold-test", params(**ray), mlflow_uri)
-    cells = [Cell(key, {"x": x}, inputs) for key, x in xs.items()]
+    cells = [GridCell(key, {"x": x}, inputs) for key, x in xs.items()]
     try:
         return stage.grid(count_and_square, cells, store=store)
     finally:
@@ -162,10 +162,12 @@ def test_duplicate_keys_and_missing_inputs_fail_before_any_task(
 ) -> None:
     stage = Stage("scaffold-test", params(), mlflow_uri)
     with pytest.raises(LearnableSparsityError, match=r"the grid has the cells \['a'\] twice"):
-        stage.grid(count_and_square, [Cell("a", {"x": 1}), Cell("a", {"x": 2})], store=store)
+        stage.grid(
+            count_and_square, [GridCell("a", {"x": 1}), GridCell("a", {"x": 2})], store=store
+        )
     missing = tmp_path / "nowhere.txt"
     with pytest.raises(LearnableSparsityError, match=r"nowhere\.txt is missing"):
-        stage.grid(count_and_square, [Cell("a", {"x": 1}, (missing,))], store=store)
+        stage.grid(count_and_square, [GridCell("a", {"x": 1}, (missing,))], store=store)
     assert not store.exists()
 
 
@@ -173,7 +175,7 @@ def test_a_failed_cell_is_reported_and_its_run_failed(
     ray_local: None, mlflow_uri: str, store: Path
 ) -> None:
     stage = Stage("scaffold-failing", params(), mlflow_uri)
-    cells = [Cell(f"x{x}", {"x": x}) for x in (1, 3)]
+    cells = [GridCell(f"x{x}", {"x": x}) for x in (1, 3)]
     with pytest.raises(LearnableSparsityError, match=r"1 of 2 cells failed:\n.*three is broken"):
         stage.grid(fail_on_three, cells, store=store)
     stage.finish("FAILED")
@@ -230,7 +232,7 @@ def test_damaged_files_of_a_finished_cell_make_it_run_again(
 def test_an_interrupted_cell_continues_its_mlflow_run(
     ray_local: None, mlflow_uri: str, store: Path
 ) -> None:
-    cells = [Cell("a", {"x": 1})]
+    cells = [GridCell("a", {"x": 1})]
     for attempt in (1, 2):
         stage = Stage("scaffold-resume", params(), mlflow_uri)
         try:
@@ -263,7 +265,7 @@ def test_a_cells_run_has_source_profile_datasets_and_model(
     (corpus / "train.tgt").write_text("x\ny\nz\n")
     files = (corpus / "train.src", corpus / "train.tgt")
     stage = Stage("scaffold-metadata", params(), mlflow_uri)
-    stage.grid(train_a_line, [Cell("tiny/seed0", {"x": 1}, files, files)], store=store)
+    stage.grid(train_a_line, [GridCell("tiny/seed0", {"x": 1}, files, files)], store=store)
     stage.finish("FINISHED")
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs(
@@ -293,7 +295,7 @@ def test_scores_are_logged_on_the_run_that_trained_the_model(
 ) -> None:
     """An evaluation stage puts its scores on the training cell's run (one row in the UI)."""
     trained = Stage("scaffold-train", params(), mlflow_uri)
-    trained.grid(count_and_square, [Cell("a", {"x": 3})], store=store)
+    trained.grid(count_and_square, [GridCell("a", {"x": 3})], store=store)
     trained.finish("FINISHED")
     for _ in range(2):  # a second annotation with equal values adds no points
         evaluation = Stage("scaffold-evaluate", params(), mlflow_uri)

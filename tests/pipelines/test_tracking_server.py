@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from mlflow import MlflowClient
 
-from pipelines.scaffold.cells import Cell, CellRun
+from pipelines.scaffold.cells import CellRun, GridCell
 from pipelines.scaffold.params import Params
 from pipelines.scaffold.stage import Stage
 
@@ -36,7 +36,7 @@ def test_cells_log_through_the_server_and_artifacts_land_in_its_destination(
         "params.yaml",
     )
     stage = Stage("server-test", params, uri)
-    cells = [Cell(f"toy/seed{seed}", {"seed": seed}) for seed in (0, 1)]
+    cells = [GridCell(f"toy/seed{seed}", {"seed": seed}) for seed in (0, 1)]
     assert stage.grid(train_and_log, cells, store=tmp_path / "store") == [
         {"cell": "toy/seed0"},
         {"cell": "toy/seed1"},
