@@ -24,7 +24,7 @@ from components.ape.bert import (
 from components.data.local import read_corpus
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.cells import CellRun, GridCell
+from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "pretrain_bert"
@@ -68,7 +68,7 @@ def main(stage: Stage) -> None:
         stage.require_entries("bert.corpus", [bert.corpus], "corpora")
         inputs = layout.corpus_files(bert.corpus, ("train",))
     cell = GridCell(CELL, {"bert": params_of(bert)}, inputs, inputs)
-    (result,) = stage.grid(bert_cell, [cell], store=layout.BERT)
+    result = stage.run_grid(Grid(bert_cell, [cell], layout.BERT))[CELL]
     stage.write_json(layout.results(STAGE) / "bert.json", result, artifact="")
     stage.write_metrics({name: result[name] for name in ("parameters", "vocab_size")})
 

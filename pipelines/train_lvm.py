@@ -134,20 +134,19 @@ def main(stage: Stage, experiment: str) -> None:
     settings_class = EXPERIMENTS[experiment][1]
     settings = stage.settings(f"lvm.{experiment}", settings_class)
     grid_cells = settings.cells()
-    results = stage.run_grid(grid(stage, experiment))
+    by_key = stage.run_grid(grid(stage, experiment))
     clear(layout.figures("lvm") / experiment)
     methods: dict[str, list[dict]] = {}
-    for cell, result in zip(grid_cells, results, strict=True):
-        methods.setdefault(cell.method, []).append(result["metrics"])
+    for cell in grid_cells:
+        methods.setdefault(cell.method, []).append(by_key[cell.key]["metrics"])
     summary = {"experiment": experiment, "data": settings.data, "profile": stage.profile}
     stage.write_json(RESULTS / f"{experiment}.json", {**summary, "methods": methods}, artifact="")
     metric, label = settings_class.HEADLINE
-    by_key = {cell.key: result for cell, result in zip(grid_cells, results, strict=True)}
     stage.write_metrics(lvm_metrics(by_key, metric))
     stage.write_text(RESULTS / experiment / "loss.csv", curve_csv(by_key, "loss"))
     stage.write_text(RESULTS / experiment / "calls.csv", curve_csv(by_key, "decoder_calls"))
     stage.write_text(RESULTS / experiment / "runs.csv", runs_csv(by_key, metric))
-    runs = [{**asdict(c), **r} for c, r in zip(grid_cells, results, strict=True)]
+    runs = [{**asdict(c), **by_key[c.key]} for c in grid_cells]
     for name, figure in experiment_figures(runs, metric, label, SPARSE_METHODS).items():
         path = layout.figures("lvm") / experiment / f"{name}.png"
         stage.write_png(path, figure, artifact="figures")

@@ -311,11 +311,6 @@ def find_run(
     return next((run.info.run_id for run in runs if run.info.status in statuses), None)
 
 
-def experiment_of(uri: str, run_id: str) -> str:
-    """The experiment id of run ``run_id``."""
-    return retry(MlflowClient(uri).get_run, run_id).info.experiment_id
-
-
 def driver_tags() -> dict[str, str]:
     """Where this process runs: a run tagged with them and left RUNNING by a process that is
     gone was interrupted (see :func:`end_orphans`)."""

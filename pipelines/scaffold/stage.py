@@ -4,10 +4,10 @@ A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top
 
 1. ``stage.settings("nmt", NmtSettings)`` — every params section it needs, built and validated
    before anything is touched (a bad value fails here, naming its key);
-2. ``stage.grid(task, cells, store=...)`` — the grid as Ray tasks with **cell reuse**
-   (``pipelines.scaffold.cells``); a stage that a sweep can run (``pipelines.sweep``) builds its
-   :class:`Grid` in a function of its own, ``grid(stage)``, which its ``main`` hands to
-   ``stage.run_grid`` and a sweep trial runs too;
+2. ``stage.run_grid(Grid(task, cells, store))`` — the grid as Ray tasks with **cell reuse**
+   (``pipelines.scaffold.cells``), its results by cell key; a stage that a sweep can run
+   (``pipelines.sweep``) builds its :class:`Grid` in a function of its own, ``grid(stage)``,
+   which its ``main`` hands to ``stage.run_grid`` and a sweep trial runs too;
 3. ``stage.write_json(...)`` / ``write_text`` / ``write_png`` — atomic outputs, optionally
    logged to the stage's MLflow run; ``stage.write_metrics(...)`` — its DVC metrics, checked to
    hold numbers only.
@@ -40,7 +40,6 @@ from pipelines.scaffold import layout
 from pipelines.scaffold.cells import (
     CellRun,
     Grid,
-    GridCell,
     cell_fingerprints,
     datasets,
     execute_cell,
@@ -117,10 +116,10 @@ class Stage:
         if self._run is not None:
             self._run.finish(status)
 
-    def grid(
-        self, task: Callable[[CellRun], dict], cells: Sequence[GridCell], *, store: Path
-    ) -> list[dict]:
-        """``task`` on every cell as Ray tasks, reusing finished cells; results in cell order."""
+    def run_grid(self, grid: Grid) -> dict[str, dict]:
+        """The grid's task on every cell as Ray tasks, reusing finished cells; the results by
+        cell key, in the grid's cell order."""
+        task, cells, store = grid.task, grid.cells, grid.store
         keys = [cell.key for cell in cells]
         repeated = sorted({key for key in keys if keys.count(key) > 1})
         if repeated:
@@ -166,18 +165,21 @@ class Stage:
         self.run.set_tags(
             {"cells_run": str(len(todo)), "cells_reused": str(len(cells) - len(todo))}
         )
-        return [results[key] for key in keys]
-
-    def run_grid(self, grid: Grid) -> list[dict]:
-        """:meth:`grid` on a stage's :class:`Grid`."""
-        return self.grid(grid.task, grid.cells, store=grid.store)
+        return {key: results[key] for key in keys}
 
     def annotate_training_runs(
-        self, stage: str, store: Path, metrics: Mapping[str, Mapping[str, float]]
+        self,
+        stage: str,
+        store: Path,
+        metrics: Mapping[str, Mapping[str, float]],
+        *,
+        files: Mapping[str, Sequence[Path]] | None = None,
+        artifact: str | None = None,
     ) -> None:
-        """Log ``metrics[key]`` also on the run of ``stage`` that trained cell ``key`` (see
-        :func:`training_run`), so that one row of the MLflow runs table carries a model's
-        params, training curves and scores; values the run already has are not logged again."""
+        """Log ``metrics[key]`` (and the ``files[key]``, as artifacts under ``artifact``) also on
+        the run of ``stage`` that trained cell ``key`` (see :func:`training_run`), so that one
+        row of the MLflow runs table carries a model's params, training curves, scores and
+        analysis; values the run already has are not logged again."""
         for key, values in metrics.items():
             trained = training_run(self.uri, self.run.experiment_id, stage, store, key)
             if trained is None:
@@ -187,17 +189,22 @@ class Stage:
             named = {metric_name(name): float(v) for name, v in values.items()}
             trained.log_metrics({k: v for k, v in named.items() if has.get(k) != v}, step=0)
             trained.flush()
+            for path in (files or {}).get(key, ()):
+                trained.log_artifact(path, artifact)
 
     def write_json(self, path: Path, data: Any, *, artifact: str | None = None) -> None:
         """Atomic JSON at ``path``; also an artifact of the stage run under ``artifact``."""
         write_json(path, data)
         self._logged(path, artifact)
 
-    def write_metrics(self, data: Mapping[str, Any]) -> None:
+    def write_metrics(self, data: Mapping[str, Any], *, logged: bool = False) -> None:
         """The stage's DVC metrics, ``results/<stage>/metrics.json`` (numbers only: see
-        ``pipelines.scaffold.metrics``); also an artifact of the stage run."""
+        ``pipelines.scaffold.metrics``); also an artifact of the stage run and, when
+        ``logged``, its metrics (nested names joined by "/")."""
         check_scalar_metrics(data, self.name)
         self.write_json(layout.metrics(self.name), data, artifact="")
+        if logged:
+            self.run.log_metrics(_flat_metrics(data), step=0)
 
     def write_text(self, path: Path, text: str, *, artifact: str | None = None) -> None:
         atomic_write_text(path, text)
@@ -207,9 +214,25 @@ class Stage:
         atomic_write_bytes(path, png(figure))
         self._logged(path, artifact)
 
+    def copy_file(self, source: Path, path: Path, *, artifact: str | None = None) -> None:
+        """``source`` (a cell's file, say) copied atomically to the output ``path``."""
+        atomic_write_bytes(path, Path(source).read_bytes())
+        self._logged(path, artifact)
+
     def _logged(self, path: Path, artifact: str | None) -> None:
         if artifact is not None:
             self.run.log_artifact(path, artifact or None)
+
+
+def _flat_metrics(data: Mapping[str, Any], *parts: str) -> dict[str, float]:
+    """Nested DVC metrics as MLflow metrics: ``{"a": {"b": 1}}`` → ``{"a/b": 1.0}``."""
+    flat: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            flat |= _flat_metrics(value, *parts, key)
+        else:
+            flat[metric_name(*parts, key)] = float(value)
+    return flat
 
 
 def _interrupt(signum: int, _frame: object) -> None:
