@@ -1,7 +1,9 @@
 """What every stage entrypoint of ``pipelines/`` stands on: one scaffold, no stage logic.
 
 * :mod:`~pipelines.scaffold.stage` — ``run_stage`` and ``Stage``: params as settings, the grid
-  with cell reuse, the MLflow parent run, atomic outputs;
+  run, the MLflow parent run, atomic outputs;
+* :mod:`~pipelines.scaffold.cells` — grid cells: fingerprints, reuse, the task in its worker;
+* :mod:`~pipelines.scaffold.files` — JSON, PNG, content digests;
 * :mod:`~pipelines.scaffold.layout` — every path of every stage;
 * :mod:`~pipelines.scaffold.params` — ``params.yaml``, errors naming the key;
 * :mod:`~pipelines.scaffold.runner` — Ray: local or a cluster, retries, failure reports;
