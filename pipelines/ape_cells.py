@@ -24,7 +24,7 @@ from components.nmt.batching import Example
 from components.nmt.training import load_weights
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun
+from pipelines.scaffold.cells import CellRun, GridCell
 
 BERT_DIR = layout.BERT / "model"  # pretrain_bert's cell
 
@@ -48,7 +48,7 @@ def require_data(ape: ApeSettings) -> None:
 
 def ape_cells(
     ape: ApeSettings, splits: Sequence[str], shared: Mapping[str, Any], *, reads_model: bool = False
-) -> list[Cell]:
+) -> list[GridCell]:
     """One cell per grid cell: payload = the cell, its model config, regime, data and
     ``shared``; inputs = the BERT, the real ``splits`` (and the synthetic training set when the
     regime uses it: the triplets are its data) and, when the task ``reads_model``, the training
@@ -70,7 +70,7 @@ def ape_cells(
             "max_pieces": [ape.max_source_pieces, ape.max_target_pieces],
             **shared,
         }
-        cells.append(Cell(cell.key, payload, tuple(inputs), tuple(data)))
+        cells.append(GridCell(cell.key, payload, tuple(inputs), tuple(data)))
     return cells
 
 

@@ -24,7 +24,8 @@ from components.data.corpora import (
 )
 from components.data.local import write_corpus
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Stage, run_stage, write_json
+from pipelines.scaffold.files import write_json
+from pipelines.scaffold.stage import Stage, run_stage
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,10 @@ from pipelines.ape_cells import (
     trained_model,
 )
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
+from pipelines.scaffold.files import write_json
 from pipelines.scaffold.metrics import cell_metrics
-from pipelines.scaffold.stage import CellRun, Grid, Stage, run_stage, write_json
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "evaluate_ape"
 RESULTS = layout.results(STAGE)
@@ -79,8 +81,7 @@ def grid(stage: Stage) -> Grid:
 
 def main(stage: Stage) -> None:
     ape = stage.settings("ape", ApeSettings)
-    built = grid(stage)
-    cells, results = built.cells, stage.run_grid(built)
+    results = stage.run_grid(grid(stage))
     real = read_triplets(Path(ape.data["real"]), ape.evaluate)
     do_nothing = {
         split: ape_metrics([mt for _, mt, _ in rows], [pe for _, _, pe in rows])
@@ -89,8 +90,8 @@ def main(stage: Stage) -> None:
     scores = {
         "data": ape.data["real"],
         "cells": {
-            cell.key: {split: scalars(metrics) for split, metrics in result.items()}
-            for cell, result in zip(cells, results, strict=True)
+            key: {split: scalars(metrics) for split, metrics in result.items()}
+            for key, result in results.items()
         },
         "do_nothing": {split: scalars(metrics) for split, metrics in do_nothing.items()},
         "signatures": {name: m["signature"] for name, m in next(iter(do_nothing.values())).items()},

@@ -28,8 +28,10 @@ from components.nmt.search import DecodeSettings, translate
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
+from pipelines.scaffold.files import read_json, write_json
 from pipelines.scaffold.metrics import cell_metrics
-from pipelines.scaffold.stage import CellRun, Grid, Stage, read_json, run_stage, write_json
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "evaluate_nmt"
 RESULTS = layout.results(STAGE)
@@ -76,7 +78,7 @@ def grid(stage: Stage) -> Grid:
 def main(stage: Stage) -> None:
     nmt = stage.settings("nmt", NmtSettings)
     built = grid(stage)
-    cells, results = built.cells, stage.run_grid(built)
+    results = stage.run_grid(built)
     copy_baseline = {}
     for corpus in nmt.corpora:
         test = read_corpus(layout.corpus_dir(corpus), ("test",))["test"]
@@ -84,18 +86,21 @@ def main(stage: Stage) -> None:
         copy_baseline[corpus] = scalars(baseline)
     summary = {
         "cells": {
-            c.key: {**scalars(r["metrics"]), "empty_hypotheses": r["empty_hypotheses"]}
-            for c, r in zip(cells, results, strict=True)
+            key: {**scalars(r["metrics"]), "empty_hypotheses": r["empty_hypotheses"]}
+            for key, r in results.items()
         },
         "copy_source_baseline": copy_baseline,
-        "signatures": {name: value["signature"] for name, value in results[0]["metrics"].items()},
+        "signatures": {
+            name: value["signature"]
+            for name, value in next(iter(results.values()))["metrics"].items()
+        },
     }
     stage.write_json(RESULTS / "bleu.json", summary, artifact="")
     scores = {key: {"bleu": c["bleu"], "chrf": c["chrf"]} for key, c in summary["cells"].items()}
     stage.write_metrics(cell_metrics(scores, per_seed=("bleu", "chrf")))
     speed = read_json(layout.metrics("speed"))
     on_training_runs = {}
-    for cell in cells:
+    for cell in built.cells:
         variant = cell.payload["cell"]["variant"]
         on_training_runs[cell.key] = {f"test/{k}": v for k, v in summary["cells"][cell.key].items()}
         on_training_runs[cell.key] |= {f"speed/{k}": v for k, v in speed[variant].items()}

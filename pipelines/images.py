@@ -13,7 +13,8 @@ import logging
 from components.data.datasets import EggGame, build_dataset, dataset_settings, save_dataset
 from components.settings import params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Stage, run_stage, write_json
+from pipelines.scaffold.files import write_json
+from pipelines.scaffold.stage import Stage, run_stage
 
 log = logging.getLogger(__name__)
 

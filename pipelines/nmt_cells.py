@@ -25,7 +25,7 @@ from components.nmt.training import (
 )
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun
+from pipelines.scaffold.cells import CellRun, GridCell
 
 
 def nmt_cells(
@@ -34,7 +34,7 @@ def nmt_cells(
     shared: Mapping[str, Any],
     *,
     reads_model: bool = False,
-) -> list[Cell]:
+) -> list[GridCell]:
     """One cell per grid cell: payload = the cell, ``nmt.model`` and ``shared``; inputs = the
     ``splits`` of its corpus (its data), its BPE model and, when the task ``reads_model``, the
     training cell's record (its ``done.json`` holds the digest of every checkpoint the cell
@@ -47,7 +47,7 @@ def nmt_cells(
         if reads_model:
             inputs.append(layout.done(layout.NMT_MODELS / cell.key))
         payload = {"cell": asdict(cell), "model": params_of(nmt.model), **shared}
-        cells.append(Cell(cell.key, payload, tuple(inputs), data))
+        cells.append(GridCell(cell.key, payload, tuple(inputs), data))
     return cells
 
 

@@ -72,10 +72,10 @@ from components.nmt.speed import SpeedSettings
 from components.settings import Settings
 from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
+from pipelines.scaffold.files import read_json
 from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.stage import read_json
-from pipelines.scaffold.tracking import MlflowSettings, tracking_uri
+from pipelines.scaffold.store import MlflowSettings, tracking_uri
 
 # Every params section a stage reads, with the settings it becomes.
 SECTIONS: dict[str, type[Settings]] = {

@@ -24,7 +24,8 @@ from components.ape.bert import (
 from components.data.local import read_corpus
 from components.settings import build, params_of
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Cell, CellRun, Stage, run_stage
+from pipelines.scaffold.cells import CellRun, Grid, GridCell
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "pretrain_bert"
 CELL = "model"  # models/bert/model: the directory train_ape and evaluate_ape load
@@ -66,8 +67,8 @@ def main(stage: Stage) -> None:
     if bert.name_or_path is None:
         stage.require_entries("bert.corpus", [bert.corpus], "corpora")
         inputs = layout.corpus_files(bert.corpus, ("train",))
-    cell = Cell(CELL, {"bert": params_of(bert)}, inputs, inputs)
-    (result,) = stage.grid(bert_cell, [cell], store=layout.BERT)
+    cell = GridCell(CELL, {"bert": params_of(bert)}, inputs, inputs)
+    result = stage.run_grid(Grid(bert_cell, [cell], layout.BERT))[CELL]
     stage.write_json(layout.results(STAGE) / "bert.json", result, artifact="")
     stage.write_metrics({name: result[name] for name in ("parameters", "vocab_size")})
 

@@ -36,8 +36,8 @@ from components.claims import load_claims
 from components.data.atomic import atomic_write_bytes, atomic_write_text
 from components.errors import LearnableSparsityError
 from pipelines.scaffold import layout
+from pipelines.scaffold.files import read_json, write_json
 from pipelines.scaffold.imports import ROOT
-from pipelines.scaffold.stage import read_json, write_json
 
 log = logging.getLogger(__name__)
 

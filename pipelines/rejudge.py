@@ -22,8 +22,10 @@ from components.claims.preregistered import threshold_changes
 from components.claims.report import claims_markdown, claims_record
 from components.errors import LearnableSparsityError
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import fingerprint
+from pipelines.scaffold.files import file_digest, read_json
 from pipelines.scaffold.imports import ROOT, code_digest
-from pipelines.scaffold.stage import Stage, file_digest, fingerprint, read_json, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 CHECKS_ENTRY = "components.claims.catalog"  # the checks, and all the code they run
 CLAIMS_FILE = ROOT / "components" / "claims" / "claims.yaml"

@@ -33,7 +33,7 @@ from components.nmt.model import TransformerConfig
 from components.nmt.search import DecodeSettings
 from components.nmt.speed import PHASES, SpeedSettings, measure_speed, summarize_rounds
 from components.timing import MIN_ROUNDS_FOR_SPREAD, NOISY_RELATIVE_SPREAD
-from pipelines.scaffold import layout, tracking
+from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "speed"
@@ -83,7 +83,7 @@ def main(stage: Stage) -> None:
         }
         for row in rows
     }
-    stage.write_metrics(metrics)
+    stage.write_metrics(metrics, logged=True)
     for row in rows:
         log.info(
             "%s: %s", row["variant"], {p: round(row[f"{p}_ratio_to_softmax"], 3) for p in PHASES}
@@ -97,14 +97,6 @@ def main(stage: Stage) -> None:
             MIN_ROUNDS_FOR_SPREAD,
             ", ".join(noisy),
         )
-    stage.run.log_metrics(
-        {
-            tracking.metric_name(variant, name): value
-            for variant, values in metrics.items()
-            for name, value in values.items()
-        },
-        step=0,
-    )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,16 @@ from ray.tune.schedulers import ASHAScheduler
 
 from components.errors import LearnableSparsityError, MissingInputError
 from components.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
-from pipelines.scaffold import tracking
 from pipelines.scaffold.params import PARAMS_FILE
+from pipelines.scaffold.provenance import (
+    GIT_COMMIT_ENV,
+    GIT_COMMIT_TAG,
+    GIT_DIRTY_ENV,
+    GIT_DIRTY_TAG,
+    source_tags,
+)
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, Resources, check_feasible, connect
+from pipelines.scaffold.runs import RunLogger, StageRun, find_run
 from pipelines.scaffold.stage import Stage, run_stage
 from pipelines.sweep_spec import SweepSpec, load_spec
 from pipelines.sweep_trials import (
@@ -178,15 +185,13 @@ def trials_address(stage: Stage, spec: SweepSpec) -> str:
     return f"{address}&{urllib.parse.urlencode(query)}"
 
 
-def end_trial_runs(parent: tracking.StageRun, status: str) -> None:
+def end_trial_runs(parent: StageRun, status: str) -> None:
     """End the sweep's trial runs still RUNNING (the driver is going down) with ``status``."""
     while True:
-        found = tracking.find_run(
-            parent.uri, parent.experiment_id, {SWEEP_TAG: parent.run_id}, ("RUNNING",)
-        )
+        found = find_run(parent.uri, parent.experiment_id, {SWEEP_TAG: parent.run_id}, ("RUNNING",))
         if found is None:
             return
-        tracking.RunLogger(parent.uri, found).finish(status)
+        RunLogger(parent.uri, found).finish(status)
 
 
 def submit(path: Path, address: str) -> str:
@@ -203,11 +208,11 @@ def submit(path: Path, address: str) -> str:
             "set MLFLOW_TRACKING_URI to the tracking server the cluster logs to (http://host:5000)"
             ": the job's runs cannot reach this checkout's mlflow.db"
         )
-    source = tracking.source_tags("sweep")
+    source = source_tags("sweep")
     env = {"MLFLOW_TRACKING_URI": uri}
-    if tracking.GIT_COMMIT_TAG in source:
-        env[tracking.GIT_COMMIT_ENV] = source[tracking.GIT_COMMIT_TAG]
-        env[tracking.GIT_DIRTY_ENV] = source[tracking.GIT_DIRTY_TAG]
+    if GIT_COMMIT_TAG in source:
+        env[GIT_COMMIT_ENV] = source[GIT_COMMIT_TAG]
+        env[GIT_DIRTY_ENV] = source[GIT_DIRTY_TAG]
     os.environ[IGNORE_GITIGNORE] = "1"  # data/ (DVC's, git-ignored) travels; .rayignore rules
     jobs = JobSubmissionClient(address)
     job = jobs.submit_job(

@@ -39,9 +39,10 @@ from typing import Any, Literal
 
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import Settings, SettingsError, build, setting
+from pipelines.scaffold.cells import Grid
 from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.stage import Grid, Stage
+from pipelines.scaffold.stage import Stage
 
 # A stage of the chain: its module under pipelines/ and, after "@", the argument of its grid
 # (the latent-variable experiment). Each exposes ``grid(stage[, argument]) -> Grid``.

@@ -32,16 +32,12 @@ from typing import Any
 import torch
 from ray import tune
 
-from pipelines.scaffold import layout, tracking
+from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, cell_fingerprints, datasets, run_cell
+from pipelines.scaffold.files import file_digest
 from pipelines.scaffold.runner import LOG_FORMAT
-from pipelines.scaffold.stage import (
-    CellRun,
-    Stage,
-    cell_fingerprints,
-    datasets,
-    file_digest,
-    run_cell,
-)
+from pipelines.scaffold.runs import STATUSES, RunLogger, StageRun, find_run, metric_name
+from pipelines.scaffold.stage import Stage
 from pipelines.sweep_spec import SweepSpec, stage_grid
 
 log = logging.getLogger(__name__)
@@ -63,7 +59,7 @@ class SweepRun:
     storage of the trials."""
 
     spec: SweepSpec
-    parent: tracking.StageRun
+    parent: StageRun
     storage: Path
 
 
@@ -105,7 +101,7 @@ class _Reporter:
         self.metric, self.latest, self.step = metric, {}, 0
 
     def logged(self, metrics: Mapping[str, float], step: int) -> None:
-        named = {tracking.metric_name(key): float(value) for key, value in metrics.items()}
+        named = {metric_name(key): float(value) for key, value in metrics.items()}
         self.latest.update(named)
         self.step = max(self.step, step)
         if self.metric is not None and self.metric in named:
@@ -135,7 +131,7 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
     _link_entries(layout.MODELS, stores=[grid.store for grid in grids])
     identity = {SWEEP_TAG: parent.run_id, TRIAL_TAG: trial_id}
     values = {f"sweep.{key}": value for key, value in config.items()}
-    run = tracking.RunLogger(parent.uri, parent.child(trial_name(spec, config), values, identity))
+    run = RunLogger(parent.uri, parent.child(trial_name(spec, config), values, identity))
     asha = spec.settings.asha
     reporter = _Reporter(asha.metric if asha else None)
     results: dict[str, float] = {}
@@ -181,7 +177,7 @@ class SweepProgress(tune.Callback):
     retried one, an error per failed one, and each trial's MLflow run ended with its outcome
     (FINISHED; FAILED with its error; FINISHED and tagged when a scheduler stopped it early)."""
 
-    def __init__(self, spec: SweepSpec, parent: tracking.StageRun) -> None:
+    def __init__(self, spec: SweepSpec, parent: StageRun) -> None:
         self.spec, self.parent = spec, parent
         self.finished = self.failed = self.stopped = 0
         self.best: tuple[float, str] | None = None
@@ -255,10 +251,10 @@ class SweepProgress(tune.Callback):
     def _end(self, trial: Any, status: str, tags: Mapping[str, str]) -> None:
         """End the trial's run with ``status`` and ``tags`` (none: it never started)."""
         identity = {SWEEP_TAG: self.parent.run_id, TRIAL_TAG: trial.trial_id}
-        statuses = ("RUNNING", *tracking.STATUSES)
-        found = tracking.find_run(self.parent.uri, self.parent.experiment_id, identity, statuses)
+        statuses = ("RUNNING", *STATUSES)
+        found = find_run(self.parent.uri, self.parent.experiment_id, identity, statuses)
         if found is not None:
-            run = tracking.RunLogger(self.parent.uri, found)
+            run = RunLogger(self.parent.uri, found)
             run.set_tags(tags)
             run.finish(status)
 

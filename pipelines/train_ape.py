@@ -22,9 +22,10 @@ from components.settings import build, params_of
 from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
 from pipelines.nmt_cells import train_in_cell
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
 from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.plots import curves_csv
-from pipelines.scaffold.stage import CellRun, Grid, Stage, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "train_ape"
 RESULTS = layout.results(STAGE)
@@ -50,15 +51,13 @@ def grid(stage: Stage) -> Grid:
 
 
 def main(stage: Stage) -> None:
-    built = grid(stage)
-    cells, results = built.cells, stage.run_grid(built)
-    summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
+    results = stage.run_grid(grid(stage))
+    summary = {key: result["summary"] for key, result in results.items()}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
     stage.write_metrics(
         cell_metrics({key: {"valid_nll": cell["final_valid_nll"]} for key, cell in summary.items()})
     )
-    histories = {cell.key: result for cell, result in zip(cells, results, strict=True)}
-    stage.write_text(RESULTS / "valid_nll.csv", curves_csv(histories, "valid", "valid_nll"))
+    stage.write_text(RESULTS / "valid_nll.csv", curves_csv(results, "valid", "valid_nll"))
 
 
 if __name__ == "__main__":

@@ -31,9 +31,11 @@ from components.lvm.training import train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid, GridCell
+from pipelines.scaffold.files import clear, read_json
 from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, curve_rows, long_csv
-from pipelines.scaffold.stage import Cell, CellRun, Grid, Stage, clear, read_json, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 # experiment → (its module with its setup, its settings class, the kind of data it reads)
 EXPERIMENTS = {
@@ -113,7 +115,7 @@ def grid(stage: Stage, experiment: str) -> Grid:
             f"of the {kind} datasets of the images stage ({sorted(datasets)})"
         )
     cells = [
-        Cell(
+        GridCell(
             cell.key,
             {
                 "experiment": experiment,
@@ -132,20 +134,19 @@ def main(stage: Stage, experiment: str) -> None:
     settings_class = EXPERIMENTS[experiment][1]
     settings = stage.settings(f"lvm.{experiment}", settings_class)
     grid_cells = settings.cells()
-    results = stage.run_grid(grid(stage, experiment))
+    by_key = stage.run_grid(grid(stage, experiment))
     clear(layout.figures("lvm") / experiment)
     methods: dict[str, list[dict]] = {}
-    for cell, result in zip(grid_cells, results, strict=True):
-        methods.setdefault(cell.method, []).append(result["metrics"])
+    for cell in grid_cells:
+        methods.setdefault(cell.method, []).append(by_key[cell.key]["metrics"])
     summary = {"experiment": experiment, "data": settings.data, "profile": stage.profile}
     stage.write_json(RESULTS / f"{experiment}.json", {**summary, "methods": methods}, artifact="")
     metric, label = settings_class.HEADLINE
-    by_key = {cell.key: result for cell, result in zip(grid_cells, results, strict=True)}
     stage.write_metrics(lvm_metrics(by_key, metric))
     stage.write_text(RESULTS / experiment / "loss.csv", curve_csv(by_key, "loss"))
     stage.write_text(RESULTS / experiment / "calls.csv", curve_csv(by_key, "decoder_calls"))
     stage.write_text(RESULTS / experiment / "runs.csv", runs_csv(by_key, metric))
-    runs = [{**asdict(c), **r} for c, r in zip(grid_cells, results, strict=True)]
+    runs = [{**asdict(c), **by_key[c.key]} for c in grid_cells]
     for name, figure in experiment_figures(runs, metric, label, SPARSE_METHODS).items():
         path = layout.figures("lvm") / experiment / f"{name}.png"
         stage.write_png(path, figure, artifact="figures")

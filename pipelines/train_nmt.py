@@ -27,9 +27,11 @@ from components.nmt.training import TrainingSettings
 from components.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, Grid
+from pipelines.scaffold.files import clear
 from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.plots import FACET, RUN, SERIES, curves_csv, long_csv
-from pipelines.scaffold.stage import CellRun, Grid, Stage, clear, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "train_nmt"
 RESULTS = layout.results(STAGE)
@@ -60,15 +62,14 @@ def grid(stage: Stage) -> Grid:
 
 
 def main(stage: Stage) -> None:
-    built = grid(stage)
-    cells, results = built.cells, stage.run_grid(built)
-    histories = {cell.key: result["history"] for cell, result in zip(cells, results, strict=True)}
+    results = stage.run_grid(grid(stage))
+    histories = {key: result["history"] for key, result in results.items()}
     clear(RESULTS / "cells")
     for key, history in histories.items():
         stage.write_json(RESULTS / "cells" / key / "history.json", history)
     alphas = {key: history["alphas"] for key, history in histories.items() if history["alphas"]}
     stage.write_json(RESULTS / "alpha_trajectories.json", alphas)
-    summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
+    summary = {key: result["summary"] for key, result in results.items()}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
     stage.write_metrics(
         cell_metrics({key: {"valid_nll": cell["final_valid_nll"]} for key, cell in summary.items()})

@@ -25,7 +25,7 @@ from pathlib import Path
 from components.errors import LearnableSparsityError
 from pipelines.scaffold.params import load_params
 from pipelines.scaffold.runner import LOG_FORMAT
-from pipelines.scaffold.tracking import MlflowSettings, prepare, tracking_uri
+from pipelines.scaffold.store import MlflowSettings, prepare, tracking_uri
 
 log = logging.getLogger(__name__)
 RUNS_TABLE = "workflowType=machine_learning"

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from components.errors import LearnableSparsityError
-from pipelines.analyze_heads import head_metrics
 from pipelines.evaluate_ape import ape_metrics_summary
+from pipelines.heads_cells import head_metrics
 from pipelines.scaffold.metrics import (
     cell_metrics,
     check_scalar_metrics,

@@ -19,7 +19,7 @@ from pipelines.preflight import settings_checks
 from pipelines.profile import apply_profile
 from pipelines.scaffold.params import Params, deep_merge, load_params
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.tracking import MlflowSettings
+from pipelines.scaffold.store import MlflowSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

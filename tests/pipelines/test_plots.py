@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.analyze_heads import js_csv
+from pipelines.heads_cells import js_csv
 from pipelines.scaffold.plots import curves_csv, read_curves
 from pipelines.train_lvm import curve_csv, runs_csv
 from pipelines.train_nmt import alpha_csv

@@ -19,7 +19,7 @@ from components.errors import LearnableSparsityError
 from pipelines import rejudge
 from pipelines.record import FIGURE_WIDTH, keep, relative_links
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import write_json
+from pipelines.scaffold.files import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "reports" / "evidence"

@@ -12,10 +12,11 @@ import torch
 from mlflow import MlflowClient
 
 from components.errors import LearnableSparsityError
-from pipelines.scaffold import stage as scaffold
+from pipelines.scaffold import cells as grid_cells
+from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.layout import done
 from pipelines.scaffold.params import Params
-from pipelines.scaffold.stage import Cell, CellRun, Stage, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 # Ray tasks must be top-level functions of an importable module (conftest puts this folder on the
 # workers' PYTHONPATH).
@@ -76,11 +77,11 @@ def store(tmp_path: Path) -> Path:
 
 def grid(
     store: Path, mlflow_uri: str, xs: dict[str, int], inputs: tuple[Path, ...] = (), **ray: float
-) -> list[dict]:
+) -> dict[str, dict]:
     stage = Stage("scaffold-test", params(**ray), mlflow_uri)
-    cells = [Cell(key, {"x": x}, inputs) for key, x in xs.items()]
+    cells = [GridCell(key, {"x": x}, inputs) for key, x in xs.items()]
     try:
-        return stage.grid(count_and_square, cells, store=store)
+        return stage.run_grid(Grid(count_and_square, cells, store))
     finally:
         stage.finish("FINISHED")
 
@@ -91,7 +92,8 @@ def test_finished_cells_are_reused_and_changed_ones_rerun(
     data = tmp_path / "data.txt"
     data.write_text("v1")
     xs = {"a/seed0": 2, "b/seed0": 3}
-    assert grid(store, mlflow_uri, xs, (data,)) == [{"square": 4}, {"square": 9}]
+    results = grid(store, mlflow_uri, xs, (data,))
+    assert list(results.items()) == [("a/seed0", {"square": 4}), ("b/seed0", {"square": 9})]
     assert json.loads(done(store / "a/seed0").read_text())["result"] == {"square": 4}
     grid(store, mlflow_uri, xs, (data,))
     assert calls(store, "a/seed0") == calls(store, "b/seed0") == 1  # both reused
@@ -117,7 +119,7 @@ def test_code_and_threads_are_part_of_the_fingerprint(
     grid(store, mlflow_uri, {"a": 1}, task_cpus=2)  # torch threads change the numbers
     assert fingerprint() != one_thread
     two_threads = fingerprint()
-    monkeypatch.setattr(scaffold, "code_digest", lambda module: "other code")
+    monkeypatch.setattr(grid_cells, "code_digest", lambda module: "other code")
     grid(store, mlflow_uri, {"a": 1}, task_cpus=2)
     assert fingerprint() != two_threads
 
@@ -161,10 +163,11 @@ def test_duplicate_keys_and_missing_inputs_fail_before_any_task(
 ) -> None:
     stage = Stage("scaffold-test", params(), mlflow_uri)
     with pytest.raises(LearnableSparsityError, match=r"the grid has the cells \['a'\] twice"):
-        stage.grid(count_and_square, [Cell("a", {"x": 1}), Cell("a", {"x": 2})], store=store)
+        twice = [GridCell("a", {"x": 1}), GridCell("a", {"x": 2})]
+        stage.run_grid(Grid(count_and_square, twice, store))
     missing = tmp_path / "nowhere.txt"
     with pytest.raises(LearnableSparsityError, match=r"nowhere\.txt is missing"):
-        stage.grid(count_and_square, [Cell("a", {"x": 1}, (missing,))], store=store)
+        stage.run_grid(Grid(count_and_square, [GridCell("a", {"x": 1}, (missing,))], store))
     assert not store.exists()
 
 
@@ -172,9 +175,9 @@ def test_a_failed_cell_is_reported_and_its_run_failed(
     ray_local: None, mlflow_uri: str, store: Path
 ) -> None:
     stage = Stage("scaffold-failing", params(), mlflow_uri)
-    cells = [Cell(f"x{x}", {"x": x}) for x in (1, 3)]
+    cells = [GridCell(f"x{x}", {"x": x}) for x in (1, 3)]
     with pytest.raises(LearnableSparsityError, match=r"1 of 2 cells failed:\n.*three is broken"):
-        stage.grid(fail_on_three, cells, store=store)
+        stage.run_grid(Grid(fail_on_three, cells, store))
     stage.finish("FAILED")
     assert done(store / "x1").exists() and not done(store / "x3").exists()
     client = MlflowClient(mlflow_uri)
@@ -229,11 +232,11 @@ def test_damaged_files_of_a_finished_cell_make_it_run_again(
 def test_an_interrupted_cell_continues_its_mlflow_run(
     ray_local: None, mlflow_uri: str, store: Path
 ) -> None:
-    cells = [Cell("a", {"x": 1})]
+    cells = [GridCell("a", {"x": 1})]
     for attempt in (1, 2):
         stage = Stage("scaffold-resume", params(), mlflow_uri)
         try:
-            stage.grid(fail_on_first_attempt, cells, store=store)
+            stage.run_grid(Grid(fail_on_first_attempt, cells, store))
         except LearnableSparsityError:
             assert attempt == 1
             stage.finish("FAILED")
@@ -262,7 +265,7 @@ def test_a_cells_run_has_source_profile_datasets_and_model(
     (corpus / "train.tgt").write_text("x\ny\nz\n")
     files = (corpus / "train.src", corpus / "train.tgt")
     stage = Stage("scaffold-metadata", params(), mlflow_uri)
-    stage.grid(train_a_line, [Cell("tiny/seed0", {"x": 1}, files, files)], store=store)
+    stage.run_grid(Grid(train_a_line, [GridCell("tiny/seed0", {"x": 1}, files, files)], store))
     stage.finish("FINISHED")
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs(
@@ -290,13 +293,17 @@ def test_a_cells_run_has_source_profile_datasets_and_model(
 def test_scores_are_logged_on_the_run_that_trained_the_model(
     ray_local: None, mlflow_uri: str, store: Path
 ) -> None:
-    """An evaluation stage puts its scores on the training cell's run (one row in the UI)."""
+    """An evaluation stage puts its scores (and files) on the training cell's run (one row in
+    the UI)."""
     trained = Stage("scaffold-train", params(), mlflow_uri)
-    trained.grid(count_and_square, [Cell("a", {"x": 3})], store=store)
+    trained.run_grid(Grid(count_and_square, [GridCell("a", {"x": 3})], store))
     trained.finish("FINISHED")
     for _ in range(2):  # a second annotation with equal values adds no points
         evaluation = Stage("scaffold-evaluate", params(), mlflow_uri)
-        evaluation.annotate_training_runs("scaffold-train", store, {"a": {"test/bleu": 31.5}})
+        files = {"a": [store / "a" / "calls"]}
+        evaluation.annotate_training_runs(
+            "scaffold-train", store, {"a": {"test/bleu": 31.5}}, files=files, artifact="scored"
+        )
         evaluation.finish("FINISHED")
     client = MlflowClient(mlflow_uri)
     (run,) = client.search_runs(
@@ -304,3 +311,25 @@ def test_scores_are_logged_on_the_run_that_trained_the_model(
     )
     assert run.data.metrics["square"] == 9 and run.data.metrics["test/bleu"] == 31.5
     assert len(client.get_metric_history(run.info.run_id, "test/bleu")) == 1
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "scored")] == ["scored/calls"]
+
+
+def test_outputs_are_written_and_logged_to_the_stage_run_where_asked(
+    mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # results/<stage>/metrics.json lands here
+    stage = Stage("scaffold-outputs", params(), mlflow_uri)
+    source = tmp_path / "cell" / "figure.png"
+    source.parent.mkdir()
+    source.write_bytes(b"\x89PNG not really")
+    copied = tmp_path / "reports" / "figure.png"
+    stage.copy_file(source, copied, artifact="figures/x")
+    stage.write_metrics({"softmax": {"train_ratio": 1.0}, "steps": 3}, logged=True)
+    stage.finish("FINISHED")
+    assert copied.read_bytes() == source.read_bytes()
+    client = MlflowClient(mlflow_uri)
+    run = client.get_run(stage.run.run_id)
+    assert run.data.metrics == {"softmax/train_ratio": 1.0, "steps": 3.0}
+    logged = {a.path for a in client.list_artifacts(stage.run.run_id, "figures/x")}
+    assert logged == {"figures/x/figure.png"}
+    assert "metrics.json" in {a.path for a in client.list_artifacts(stage.run.run_id)}

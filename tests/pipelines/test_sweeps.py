@@ -15,7 +15,7 @@ from ray.tune.experiment import Trial
 
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import SettingsError
-from pipelines.scaffold.tracking import stage_run
+from pipelines.scaffold.runs import stage_run
 from pipelines.sweep_spec import apply_override, load_spec
 from pipelines.sweep_trials import (
     STOPPED_TAG,

@@ -22,7 +22,7 @@ from components.errors import LearnableSparsityError
 from components.nmt.grid import NmtSettings
 from components.settings import build
 from pipelines.scaffold.params import load_params
-from pipelines.synthetic_ape import check_unseen, leave_out_seen
+from pipelines.translation_cells import check_unseen, leave_out_seen
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = [(f"train sentence {i} .", f"satz {i} .") for i in range(20)]

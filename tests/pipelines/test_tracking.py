@@ -1,4 +1,4 @@
-"""MLflow helpers: URIs, experiments, parent/child runs, concurrent metric logging, artifacts."""
+"""MLflow: the store (URIs, experiments), parent and child runs, concurrent metrics, artifacts."""
 
 from __future__ import annotations
 
@@ -20,19 +20,18 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
 from components.errors import LearnableSparsityError
+from pipelines.scaffold.provenance import system_metrics
 from pipelines.scaffold.runner import Resources, run_grid
-from pipelines.scaffold.tracking import (
+from pipelines.scaffold.runs import (
     END_REASON_TAG,
     MAX_PARAM_VALUE_CHARS,
     PARENT_TAG,
     RunLogger,
     flatten_params,
     metric_name,
-    prepare,
     stage_run,
-    system_metrics,
-    tracking_uri,
 )
+from pipelines.scaffold.store import prepare, tracking_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = 1000  # steps per task; two metrics each: 2000 points per task

@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 from mlflow import MlflowClient
 
+from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.params import Params
-from pipelines.scaffold.stage import Cell, CellRun, Stage
+from pipelines.scaffold.stage import Stage
 
 
 def train_and_log(run: CellRun) -> dict:
@@ -35,11 +36,11 @@ def test_cells_log_through_the_server_and_artifacts_land_in_its_destination(
         "params.yaml",
     )
     stage = Stage("server-test", params, uri)
-    cells = [Cell(f"toy/seed{seed}", {"seed": seed}) for seed in (0, 1)]
-    assert stage.grid(train_and_log, cells, store=tmp_path / "store") == [
-        {"cell": "toy/seed0"},
-        {"cell": "toy/seed1"},
-    ]
+    cells = [GridCell(f"toy/seed{seed}", {"seed": seed}) for seed in (0, 1)]
+    assert stage.run_grid(Grid(train_and_log, cells, tmp_path / "store")) == {
+        "toy/seed0": {"cell": "toy/seed0"},
+        "toy/seed1": {"cell": "toy/seed1"},
+    }
     stage.finish("FINISHED")
 
     client = MlflowClient(uri)

@@ -1,0 +1,119 @@
+"""The cells of ``analyze_heads``: the Ray task that analyses one trained NMT model, and the
+numbers the stage makes of each cell's summary (for its DVC metrics, its JS plot and the MLflow
+runs). Not a stage: ``analyze_heads`` builds the grid and writes the outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import fmean
+
+from components.analysis import figures
+from components.analysis.alpha import flagged_heads
+from components.analysis.blocks import split_block
+from components.analysis.heads import AnalysisSettings, analyze_heads, summary
+from components.data.atomic import atomic_write_bytes
+from components.data.corpora import corpus_settings, source_language
+from components.data.local import read_corpus
+from components.nmt.batching import encode_pairs
+from components.settings import build
+from pipelines.nmt_cells import open_cell, trained_model
+from pipelines.scaffold import layout
+from pipelines.scaffold.cells import CellRun, done_record
+from pipelines.scaffold.files import png, read_json, write_json
+from pipelines.scaffold.metrics import split_seed
+from pipelines.scaffold.plots import RUN, SERIES, long_csv
+from pipelines.scaffold.runs import metric_name
+
+FIGURES = "figures"  # a cell's figures, in its directory
+ANNOTATION = "analysis"  # the artifact folder of a cell's figures on its runs
+
+
+def analyze_cell(run: CellRun) -> dict:
+    """Ray task: the head analysis and the figures of one trained cell (in ``figures/`` of its
+    directory; their names in its result)."""
+    cell, config, bpe = open_cell(run)
+    settings = build(AnalysisSettings, run.payload["analysis"], "analysis")
+    valid = read_corpus(layout.corpus_dir(cell.corpus), ("valid",))["valid"]
+    model = trained_model(cell, config, run.payload["average_last"])
+    language = run.payload["source_languages"][cell.corpus]
+    report = analyze_heads(model, bpe, valid, settings, language)
+    trained = done_record(layout.NMT_MODELS, cell.key)
+    history = trained["result"]["history"]["alphas"]
+    flagged = flagged_heads(history) if history else []
+    example = encode_pairs(bpe, [valid[report["example"]]])[0]
+    paths = []
+    for name, figure in figures.report_figures(model, example, report, history, flagged).items():
+        # Heat maps of all variants share a folder per corpus and seed; α only has α-entmax.
+        name = name.replace("heatmaps_", f"heatmaps_{cell.variant}_")
+        paths.append(atomic_write_bytes(run.directory / FIGURES / f"{name}.png", png(figure)))
+    cell_summary = summary(report, flagged)
+    # Also on the model's training run, which the stage annotates (ANNOTATION).
+    run.run.log_metrics(analysis_metrics(cell_summary), step=0)
+    run.run.flush()
+    for path in paths:
+        run.run.log_artifact(path, ANNOTATION)
+    result = {
+        "analysis": report["analysis"],
+        "source_language": language,
+        "roles": report["roles"],
+        "alphas": report["alphas"],
+        "flagged_heads": flagged,
+        "summary": cell_summary,
+        "figures": [path.name for path in paths],
+    }
+    write_json(run.directory / "analysis.json", result)
+    return result
+
+
+def analysis_metrics(summary: dict) -> dict[str, float]:
+    """The MLflow metrics of a cell's summary: JS and mean density per layer."""
+    scalars = {f"analysis/js/{k}": v for k, v in summary["js"].items() if v is not None}
+    scalars |= {f"analysis/density/{k}": v for k, v in summary["mean_density"].items()}
+    return {metric_name(k): v for k, v in scalars.items()}
+
+
+def cell_figures(directory: Path, result: dict) -> list[Path]:
+    """The figure files of the cell in ``directory`` whose task returned ``result``."""
+    return [directory / FIGURES / name for name in result["figures"]]
+
+
+def corpus_source_language(corpus: str) -> str | None:
+    """The source language of a prepared corpus, from the settings its ``meta.json`` records."""
+    meta = read_json(layout.corpus_dir(corpus) / "meta.json")
+    return source_language(corpus_settings(meta["source"], f"corpora.{corpus}"))
+
+
+def head_metrics(summary: dict) -> dict[str, float | None]:
+    """The numbers of a cell's summary that runs are compared on (None: not measured): mean JS
+    over all layers and per attention type, mean density, heads with a role (measurable roles
+    only), mean α per attention type."""
+    js = {block: value for block, value in summary["js"].items() if value is not None}
+    by_type: dict[str, list[float]] = {}
+    for block, value in js.items():
+        by_type.setdefault(split_block(block)[0], []).append(value)
+    measurable = [role["count"] for role in summary["roles"].values() if role["measurable"]]
+    densities = list(summary["mean_density"].values())
+    return {
+        "js/all": fmean(js.values()) if js else None,
+        **{f"js/{_name(kind)}": fmean(values) for kind, values in by_type.items()},
+        "density": fmean(densities) if densities else None,
+        "heads_with_role": sum(measurable) if measurable else None,
+        **{f"alpha/{_name(kind)}": stats["mean"] for kind, stats in summary["alpha"].items()},
+    }
+
+
+def _name(kind: str) -> str:
+    """A metric name of an attention type ("encoder_self": a dot would read as nesting)."""
+    return kind.replace(".", "_")
+
+
+def js_csv(summaries: dict[str, dict]) -> str:
+    """A long CSV (layer, series: the variant, run: the cell, js) of JS per layer of every cell."""
+    rows = [
+        {"layer": block, SERIES: split_seed(key)[0], RUN: key, "js": value}
+        for key, summary in summaries.items()
+        for block, value in summary["js"].items()
+        if value is not None
+    ]
+    return long_csv(rows, ("layer", SERIES, RUN, "js"))
