@@ -177,7 +177,7 @@ def main(stage: Stage) -> None:
             stage.write_png(figure_dir / "js_per_layer.png", figures.js_per_layer(group))
             stage.write_png(figure_dir / "density.png", figures.density_distributions(group))
             stage.run.log_artifact(figure_dir, f"figures/{corpus}/seed{seed}")
-    stage.write_json(RESULTS / "heads.json", summaries, artifact="")
+    stage.write_json(layout.HEADS, summaries, artifact="")
     stage.write_metrics(cell_metrics({key: head_metrics(s) for key, s in summaries.items()}))
     stage.write_text(RESULTS / "js.csv", js_csv(summaries))
 

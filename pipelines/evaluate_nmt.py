@@ -32,7 +32,6 @@ from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import CellRun, Grid, Stage, read_json, run_stage, write_json
 
 STAGE = "evaluate_nmt"
-RESULTS = layout.results(STAGE)
 log = logging.getLogger(__name__)
 
 
@@ -90,7 +89,7 @@ def main(stage: Stage) -> None:
         "copy_source_baseline": copy_baseline,
         "signatures": {name: value["signature"] for name, value in results[0]["metrics"].items()},
     }
-    stage.write_json(RESULTS / "bleu.json", summary, artifact="")
+    stage.write_json(layout.BLEU, summary, artifact="")
     scores = {key: {"bleu": c["bleu"], "chrf": c["chrf"]} for key, c in summary["cells"].items()}
     stage.write_metrics(cell_metrics(scores, per_seed=("bleu", "chrf")))
     speed = read_json(layout.metrics("speed"))

@@ -58,7 +58,7 @@ def main(stage: Stage) -> None:
         cell_metrics({key: {"valid_nll": cell["final_valid_nll"]} for key, cell in summary.items()})
     )
     histories = {cell.key: result for cell, result in zip(cells, results, strict=True)}
-    stage.write_text(RESULTS / "valid_nll.csv", curves_csv(histories, "valid", "valid_nll"))
+    stage.write_text(layout.APE_VALID_NLL, curves_csv(histories, "valid", "valid_nll"))
 
 
 if __name__ == "__main__":

@@ -63,11 +63,11 @@ def main(stage: Stage) -> None:
     built = grid(stage)
     cells, results = built.cells, stage.run_grid(built)
     histories = {cell.key: result["history"] for cell, result in zip(cells, results, strict=True)}
-    clear(RESULTS / "cells")
+    clear(layout.NMT_HISTORIES)
     for key, history in histories.items():
-        stage.write_json(RESULTS / "cells" / key / "history.json", history)
+        stage.write_json(layout.nmt_history(key), history)
     alphas = {key: history["alphas"] for key, history in histories.items() if history["alphas"]}
-    stage.write_json(RESULTS / "alpha_trajectories.json", alphas)
+    stage.write_json(layout.ALPHA_TRAJECTORIES, alphas)
     summary = {cell.key: result["summary"] for cell, result in zip(cells, results, strict=True)}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
     stage.write_metrics(
