@@ -93,7 +93,7 @@ def main(stage: Stage) -> None:
     results = stage.run_grid(grid(stage))
     write_figures(stage, results)
     summaries = {key: result["summary"] for key, result in results.items()}
-    stage.write_json(RESULTS / "heads.json", summaries, artifact="")
+    stage.write_json(layout.HEADS, summaries, artifact="")
     stage.write_metrics(cell_metrics({key: head_metrics(s) for key, s in summaries.items()}))
     stage.write_text(RESULTS / "js.csv", js_csv(summaries))
     stage.annotate_training_runs(

@@ -14,27 +14,40 @@ over layers and seeds).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from components.analysis.blocks import split_block
 from components.analysis.figures import alpha_histograms
 from components.claims import Results, evaluate, results_to_json
 from components.claims.report import claims_markdown, claims_record, counts
-from components.nmt.cells import NmtCell
+from pipelines.experiments import LVM
+from pipelines.results import (
+    HeadSummary,
+    load_alpha_trajectories,
+    load_ape_scores,
+    load_ape_valid_nll,
+    load_bleu,
+    load_heads,
+    load_lvm_curves,
+    load_lvm_results,
+    load_speed_rounds,
+    load_valid_nll,
+)
 from pipelines.scaffold import layout
 from pipelines.scaffold.metrics import split_seed
-from pipelines.scaffold.plots import read_curves
-from pipelines.scaffold.stage import Stage, read_json, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "claims"
 RESULTS = layout.results(STAGE)
-LVM_EXPERIMENTS = ("ssvae", "signal_game", "bitvector_vae")
 
 
-def _in_seed_order(items: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    """(corpus, variant, value) of items keyed by NMT cell, in seed order."""
-    cells = sorted((NmtCell.from_key(key), value) for key, value in items.items())
-    return [(cell.corpus, cell.variant, value) for cell, value in cells]
+def _absent(results: Results, name: str, *files: Path) -> bool:
+    """Whether a result file is missing (then named in ``results.missing[name]``)."""
+    missing = [path for path in files if not path.exists()]
+    if missing:
+        results.missing[name] = f"{missing[0]} not found"
+    return bool(missing)
 
 
 def _add(table: dict, *keys: str, value: Any) -> None:
@@ -45,29 +58,23 @@ def _add(table: dict, *keys: str, value: Any) -> None:
 
 
 def nmt_results(results: Results) -> None:
-    bleu_file = layout.results("evaluate_nmt") / "bleu.json"
-    if not bleu_file.exists():
-        results.missing["bleu"] = f"{bleu_file} not found"
+    """BLEU and validation NLL curves of every corpus, variant and seed."""
+    if _absent(results, "bleu", layout.BLEU):
         return
-    for corpus, variant, cell in _in_seed_order(read_json(bleu_file)["cells"]):
-        _add(results.bleu, corpus, variant, value=cell["bleu"])
-    cells = layout.results("train_nmt") / "cells"
-    histories = {str(f.parent.relative_to(cells)): f for f in cells.glob("*/*/*/history.json")}
-    for corpus, variant, history_file in _in_seed_order(histories):
-        curve = [(row["step"], row["valid_nll"]) for row in read_json(history_file)["valid"]]
-        _add(results.valid_nll, corpus, variant, value=curve)
+    for cell, scores in sorted(load_bleu().cells.items()):
+        _add(results.bleu, cell.corpus, cell.variant, value=scores["bleu"])
+    for cell, curve in sorted(load_valid_nll().items()):
+        _add(results.valid_nll, cell.corpus, cell.variant, value=curve)
 
 
 def speed_results(results: Results) -> None:
-    rounds_file = layout.results("speed") / "rounds.json"
-    if not rounds_file.exists():
-        results.missing["speed"] = f"{rounds_file} not found"
-        return
-    for row in read_json(rounds_file)["rows"]:
-        results.speed[row["variant"]] = row["ratio_to_softmax_each_round"]
+    """The ratio to softmax's tokens/s of every variant, in each round and phase."""
+    if not _absent(results, "speed", layout.SPEED_ROUNDS):
+        for row in load_speed_rounds()["rows"]:
+            results.speed[row["variant"]] = row["ratio_to_softmax_each_round"]
 
 
-def _role_confidence(summary: dict) -> dict[str, float | None]:
+def _role_confidence(summary: HeadSummary) -> dict[str, float | None]:
     """Role → the confidence of the cell's strongest head for it (None: not measurable)."""
     best = summary["best_heads"]
     return {
@@ -76,7 +83,7 @@ def _role_confidence(summary: dict) -> dict[str, float | None]:
     }
 
 
-def _density(summary: dict) -> dict[str, list[float | None]]:
+def _density(summary: HeadSummary) -> dict[str, list[float | None]]:
     """Every head's mean density and its spread between inputs of one length, over the blocks
     in order (an undefined spread is None)."""
     within = summary["density_within_length_sd"]
@@ -92,11 +99,9 @@ def _density(summary: dict) -> dict[str, list[float | None]]:
 
 def head_results(results: Results) -> dict[str, list[float]]:
     """Fills the head results; returns the final α per block, pooled over seeds (the figure)."""
-    heads_file = layout.results("analyze_heads") / "heads.json"
-    if not heads_file.exists():
-        results.missing["heads"] = f"{heads_file} not found"
-    else:
-        for _, variant, summary in _in_seed_order(read_json(heads_file)):
+    if not _absent(results, "heads", layout.HEADS):
+        for cell, summary in sorted(load_heads().items()):
+            variant = cell.variant
             _add(results.js, variant, value=summary["js"])
             for role, found in summary["roles"].items():
                 count = found["count"] if found["measurable"] else None
@@ -106,13 +111,11 @@ def head_results(results: Results) -> dict[str, list[float]]:
             if "head_density" in summary:
                 _add(results.density, variant, value=_density(summary))
             else:
-                results.missing["density"] = f"{heads_file} has no per-head densities"
-    trajectories = layout.results("train_nmt") / "alpha_trajectories.json"
-    if not trajectories.exists():
-        results.missing["alphas"] = f"{trajectories} not found"
+                results.missing["density"] = f"{layout.HEADS} has no per-head densities"
+    if _absent(results, "alphas", layout.ALPHA_TRAJECTORIES):
         return {}
     per_block: dict[str, list[float]] = {}
-    for _, _, trajectory in _in_seed_order(read_json(trajectories)):
+    for _, trajectory in sorted(load_alpha_trajectories().items()):
         results.alpha_trajectories.append(
             [
                 (entry["step"], [a for v in entry["alphas"].values() for a in v])
@@ -126,55 +129,47 @@ def head_results(results: Results) -> dict[str, list[float]]:
 
 
 def lvm_results(results: Results) -> None:
-    """Test metrics, training-loss and decoder-calls curves of every method and seed."""
-    for experiment in LVM_EXPERIMENTS:
-        folder = layout.results("train_lvm")
-        files = {
-            "results": folder / f"{experiment}.json",
-            "loss": folder / experiment / "loss.csv",
-            "decoder_calls": folder / experiment / "calls.csv",
-        }
-        missing = [path for path in files.values() if not path.exists()]
-        if missing:
-            results.missing[experiment] = f"{missing[0]} not found"
+    """Test metrics, training-loss and decoder-calls curves of every experiment, method and
+    seed."""
+    for name in LVM:
+        curves = ("loss", "decoder_calls")
+        files = [layout.lvm_results(name), *(layout.lvm_curves(name, c) for c in curves)]
+        if _absent(results, name, *files):
             continue
-        results.lvm[experiment] = read_json(files["results"])["methods"]
-        for curve, table in (("loss", results.lvm_curves), ("decoder_calls", results.lvm_calls)):
-            runs = {
-                run: (series.rpartition("/")[2], points)  # the method, without the bit-vector D
-                for series, by_run in read_curves(files[curve], curve).items()
-                for run, points in by_run.items()
-            }
-            for _, (method, points) in sorted(runs.items()):
-                _add(table, experiment, method, value=points)
+        results.lvm[name] = load_lvm_results(name)["methods"]
+        for curve, table in zip(curves, (results.lvm_curves, results.lvm_calls), strict=True):
+            by_method = load_lvm_curves(name, curve)
+            if by_method:
+                table[name] = by_method
 
 
 def ape_results(results: Results) -> None:
     """TER per split of every APE cell (per seed), the do-nothing TER and the validation
     curves, keyed by "<regime>/<system>"."""
-    scores_file = layout.results("evaluate_ape") / "scores.json"
-    curves_file = layout.results("train_ape") / "valid_nll.csv"
-    if not scores_file.exists():
-        results.missing["ape"] = f"{scores_file} not found"
+    if _absent(results, "ape", layout.APE_SCORES):
         return
-    scores = read_json(scores_file)
+    scores = load_ape_scores()
     for key, splits in sorted(scores["cells"].items(), key=lambda item: split_seed(item[0])):
         for split, metrics in splits.items():
             _add(results.ape, key.rsplit("/", 1)[0], split, value=metrics["ter"])
     results.ape_do_nothing.update({s: m["ter"] for s, m in scores["do_nothing"].items()})
-    if curves_file.exists():
-        for system, by_run in read_curves(curves_file, "valid_nll").items():
-            for _, curve in sorted(by_run.items(), key=lambda item: split_seed(item[0])):
-                _add(results.ape_valid_nll, system, value=curve)
+    if layout.APE_VALID_NLL.exists():
+        results.ape_valid_nll.update(load_ape_valid_nll())
 
 
-def main(stage: Stage) -> None:
+def gather() -> tuple[Results, dict[str, list[float]]]:
+    """This run's results, and the final α per block pooled over seeds (the figure)."""
     results = Results()
     nmt_results(results)
     speed_results(results)
     alphas_per_block = head_results(results)
     lvm_results(results)
     ape_results(results)
+    return results, alphas_per_block
+
+
+def main(stage: Stage) -> None:
+    results, alphas_per_block = gather()
     verdicts = evaluate(results)
     stage.write_json(RESULTS / "results.json", results_to_json(results), artifact="")
     record = claims_record(verdicts, stage.profile, results)

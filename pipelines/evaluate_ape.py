@@ -43,7 +43,6 @@ from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "evaluate_ape"
-RESULTS = layout.results(STAGE)
 log = logging.getLogger(__name__)
 
 
@@ -96,7 +95,7 @@ def main(stage: Stage) -> None:
         "do_nothing": {split: scalars(metrics) for split, metrics in do_nothing.items()},
         "signatures": {name: m["signature"] for name, m in next(iter(do_nothing.values())).items()},
     }
-    stage.write_json(RESULTS / "scores.json", scores, artifact="")
+    stage.write_json(layout.APE_SCORES, scores, artifact="")
     stage.write_metrics(ape_metrics_summary(scores))
     stage.annotate_training_runs("train_ape", layout.APE_MODELS, by_cell(scores))
 

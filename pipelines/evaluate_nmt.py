@@ -34,7 +34,6 @@ from pipelines.scaffold.metrics import cell_metrics
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "evaluate_nmt"
-RESULTS = layout.results(STAGE)
 log = logging.getLogger(__name__)
 
 
@@ -95,7 +94,7 @@ def main(stage: Stage) -> None:
             for name, value in next(iter(results.values()))["metrics"].items()
         },
     }
-    stage.write_json(RESULTS / "bleu.json", summary, artifact="")
+    stage.write_json(layout.BLEU, summary, artifact="")
     scores = {key: {"bleu": c["bleu"], "chrf": c["chrf"]} for key, c in summary["cells"].items()}
     stage.write_metrics(cell_metrics(scores, per_seed=("bleu", "chrf")))
     speed = read_json(layout.metrics("speed"))

@@ -70,7 +70,7 @@ def main(stage: Stage) -> None:
         "seed": settings.seed,
         "rows": rows,
     }
-    stage.write_json(layout.results(STAGE) / "rounds.json", result, artifact="")
+    stage.write_json(layout.SPEED_ROUNDS, result, artifact="")
     metrics = {
         row["variant"]: {
             f"{phase}_{name}": value

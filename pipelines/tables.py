@@ -13,9 +13,8 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from components.nmt.cells import NmtCell
 from components.reporting.ape_tables import ape_ablation_table, ape_results_table
-from components.reporting.lvm_tables import LVM_SPECS, lvm_table
+from components.reporting.lvm_tables import lvm_table
 from components.reporting.nmt_tables import (
     ast_bleu_table,
     head_summary_table,
@@ -23,22 +22,29 @@ from components.reporting.nmt_tables import (
 )
 from components.reporting.render import render_report, table_files, to_markdown
 from components.reporting.table import ComparisonTable
+from pipelines.experiments import LVM
+from pipelines.results import (
+    load_ape_scores,
+    load_bleu,
+    load_heads,
+    load_lvm_results,
+    load_speed_rounds,
+)
 from pipelines.scaffold import layout
-from pipelines.scaffold.stage import Stage, read_json, run_stage
+from pipelines.scaffold.stage import Stage, run_stage
 
 log = logging.getLogger(__name__)
 
 
 def bleu_tables(profile: str) -> list[ComparisonTable]:
     """The AST BLEU table per corpus (tokenized BLEU and empty hypotheses of every seed)."""
-    bleu = read_json(layout.results("evaluate_nmt") / "bleu.json")
+    bleu = load_bleu()
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     empty: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for key, result in bleu["cells"].items():
-        cell = NmtCell.from_key(key)
+    for cell, result in bleu.cells.items():
         scores[cell.corpus][cell.variant].append(result["tokenized_bleu"])
         empty[cell.corpus][cell.variant].append(result["empty_hypotheses"])
-    signature = bleu["signatures"]["tokenized_bleu"]
+    signature = bleu.signatures["tokenized_bleu"]
     return [
         ast_bleu_table(v, profile, corpus, signature, empty[corpus]) for corpus, v in scores.items()
     ]
@@ -47,7 +53,7 @@ def bleu_tables(profile: str) -> list[ComparisonTable]:
 def speed_table(profile: str) -> ComparisonTable:
     """The speed table in EST Table 4 layout: every round's tokens/s and ratio to softmax, with
     the median ratio, its interquartile range over the rounds and the noisy flag."""
-    speed = read_json(layout.results("speed") / "rounds.json")
+    speed = load_speed_rounds()
     rounds = [
         {
             "variant": row["variant"],
@@ -84,17 +90,16 @@ def speed_table(profile: str) -> ComparisonTable:
 def head_tables(profile: str) -> list[ComparisonTable]:
     """Head diversity (JS) per block and head-role counts (per seed, with the strongest head
     where none passes), per corpus."""
-    heads = read_json(layout.results("analyze_heads") / "heads.json")
-    cells = {key: NmtCell.from_key(key) for key in heads}
+    heads = load_heads()
     tables = []
-    for corpus in sorted({cell.corpus for cell in cells.values()}):
+    for corpus in sorted({cell.corpus for cell in heads}):
         js: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         roles: dict[str, list[dict]] = defaultdict(list)
         best: dict[str, list[dict]] = defaultdict(list)
-        for key, summary in heads.items():
-            if cells[key].corpus != corpus:
+        for cell, summary in heads.items():
+            if cell.corpus != corpus:
                 continue
-            variant = cells[key].variant
+            variant = cell.variant
             for block, value in summary["js"].items():
                 if value is not None:
                     js[variant][block].append(value)
@@ -107,15 +112,17 @@ def head_tables(profile: str) -> list[ComparisonTable]:
 def lvm_tables(profile: str) -> list[ComparisonTable]:
     """One table per latent-variable experiment (thesis Tables 5.1–5.3)."""
     tables = []
-    for experiment in LVM_SPECS:
-        results = read_json(layout.results("train_lvm") / f"{experiment}.json")
-        tables.append(lvm_table(experiment, results["methods"], profile, results["data"]))
+    for name, experiment in LVM.items():
+        results = load_lvm_results(name)
+        tables.append(
+            lvm_table(name, experiment.table, results["methods"], profile, results["data"])
+        )
     return tables
 
 
 def ape_tables(profile: str) -> list[ComparisonTable]:
     """Thesis Table 3.1 on the dev split and Table 3.2 on the test splits."""
-    scores = read_json(layout.results("evaluate_ape") / "scores.json")
+    scores = load_ape_scores()
     signatures = list(scores["signatures"].values())
     args = (scores["cells"], scores["do_nothing"], profile, scores["data"], signatures)
     tests = [split for split in scores["do_nothing"] if split.startswith("test")]

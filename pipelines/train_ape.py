@@ -57,7 +57,7 @@ def main(stage: Stage) -> None:
     stage.write_metrics(
         cell_metrics({key: {"valid_nll": cell["final_valid_nll"]} for key, cell in summary.items()})
     )
-    stage.write_text(RESULTS / "valid_nll.csv", curves_csv(results, "valid", "valid_nll"))
+    stage.write_text(layout.APE_VALID_NLL, curves_csv(results, "valid", "valid_nll"))
 
 
 if __name__ == "__main__":

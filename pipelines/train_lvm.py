@@ -24,12 +24,12 @@ from dataclasses import asdict
 from components.checkpoints import LAST
 from components.data.datasets import load_game, load_images
 from components.errors import LearnableSparsityError
-from components.lvm import bitvector_vae, signal_game, ssvae
 from components.lvm.methods import SPARSE_METHODS
 from components.lvm.training import Cell as LvmCell
 from components.lvm.training import train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
+from pipelines.experiments import LVM
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.files import clear, read_json
@@ -37,31 +37,24 @@ from pipelines.scaffold.metrics import cell_metrics, split_seed
 from pipelines.scaffold.plots import RUN, SERIES, curve_rows, long_csv
 from pipelines.scaffold.stage import Stage, run_stage
 
-# experiment → (its module with its setup, its settings class, the kind of data it reads)
-EXPERIMENTS = {
-    "ssvae": (ssvae, ssvae.SsvaeSettings, "images"),
-    "signal_game": (signal_game, signal_game.SignalGameSettings, "game"),
-    "bitvector_vae": (bitvector_vae, bitvector_vae.BitVectorVaeSettings, "images"),
-}
 LOADERS = {"images": load_images, "game": load_game}
-RESULTS = layout.results("train_lvm")
 # Averaged over seeds in the DVC metrics beside each experiment's headline test metric.
 SUPPORTING_METRICS = ("decoder_calls", "test_nelbo")
 
 
 def train_cell(run: CellRun) -> dict:
     """Ray task: train and evaluate one cell."""
-    experiment = run.payload["experiment"]
-    module, settings_class, kind = EXPERIMENTS[experiment]
-    settings = build(settings_class, run.payload["settings"], f"lvm.{experiment}")
+    experiment = LVM[run.payload["experiment"]]
+    task = experiment.task()
+    settings = build(task.settings, run.payload["settings"], f"lvm.{experiment.name}")
     cell = LvmCell(**run.payload["cell"])
     result = train_and_evaluate(
-        module.setup,
+        task.setup,
         settings,
-        LOADERS[kind](layout.image_data(settings.data)),
+        LOADERS[experiment.data](layout.image_data(settings.data)),
         cell,
         run.directory,
-        name=f"{experiment}/{cell.key}",
+        name=f"{experiment.name}/{cell.key}",
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
         before_checkpoint=run.flush,
     )
@@ -106,8 +99,8 @@ def runs_csv(results: dict[str, dict], headline: str) -> str:
 def grid(stage: Stage, experiment: str) -> Grid:
     """The grid of ``experiment``: a model per cell, its checkpoints in
     ``models/lvm/<experiment>/<cell>``."""
-    _, settings_class, kind = EXPERIMENTS[experiment]
-    settings = stage.settings(f"lvm.{experiment}", settings_class)
+    kind = LVM[experiment].data
+    settings = stage.settings(f"lvm.{experiment}", LVM[experiment].task().settings)
     datasets = read_json(layout.IMAGES / "meta.json")
     if datasets.get(settings.data, {}).get("kind") != kind:
         raise LearnableSparsityError(
@@ -131,7 +124,7 @@ def grid(stage: Stage, experiment: str) -> Grid:
 
 
 def main(stage: Stage, experiment: str) -> None:
-    settings_class = EXPERIMENTS[experiment][1]
+    settings_class = LVM[experiment].task().settings
     settings = stage.settings(f"lvm.{experiment}", settings_class)
     grid_cells = settings.cells()
     by_key = stage.run_grid(grid(stage, experiment))
@@ -140,12 +133,12 @@ def main(stage: Stage, experiment: str) -> None:
     for cell in grid_cells:
         methods.setdefault(cell.method, []).append(by_key[cell.key]["metrics"])
     summary = {"experiment": experiment, "data": settings.data, "profile": stage.profile}
-    stage.write_json(RESULTS / f"{experiment}.json", {**summary, "methods": methods}, artifact="")
+    stage.write_json(layout.lvm_results(experiment), {**summary, "methods": methods}, artifact="")
     metric, label = settings_class.HEADLINE
     stage.write_metrics(lvm_metrics(by_key, metric))
-    stage.write_text(RESULTS / experiment / "loss.csv", curve_csv(by_key, "loss"))
-    stage.write_text(RESULTS / experiment / "calls.csv", curve_csv(by_key, "decoder_calls"))
-    stage.write_text(RESULTS / experiment / "runs.csv", runs_csv(by_key, metric))
+    for curve in layout.LVM_CURVE_FILES:
+        stage.write_text(layout.lvm_curves(experiment, curve), curve_csv(by_key, curve))
+    stage.write_text(layout.lvm_curves(experiment, "runs"), runs_csv(by_key, metric))
     runs = [{**asdict(c), **by_key[c.key]} for c in grid_cells]
     for name, figure in experiment_figures(runs, metric, label, SPARSE_METHODS).items():
         path = layout.figures("lvm") / experiment / f"{name}.png"
@@ -154,7 +147,7 @@ def main(stage: Stage, experiment: str) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    parser.add_argument("experiment", choices=sorted(LVM))
     parser.add_argument("--verbose", action="store_true", help="tracebacks of errors")
     chosen = parser.parse_args().experiment
     run_stage(f"train_lvm/{chosen}", lambda stage: main(stage, chosen))

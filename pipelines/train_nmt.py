@@ -64,11 +64,11 @@ def grid(stage: Stage) -> Grid:
 def main(stage: Stage) -> None:
     results = stage.run_grid(grid(stage))
     histories = {key: result["history"] for key, result in results.items()}
-    clear(RESULTS / "cells")
+    clear(layout.NMT_HISTORIES)
     for key, history in histories.items():
-        stage.write_json(RESULTS / "cells" / key / "history.json", history)
+        stage.write_json(layout.nmt_history(key), history)
     alphas = {key: history["alphas"] for key, history in histories.items() if history["alphas"]}
-    stage.write_json(RESULTS / "alpha_trajectories.json", alphas)
+    stage.write_json(layout.ALPHA_TRAJECTORIES, alphas)
     summary = {key: result["summary"] for key, result in results.items()}
     stage.write_json(RESULTS / "summary.json", summary, artifact="")
     stage.write_metrics(

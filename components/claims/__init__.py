@@ -2,9 +2,9 @@
 
 Each claim of ``claims.yaml`` has an ``id``, the ``work`` it comes from (AST, EST, SparseMarg,
 APE), its ``source`` (table or section), the ``text`` a reader checks, the ``check`` that tests
-it (a function of :mod:`components.claims.catalog`), that check's ``args`` and its pre-registered
-``thresholds`` (:mod:`components.claims.preregistered`: each with the publication's value, source,
-reason and history). :func:`evaluate` gives each claim a
+it (registered in :data:`components.claims.catalog.CHECKS`), that check's ``args`` and its
+pre-registered ``thresholds`` (:mod:`components.claims.preregistered`: each with the
+publication's value, source, reason and history). :func:`evaluate` gives each claim a
 :class:`~components.claims.checks.Verdict` on :class:`~components.claims.results.Results`; the
 claims no check covers are listed, with their reasons, by :func:`out_of_scope`.
 """

@@ -67,6 +67,13 @@ def not_measurable(reason: str, **numbers: object) -> Verdict:
     return Verdict(NOT_MEASURABLE, reason, dict(numbers))
 
 
+def missing_results(missing: Mapping[str, str], *names: str) -> Verdict | None:
+    """ "Not measurable", naming each of ``names`` that ``missing`` (result → why it is absent)
+    holds; None when none is missing."""
+    absent = [f"{name} ({missing[name]})" for name in names if name in missing]
+    return not_measurable(f"no results: {'; '.join(absent)}") if absent else None
+
+
 def verdict(holds: bool, evidence: str, **numbers: object) -> Verdict:
     return Verdict(REPRODUCED if holds else NOT_REPRODUCED, evidence, dict(numbers))
 

@@ -57,8 +57,8 @@ class Threshold:
 
 @dataclass(frozen=True)
 class Claim:
-    """One qualitative claim of a paper and how it is tested: ``check`` (a function of
-    :mod:`components.claims.catalog`) called with ``args`` and the thresholds' values."""
+    """One qualitative claim of a paper and how it is tested: ``check`` (a check of
+    :data:`components.claims.catalog.CHECKS`) called with ``args`` and the thresholds' values."""
 
     id: str
     work: str

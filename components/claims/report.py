@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from components.claims.catalog import ClaimResult, matched_nll_steps, out_of_scope
+from components.claims.catalog import ClaimResult, out_of_scope
 from components.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
+from components.claims.nmt_checks import matched_nll_steps
 from components.claims.preregistered import Claim
 from components.claims.results import Results
 

@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from components.errors import LearnableSparsityError
 from components.reporting.published import paper_table, published_row
 from components.reporting.table import (
-    Cell,
     ComparisonTable,
     Metric,
     Provenance,
     Reference,
     Row,
+    TableCell,
     check_names,
     check_number,
     file_stem,
@@ -105,7 +105,7 @@ def _do_nothing_row(do_nothing: Mapping[str, Mapping[str, float]], split: str, r
         raise LearnableSparsityError(f"do_nothing has no split {split!r}")
     return Row(
         DO_NOTHING,
-        {m: Cell((do_nothing[split][m],), refs(m)) for m, _ in _METRICS},
+        {m: TableCell((do_nothing[split][m],), refs(m)) for m, _ in _METRICS},
     )
 
 
@@ -139,7 +139,7 @@ def ape_ablation_table(
     rows = [_do_nothing_row(do_nothing, split, refs(None))]
     for system in _order(list(systems)):
         ref = refs(system if system in _ABLATION_ROWS else None)
-        cells = {m: Cell(tuple(systems[system][m]), ref(m)) for m, _ in _METRICS}
+        cells = {m: TableCell(tuple(systems[system][m]), ref(m)) for m, _ in _METRICS}
         rows.append(Row(SYSTEM_LABELS.get(system, system), cells))
     return ComparisonTable(
         name=file_stem("ape_decoder_ablation", check_names("data", data)),
@@ -203,7 +203,7 @@ def ape_results_table(
         )
 
     baseline = {
-        f"{m}_{split}": Cell((do_nothing[split][m],), refs(_MT_BASELINE, None, m, split))
+        f"{m}_{split}": TableCell((do_nothing[split][m],), refs(_MT_BASELINE, None, m, split))
         for split in splits
         for m, _ in _METRICS
     }
@@ -214,7 +214,9 @@ def ape_results_table(
         for system in _order(list(per_split[splits[0]])):
             name, size = _RESULT_ROWS.get((regime, system), (None, None))
             cells = {
-                f"{m}_{split}": Cell(tuple(per_split[split][system][m]), refs(name, size, m, split))
+                f"{m}_{split}": TableCell(
+                    tuple(per_split[split][system][m]), refs(name, size, m, split)
+                )
                 for split in splits
                 for m, _ in _METRICS
             }

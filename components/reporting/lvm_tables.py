@@ -4,9 +4,10 @@ r"""The latent-variable comparison table: thesis Tables 5.1–5.3 beside the rep
 experiment (semi-supervised VAE on MNIST, emergent-communication signal game, bit-vector VAE on
 Fashion-MNIST) from the per-seed metric dicts of the ``train_lvm`` stage: mean ± standard error
 over seeds (std/√n), fractions shown as %, beside the thesis' numbers and their printed ±.
-:data:`LVM_SPECS` gives, per experiment, the published table, the methods in the thesis' row
+:class:`LvmTableSpec` gives an experiment's published table, the methods in the thesis' row
 order (and the extra methods without a published value) and the metric columns; the bit-vector
-VAE has one column pair per latent size D.
+VAE has one column pair per latent size D. Each experiment's record holds its spec
+(``pipelines/experiments.py``).
 """
 
 from __future__ import annotations
@@ -16,15 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.errors import LearnableSparsityError
-from components.reporting.published import LVM_DATA, paper_table, published_row
+from components.reporting.published import paper_table, published_row
 from components.reporting.table import (
-    Cell,
     ComparisonTable,
     Metric,
     Provenance,
     Reference,
     Row,
-    check_known,
+    TableCell,
     check_names,
     check_number,
     check_ordered,
@@ -42,7 +42,9 @@ UNSETTLED_NLL_BITS = 0.01
 
 
 @dataclass(frozen=True)
-class _LvmMetric:
+class LvmMetric:
+    """A metric column of an experiment's table."""
+
     key: str  # in the per-seed dicts
     label: str
     fraction: bool  # a fraction in [0, 1], shown as %
@@ -51,84 +53,20 @@ class _LvmMetric:
 
 
 @dataclass(frozen=True)
-class _LvmSpec:
+class LvmTableSpec:
+    """An experiment's table: the published table (``table_id`` of ``paper_results.yaml``), its
+    title, the data set the publication used (in this project's naming), the methods in the
+    thesis' row order (method → published system), the extra methods without a published value
+    (method → row label), the metric columns, and whether each metric has a column per latent
+    size D (the bit-vector VAE)."""
+
     table_id: str
     title: str
-    methods: Mapping[str, str]  # method key -> published system, in the thesis order
-    extras: Mapping[str, str]  # method key -> row label (no published value)
-    metrics: tuple[_LvmMetric, ...]
-
-
-_MC_SYSTEMS = {
-    "sfe": "SFE",
-    "sfe_plus": "SFE+",
-    "nvil": "NVIL",
-    "gumbel": "Gumbel",
-    "st_gumbel": "ST Gumbel",
-}
-_MARGINALIZATION = {
-    "dense": "Dense (softmax, exact marginalization)",
-    "sparsemax": "Sparse (sparsemax, proposed)",
-}
-_UNORDERED_SET = {"unordered_set": "Unordered set (Kool et al., 2020)"}
-LVM_SPECS: dict[str, _LvmSpec] = {
-    "ssvae": _LvmSpec(
-        "marg_ssvae_mnist",
-        "Semi-supervised VAE on MNIST (thesis Table 5.1)",
-        {
-            **{k: _MC_SYSTEMS[k] for k in ("sfe", "sfe_plus", "nvil")},
-            "sum_and_sample": "Sum&Sample",
-            **{k: _MC_SYSTEMS[k] for k in ("gumbel", "st_gumbel")},
-            **_MARGINALIZATION,
-        },
-        _UNORDERED_SET,
-        (
-            _LvmMetric("accuracy", "accuracy (%)", True, "accuracy", "accuracy_se"),
-            _LvmMetric(
-                "decoder_calls", "decoder calls", False, "decoder_calls", "decoder_calls_se"
-            ),
-        ),
-    ),
-    "signal_game": _LvmSpec(
-        "marg_signal_game",
-        "Emergent communication game (thesis Table 5.2)",
-        {
-            "sfe_nll": "SFE (NLL)",
-            "sfe_zero_one": "SFE (0/1)",
-            "sfe_plus": "SFE+ (0/1)",
-            **{k: _MC_SYSTEMS[k] for k in ("nvil", "gumbel", "st_gumbel")},
-            **_MARGINALIZATION,
-        },
-        {"sum_and_sample": "Sum&Sample", **_UNORDERED_SET},
-        (
-            _LvmMetric(
-                "communication_success",
-                "communication success (%)",
-                True,
-                "communication_success",
-                "communication_success_pm",
-            ),
-            _LvmMetric(
-                "decoder_calls", "decoder calls", False, "decoder_calls", "decoder_calls_pm"
-            ),
-        ),
-    ),
-    "bitvector_vae": _LvmSpec(
-        "marg_bitvector_vae_fmnist",
-        "Bit-vector VAE on Fashion-MNIST (thesis Table 5.3)",
-        {
-            **_MC_SYSTEMS,
-            "topk_sparsemax": "Top-k sparsemax",
-            "sparsemap": "SparseMAP",
-            "sparsemap_budget": "SparseMAP (w/ budget)",
-        },
-        {},
-        (
-            _LvmMetric("nll_bits_per_dim", "NLL bits/dim", False, "nll_bits_per_dim"),
-            _LvmMetric("decoder_calls", "decoder calls", False, None),
-        ),
-    ),
-}
+    published_data: str
+    methods: Mapping[str, str]
+    extras: Mapping[str, str]
+    metrics: tuple[LvmMetric, ...]
+    per_latent_dim: bool = False
 
 
 def _latent_dims(results: Mapping[str, Sequence[Mapping[str, Any]]], published: dict) -> list[int]:
@@ -147,13 +85,15 @@ def _latent_dims(results: Mapping[str, Sequence[Mapping[str, Any]]], published: 
 
 def lvm_table(
     experiment: str,
+    spec: LvmTableSpec,
     results: Mapping[str, Sequence[Mapping[str, Any]]],
     profile: str,
     data: str | Sequence[str],
 ) -> ComparisonTable:
     """Latent-variable results beside thesis Tables 5.1–5.3: mean ± standard error over seeds.
 
-    ``experiment``: "ssvae", "signal_game" or "bitvector_vae". ``results``: {method: [one
+    ``experiment``: the experiment's name (the table's file stem), ``spec`` its table (the
+    experiments' records, ``pipelines.experiments``). ``results``: {method: [one
     metric dict per seed]}; rows follow the thesis order, then the extra methods (no published
     value); only given methods appear. Methods and per-seed keys:
 
@@ -166,9 +106,9 @@ def lvm_table(
       sparsemap_budget; {"latent_dim": D, "nll_bits_per_dim": …, "decoder_calls": …}; one
       column pair per D (the published D = 32 and 128, and any D of the results).
 
-    Fractions are shown as %. ``data``: the data set used (the publications': ``LVM_DATA``).
+    Fractions are shown as %. ``data``: the data set used (the publication's:
+    ``spec.published_data``).
     """
-    spec = LVM_SPECS[check_known("experiment", experiment, LVM_SPECS)]
     datasets = check_names("data", data)
     published = paper_table(spec.table_id)
     methods = check_ordered("method", results, [*spec.methods, *spec.extras])
@@ -178,11 +118,9 @@ def lvm_table(
                 raise LearnableSparsityError(
                     f"results[{method!r}][{i}] must be a metric dict, got {type(run).__name__}"
                 )
-    dims: list[int | None] = (
-        _latent_dims(results, published) if experiment == "bitvector_vae" else [None]
-    )
+    dims: list[int | None] = _latent_dims(results, published) if spec.per_latent_dim else [None]
 
-    def column(metric: _LvmMetric, dim: int | None) -> tuple[str, str, str | None]:
+    def column(metric: LvmMetric, dim: int | None) -> tuple[str, str, str | None]:
         """(cell key, header label, published field) of ``metric`` at latent size ``dim``."""
         if dim is None:
             return metric.key, metric.label, metric.published
@@ -223,13 +161,13 @@ def lvm_table(
                     else:
                         values.append(check_number(name, run[metric.key], 0.0))
                 ref = Reference(
-                    f"published {LVM_DATA[experiment]} ({published['source'].split(' (')[0]})",
+                    f"published {spec.published_data} ({published['source'].split(' (')[0]})",
                     row.get(field) if field else None,
                     row.get(metric.spread) if metric.spread else None,
-                    LVM_DATA[experiment],
+                    spec.published_data,
                 )
                 note = "collapsed (KL < 1 nat)" if left_out and not values else None
-                cells[key] = Cell(tuple(values), (ref,) if field else (), note)
+                cells[key] = TableCell(tuple(values), (ref,) if field else (), note)
         rows.append(Row(system or spec.extras[method], cells))
     pm = published.get("pm_meaning", "the source prints no ± for this table")
     left_out = (

@@ -31,12 +31,12 @@ from components.reporting.published import (
     published_row,
 )
 from components.reporting.table import (
-    Cell,
     ComparisonTable,
     Metric,
     Provenance,
     Reference,
     Row,
+    TableCell,
     check_known,
     check_names,
     check_number,
@@ -118,9 +118,9 @@ def ast_bleu_table(
         values = check_seed_values(
             f"bleu_by_variant_seed[{variant!r}]", bleu_by_variant_seed[variant]
         )
-        cells = {"bleu": Cell(values, tuple(refs))}
+        cells = {"bleu": TableCell(values, tuple(refs))}
         if empty_by_variant_seed is not None and variant in empty_by_variant_seed:
-            cells["empty"] = Cell(
+            cells["empty"] = TableCell(
                 check_seed_values(
                     f"empty_by_variant_seed[{variant!r}]", empty_by_variant_seed[variant]
                 )
@@ -249,11 +249,11 @@ def speed_comparison_table(
                 ratio_refs.append(
                     Reference("published AST (in text)", pct["relative_train_speed_pct"] / 100)
                 )
-            cells[f"{phase}_speed"] = Cell(
+            cells[f"{phase}_speed"] = TableCell(
                 tuple(measured[variant][f"{phase}_speed"]),
                 (Reference(est_source, published * 1000, data=EST_SPEED_CORPUS),),
             )
-            cells[f"{phase}_ratio"] = Cell(
+            cells[f"{phase}_ratio"] = TableCell(
                 tuple(measured[variant][f"{phase}_ratio"]),
                 tuple(ratio_refs),
                 note=_spread_note(spreads, variant, phase),
@@ -383,12 +383,12 @@ def _role_row(
     return Row(
         f"{VARIANT_LABELS[variant]} — {ROLE_LABELS[role]}",
         {
-            "heads": Cell(
+            "heads": TableCell(
                 tuple(counts),
                 (Reference(source, heads, data=AST_HEADS_CORPUS),),
                 not_measured or _below_threshold_note(below, len(seeds)),
             ),
-            "median_confidence": Cell(
+            "median_confidence": TableCell(
                 tuple(medians),
                 (Reference(source, median, data=AST_HEADS_CORPUS),),
                 not_measured,
@@ -444,7 +444,7 @@ def head_summary_table(
             Row(
                 block,
                 {
-                    v: Cell(
+                    v: TableCell(
                         check_seed_values(
                             f"js_by_variant[{v!r}][{block!r}]", js_by_variant[v][block]
                         )

@@ -7,9 +7,9 @@ field per published metric. :func:`paper_table` returns one entry, :func:`publis
 of one system.
 
 The publications' data sets, in this project's naming (the corpus names of
-``components.data.registry`` and the image data sets of the latent-variable experiments):
-:data:`EST_SPEED_CORPUS` (EST Table 4: BLEU de-en and speeds), :data:`AST_HEADS_CORPUS` (AST's
-head-role analysis) and :data:`LVM_DATA` (the data set of each latent-variable experiment).
+``components.data.registry``): :data:`EST_SPEED_CORPUS` (EST Table 4: BLEU de-en and speeds) and
+:data:`AST_HEADS_CORPUS` (AST's head-role analysis); the latent-variable experiments' are in their
+table specs (:class:`~components.reporting.lvm_tables.LvmTableSpec`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ from components.errors import LearnableSparsityError
 # Data sets of the publications, in this project's naming.
 EST_SPEED_CORPUS = "iwslt14_de_en"  # EST Table 4: BLEU de-en and speeds on IWSLT 2014 De-En
 AST_HEADS_CORPUS = "wmt14_en_de"  # AST head-role analysis: the WMT 2014 en->de models
-LVM_DATA: dict[str, str] = {
-    "ssvae": "mnist",
-    "signal_game": "egg_imagenet",
-    "bitvector_vae": "fashion_mnist",
-}
 
 
 @cache

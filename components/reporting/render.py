@@ -30,11 +30,11 @@ from components.reporting.table import (
     NOT_COMPARABLE,
     PAPER_PROFILE,
     SPREAD_LABELS,
-    Cell,
     ComparisonTable,
     Metric,
     Reference,
     Row,
+    TableCell,
 )
 
 TABLES_DIR = "tables"
@@ -52,7 +52,7 @@ def _reference_columns(table: ComparisonTable, metric: Metric) -> list[str]:
     """Reference column names of ``metric``, in order of first appearance over the rows."""
     names: dict[str, None] = {}
     for row in table.rows:
-        for ref in row.cells.get(metric.key, Cell()).references:
+        for ref in row.cells.get(metric.key, TableCell()).references:
             names.setdefault(ref.column)
     return list(names)
 
@@ -92,7 +92,7 @@ def _number(value: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
-def _reproduced_text(cell: Cell, metric: Metric) -> str:
+def _reproduced_text(cell: TableCell, metric: Metric) -> str:
     if cell.mean is None:
         return cell.note or "—"
     text = _number(cell.mean, metric.digits)
@@ -113,7 +113,7 @@ def _published_text(ref: Reference | None, metric: Metric) -> str:
 
 
 def _cell_text(table: ComparisonTable, row: Row, column: _Column) -> str:
-    cell = row.cells.get(column.metric.key, Cell())
+    cell = row.cells.get(column.metric.key, TableCell())
     if column.kind == "reproduced":
         return _reproduced_text(cell, column.metric)
     ref = cell.reference(column.reference)
@@ -211,7 +211,7 @@ def to_csv(table: ComparisonTable) -> str:
     writer.writerow(_CSV_FIELDS)
     for row in table.rows:
         for metric in table.metrics:
-            cell = row.cells.get(metric.key, Cell())
+            cell = row.cells.get(metric.key, TableCell())
             for ref in cell.references or (None,):
                 writer.writerow(
                     [

@@ -1,7 +1,7 @@
 r"""The comparison-table model: the publications' numbers beside the numbers reproduced here.
 
 A :class:`ComparisonTable` has rows (:class:`Row`: a system — an attention variant, an
-estimator, an attention block) and metric columns (:class:`Metric`). Each :class:`Cell` holds
+estimator, an attention block) and metric columns (:class:`Metric`). Each :class:`TableCell` holds
 the reproduced values over seeds and the published numbers it should be read beside
 (:class:`Reference`). A reproduced cell stands for
 
@@ -56,7 +56,7 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Cell:
+class TableCell:
     """One system and metric: the reproduced ``values`` (one per seed), the published
     ``references`` to read them beside, and a ``note`` shown instead of the reproduced value
     when there is none (e.g. "not measurable"; None: "—") and after it otherwise (e.g. the
@@ -106,7 +106,7 @@ class Row:
     """A system and its cells by metric key (a metric without a cell renders as "—")."""
 
     system: str
-    cells: Mapping[str, Cell]
+    cells: Mapping[str, TableCell]
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ class ComparisonTable:
             and reference.data in self.provenance.data
         )
 
-    def difference(self, metric: Metric, cell: Cell, reference: Reference) -> float | None:
+    def difference(self, metric: Metric, cell: TableCell, reference: Reference) -> float | None:
         """Reproduced mean − published value, or None where the two are not comparable."""
         if cell.mean is None or not self.comparable(metric, reference):
             return None
@@ -196,7 +196,7 @@ class ComparisonTable:
             ref.data or "data not stated"
             for metric in self.metrics
             for row in self.rows
-            for ref in row.cells.get(metric.key, Cell()).references
+            for ref in row.cells.get(metric.key, TableCell()).references
             if ref.value is not None and metric.comparable and not self.comparable(metric, ref)
         }
         if elsewhere:

@@ -1,7 +1,9 @@
 """Every path of every stage, relative to the repository root (the stages' working directory).
 
 A stage finds what another stage wrote here, never by importing that stage; ``dvc.yaml``
-declares the same paths as the stages' ``deps`` and ``outs``.
+declares the same paths as the stages' ``deps`` and ``outs``. The results one stage writes and
+another reads are named once below (the writer writes to these names) and read through one typed
+loader each, in :mod:`pipelines.results`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ RECORD_RESULTS = "results.json"
 RECORD_META = "record.json"
 RECORD_CLAIMS_REPORT = "claims.md"
 RECORD_CLAIMS = "claims.json"
+
+# Results between stages (pipelines/results.py loads each; dvc.yaml lists them as outs and deps).
+NMT_HISTORIES = RESULTS / "train_nmt" / "cells"  # <corpus>/<variant>/seed<k>/history.json
+ALPHA_TRAJECTORIES = RESULTS / "train_nmt" / "alpha_trajectories.json"
+BLEU = RESULTS / "evaluate_nmt" / "bleu.json"
+SPEED_ROUNDS = RESULTS / "speed" / "rounds.json"
+HEADS = RESULTS / "analyze_heads" / "heads.json"
+APE_SCORES = RESULTS / "evaluate_ape" / "scores.json"
+APE_VALID_NLL = RESULTS / "train_ape" / "valid_nll.csv"
 
 
 def corpus_dir(corpus: str) -> Path:
@@ -80,6 +91,27 @@ def metrics(stage: str) -> Path:
 def cells(stage: str) -> Path:
     """``results/<stage>/cells``: one directory per grid cell of an evaluation stage."""
     return RESULTS / stage / "cells"
+
+
+def nmt_history(key: str) -> Path:
+    """The training curves and α trajectory of the NMT cell ``key`` (corpus/variant/seedN)."""
+    return NMT_HISTORIES / key / "history.json"
+
+
+def lvm_results(experiment: str) -> Path:
+    """``results/train_lvm/<experiment>.json``: every method's test metrics, one dict per seed."""
+    return RESULTS / "train_lvm" / f"{experiment}.json"
+
+
+# The long CSVs of an LVM experiment's training curves: the curve (its column) → the file's stem.
+LVM_CURVE_FILES = {"loss": "loss", "decoder_calls": "calls"}
+
+
+def lvm_curves(experiment: str, curve: str) -> Path:
+    """``results/train_lvm/<experiment>/<file>.csv``: a long CSV of every cell, for ``curve``
+    ``loss`` or ``decoder_calls`` (:data:`LVM_CURVE_FILES`), or ``runs`` (each cell's test
+    results)."""
+    return RESULTS / "train_lvm" / experiment / f"{LVM_CURVE_FILES.get(curve, curve)}.csv"
 
 
 def record(name: str) -> Path:

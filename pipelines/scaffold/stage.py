@@ -48,10 +48,6 @@ from pipelines.scaffold.cells import (
     training_run,
 )
 from pipelines.scaffold.files import file_digest, png, write_json
-
-# claims and tables (reworked on another branch meanwhile) import read_json from here; drop this
-# once they import it from pipelines.scaffold.files.
-from pipelines.scaffold.files import read_json as read_json
 from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.params import Params, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid

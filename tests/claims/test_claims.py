@@ -23,6 +23,7 @@ from components.claims import (
     checks,
     evaluate,
     load_claims,
+    nmt_checks,
     out_of_scope,
 )
 from components.claims.report import claims_markdown, claims_record
@@ -209,7 +210,7 @@ def test_realistic_curves_improving_in_parallel_are_decided() -> None:
             }
         },
     )
-    verdict = catalog.bleu_at_least_as_good(parallel, ["entmax_alpha"], "softmax", margin=0.91)
+    verdict = nmt_checks.bleu_at_least_as_good(parallel, ["entmax_alpha"], "softmax", margin=0.91)
     assert verdict.status == REPRODUCED
     closing = dataclasses.replace(
         parallel,
@@ -220,7 +221,7 @@ def test_realistic_curves_improving_in_parallel_are_decided() -> None:
             }
         },
     )
-    verdict = catalog.bleu_at_least_as_good(closing, ["entmax_alpha"], "softmax", margin=0.91)
+    verdict = nmt_checks.bleu_at_least_as_good(closing, ["entmax_alpha"], "softmax", margin=0.91)
     assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
 
 
@@ -1017,11 +1018,11 @@ def test_matched_nll_steps_find_where_each_seed_reaches_softmax() -> None:
         valid_nll={"smoke": {"softmax": [FLAT, FLAT], "sparsemax": [slower, FALLING]}}
     )
     # softmax's final NLL is 1.39: sparsemax seed 0 reaches it at step 500, seed 1 at 400
-    assert catalog.matched_nll_steps(results) == {
+    assert nmt_checks.matched_nll_steps(results) == {
         "smoke": {"softmax": [400, 400], "sparsemax": [500, 400]}
     }
     never = Results(valid_nll={"smoke": {"softmax": [FLAT], "sparsemax": [[(100, 3.0)]]}})
-    assert catalog.matched_nll_steps(never)["smoke"]["sparsemax"] == [None]
+    assert nmt_checks.matched_nll_steps(never)["smoke"]["sparsemax"] == [None]
 
 
 def test_report_lists_every_claim_with_its_thresholds_and_the_ones_out_of_scope() -> None:

@@ -11,10 +11,16 @@ import statistics
 import pytest
 
 from components.errors import LearnableSparsityError
-from components.reporting.lvm_tables import LVM_SPECS, lvm_table
+from components.reporting.lvm_tables import lvm_table
 from components.reporting.published import paper_table
 from components.reporting.render import to_csv, to_markdown
 from components.reporting.table import ComparisonTable
+from pipelines.experiments import LVM
+
+
+def _lvm_table(experiment: str, *args: object, **kwargs: object) -> ComparisonTable:
+    """The table of ``experiment`` with the spec of its record."""
+    return lvm_table(experiment, LVM[experiment].table, *args, **kwargs)
 
 
 def _csv_rows(table: ComparisonTable) -> list[dict[str, str]]:
@@ -27,7 +33,7 @@ def _header(markdown: str) -> list[str]:
 
 
 def test_lvm_rows_follow_the_thesis_order() -> None:
-    for experiment, spec in LVM_SPECS.items():
+    for experiment, spec in ((name, e.table) for name, e in LVM.items()):
         published = [row["system"] for row in paper_table(spec.table_id)["rows"]]
         assert list(spec.methods.values()) == published, experiment
 
@@ -42,7 +48,7 @@ def test_lvm_table_mean_and_standard_error_over_seeds() -> None:
         ],
         "sfe": [{"accuracy": 0.93, "decoder_calls": 1}],
     }
-    table = lvm_table("ssvae", results, profile="paper", data="mnist")
+    table = _lvm_table("ssvae", results, profile="paper", data="mnist")
     assert [row.system for row in table.rows] == [
         "SFE",
         "Sparse (sparsemax, proposed)",
@@ -62,7 +68,7 @@ def test_lvm_table_mean_and_standard_error_over_seeds() -> None:
 
 
 def test_lvm_signal_game_reward_variants_and_bitvector_columns() -> None:
-    game = lvm_table(
+    game = _lvm_table(
         "signal_game",
         {"sfe_zero_one": [{"communication_success": 0.5, "decoder_calls": 1}]},
         profile="smoke",
@@ -70,7 +76,7 @@ def test_lvm_signal_game_reward_variants_and_bitvector_columns() -> None:
     )
     assert game.rows[0].system == "SFE (0/1)"
     assert game.rows[0].cells["communication_success"].references[0].value == pytest.approx(55.36)
-    bits = lvm_table(
+    bits = _lvm_table(
         "bitvector_vae",
         {"topk_sparsemax": [{"latent_dim": 8, "nll_bits_per_dim": 3.0, "decoder_calls": 10}]},
         profile="smoke",
@@ -90,7 +96,7 @@ def test_collapsed_bitvector_runs_are_left_out_and_named() -> None:
     def run(nll: float, kl: float) -> dict:
         return {"latent_dim": 32, "nll_bits_per_dim": nll, "kl_nats": kl, "decoder_calls": 1}
 
-    table = lvm_table(
+    table = _lvm_table(
         "bitvector_vae",
         {"sfe": [run(2.18, 30.0), run(2.43, 0.01)], "gumbel": [run(2.43, 0.2)]},
         profile="smoke",
@@ -114,7 +120,7 @@ def test_unconverged_nll_estimates_are_named_in_the_caption() -> None:
 
     topk = [run(2.27, 0.12), run(2.2, 0.005), run(2.6, 0.2, dim=128)]
     results = {"sfe": [run(2.18, 0.001)], "topk_sparsemax": topk}
-    table = lvm_table("bitvector_vae", results, profile="smoke", data="digits")
+    table = _lvm_table("bitvector_vae", results, profile="smoke", data="digits")
     assert (
         "not converged" in table.caption and "topk_sparsemax D=32 seed #0 (0.12)" in table.caption
     )
@@ -123,13 +129,12 @@ def test_unconverged_nll_estimates_are_named_in_the_caption() -> None:
     topk = table.rows[-1].cells["nll_bits_per_dim_D32"]
     assert topk.values == (2.27, 2.2)  # kept: overstated, not meaningless
     settled = {"sfe": [run(2.18, 0.001)]}
-    assert "not converged" not in lvm_table("bitvector_vae", settled, "smoke", "digits").caption
+    assert "not converged" not in _lvm_table("bitvector_vae", settled, "smoke", "digits").caption
 
 
 @pytest.mark.parametrize(
     ("experiment", "results", "match"),
     [
-        ("vae", {"sfe": []}, "experiment"),
         ("ssvae", {"topk_sparsemax": []}, "topk_sparsemax"),
         ("signal_game", {"sfe": []}, "'sfe'"),
         ("ssvae", {"sfe": [{"accuracy": 94.0, "decoder_calls": 1}]}, "accuracy"),
@@ -139,4 +144,4 @@ def test_unconverged_nll_estimates_are_named_in_the_caption() -> None:
 )
 def test_lvm_table_rejects_bad_inputs(experiment: str, results: dict, match: str) -> None:
     with pytest.raises(LearnableSparsityError, match=match):
-        lvm_table(experiment, results, profile="smoke", data="digits")
+        _lvm_table(experiment, results, profile="smoke", data="digits")

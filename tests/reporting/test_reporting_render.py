@@ -23,13 +23,14 @@ from components.reporting.render import (
 )
 from components.reporting.table import (
     NOT_COMPARABLE,
-    Cell,
     ComparisonTable,
     Metric,
     Provenance,
     Reference,
     Row,
+    TableCell,
 )
+from pipelines.experiments import LVM
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 BLEU = {"softmax": [29.5, 30.1, 29.9], "entmax_alpha": [30.0], "topk": [35.0, 36.0]}
@@ -89,7 +90,7 @@ def test_latex_is_booktabs_and_escaped() -> None:
         title="Title with 100% & more",
         caption="Caption_with_underscores.",
         metrics=(Metric("m", "m_1"),),
-        rows=(Row("sys_a & b", {"m": Cell((1.0, 3.0), (Reference("pub #1", 2.5),))}),),
+        rows=(Row("sys_a & b", {"m": TableCell((1.0, 3.0), (Reference("pub #1", 2.5),))}),),
         provenance=Provenance("smoke", ("smoke",)),
     )
     text = to_latex(table)
@@ -110,8 +111,8 @@ def test_a_note_is_shown_instead_of_a_missing_value_and_after_a_present_one() ->
         caption="",
         metrics=(Metric("m", "m", digits=0),),
         rows=(
-            Row("empty", {"m": Cell((), (), "not measurable")}),
-            Row("zero", {"m": Cell((0.0,), (), "best head below threshold")}),
+            Row("empty", {"m": TableCell((), (), "not measurable")}),
+            Row("zero", {"m": TableCell((0.0,), (), "best head below threshold")}),
         ),
         provenance=Provenance("smoke", ("smoke",)),
     )
@@ -164,6 +165,7 @@ def test_report_links_tables_and_figures_relatively() -> None:
         ast_bleu_table(BLEU, profile="smoke", data="smoke"),
         lvm_table(
             "ssvae",
+            LVM["ssvae"].table,
             {"sfe": [{"accuracy": 0.9, "decoder_calls": 1}]},
             profile="smoke",
             data="digits",
