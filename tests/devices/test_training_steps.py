@@ -39,8 +39,8 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from components.ape.bert import SPECIAL_TOKENS
 from components.ape.model import ApeConfig, build_ape_model, joint_input, target_ids
+from components.ape.wordpiece import SPECIAL_TOKENS
 from components.core.attention import NORMALIZERS
 from components.data.images import binarize, quantize
 from components.data.signal_game import GameData
