@@ -26,8 +26,7 @@ from components.data.datasets import load_game, load_images
 from components.errors import LearnableSparsityError
 from components.lvm import bitvector_vae, signal_game, ssvae
 from components.lvm.methods import SPARSE_METHODS
-from components.lvm.training import Cell as LvmCell
-from components.lvm.training import train_and_evaluate
+from components.lvm.training import LvmCell, train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.scaffold import layout

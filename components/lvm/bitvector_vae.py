@@ -44,7 +44,7 @@ from components.lvm.methods import (
     support_entropy,
 )
 from components.lvm.training import (
-    Cell,
+    LvmCell,
     LvmSettings,
     Setup,
     evaluation_generator,
@@ -283,14 +283,14 @@ class BitVectorVaeSettings(LvmSettings):
     importance_samples: int = setting(at_least=1)
     test_examples: int = setting(at_least=1)
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[LvmCell]:
         """The grid: bits × methods × seeds in params order (one D's methods together)."""
         per_d = super().cells()
-        return [Cell(c.method, c.seed, d) for d in self.bits for c in per_d]
+        return [LvmCell(c.method, c.seed, d) for d in self.bits for c in per_d]
 
 
 def setup(
-    settings: BitVectorVaeSettings, data: ImageSplits, cell: Cell, generator: torch.Generator
+    settings: BitVectorVaeSettings, data: ImageSplits, cell: LvmCell, generator: torch.Generator
 ) -> Setup:
     """The bit-vector VAE of ``cell`` (D = ``cell.bits``) on the grey levels of ``data``."""
     if cell.bits is None:

@@ -36,7 +36,7 @@ from components.lvm.methods import (
     expectation_metrics,
     expected_loss,
 )
-from components.lvm.training import Cell, LvmSettings, Setup, evaluation_generator
+from components.lvm.training import LvmCell, LvmSettings, Setup, evaluation_generator
 from components.settings import setting
 
 REWARDS = ("nll", "zero_one")
@@ -234,7 +234,7 @@ class SignalGameSettings(LvmSettings):
 
 
 def setup(
-    settings: SignalGameSettings, data: GameSplits, cell: Cell, generator: torch.Generator
+    settings: SignalGameSettings, data: GameSplits, cell: LvmCell, generator: torch.Generator
 ) -> Setup:
     """The signalling game of ``cell``: training games from ``data.train``, test games from
     ``data.test``."""

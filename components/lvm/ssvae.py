@@ -48,7 +48,7 @@ from components.lvm.methods import (
     support_entropy,
 )
 from components.lvm.training import (
-    Cell,
+    LvmCell,
     LvmSettings,
     Setup,
     WarmStart,
@@ -250,7 +250,7 @@ class SsvaeSettings(LvmSettings):
 
 
 def setup(
-    settings: SsvaeSettings, data: ImageSplits, cell: Cell, generator: torch.Generator
+    settings: SsvaeSettings, data: ImageSplits, cell: LvmCell, generator: torch.Generator
 ) -> Setup:
     """The semi-supervised VAE of ``cell`` on ``data`` (the labelled part chosen by its seed)."""
     labelled, unlabelled = data.semi_supervised(settings.labelled_fraction, cell.seed)

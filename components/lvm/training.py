@@ -8,7 +8,7 @@ last step), so a pipeline can plot any of them over training — e.g. ``support`
 size of π per example), which the experiments report for the sparse methods.
 
 :class:`LvmSettings` holds the settings the three experiments share (each experiment's module
-subclasses it with its own keys) and lists the grid of :class:`Cell`\ s. An experiment's
+subclasses it with its own keys) and lists the grid of :class:`LvmCell`\ s. An experiment's
 ``setup(settings, data, cell, generator)`` builds a :class:`Setup` — model, :class:`Method`,
 step function, final evaluation — and :func:`train_and_evaluate` runs one cell: Adam over the
 model and method parameters, ``checkpoint_every`` steps at a time with a checkpoint after each
@@ -127,7 +127,7 @@ CURVES = ("loss", "decoder_calls", "support")
 
 
 @dataclass(frozen=True)
-class Cell:
+class LvmCell:
     """One run of a grid: ``method`` with ``seed`` (and ``bits`` = D for the bit-vector VAE)."""
 
     method: str
@@ -155,10 +155,11 @@ class LvmSettings(Settings):
     for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
     ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
     metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
-    ``overrides``: settings of single series of cells, keyed by :attr:`Cell.series` (``sparsemap``,
-    or ``D128/sparsemap`` where D is an axis), e.g. ``{D128/sparsemap: {batch_size: 16}}``: the
-    released scripts set some values per method and size (any key but the grid's axes, ``data``
-    and ``overrides``; a per-method table's key takes the cell's value).
+    ``overrides``: settings of single series of cells, keyed by :attr:`LvmCell.series`
+    (``sparsemap``, or ``D128/sparsemap`` where D is an axis), e.g.
+    ``{D128/sparsemap: {batch_size: 16}}``: the released scripts set some values per method and
+    size (any key but the grid's axes, ``data`` and ``overrides``; a per-method table's key takes
+    the cell's value).
 
     A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
     keyed by method), ``GRID`` (its fields that are grid axes rather than a run's settings) and
@@ -249,11 +250,11 @@ class LvmSettings(Settings):
         table = getattr(self, key)
         return table.get(method, table[DEFAULT])
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[LvmCell]:
         """The grid: methods × seeds in params order (one method's seeds together)."""
-        return [Cell(method, seed) for method in self.methods for seed in self.seeds]
+        return [LvmCell(method, seed) for method in self.methods for seed in self.seeds]
 
-    def for_cell(self, cell: Cell) -> Self:
+    def for_cell(self, cell: LvmCell) -> Self:
         """These settings narrowed to ``cell``: its grid axes hold only the cell's values, each
         per-method table only the cell's value (as ``default``) and its series' overrides are in
         place. A one-cell grid whose settings
@@ -264,7 +265,7 @@ class LvmSettings(Settings):
         narrowed = dataclasses.replace(self, **axes, **tables, overrides=None)
         return narrowed._overridden((self.overrides or {}).get(cell.series, {}))
 
-    def run_settings(self, cell: Cell) -> dict[str, Any]:
+    def run_settings(self, cell: LvmCell) -> dict[str, Any]:
         """The settings the run of ``cell`` depends on (what its checkpoint is checked against):
         every field but the grid axes, each per-method table and override resolved for the cell
         (so that another method's entry leaves this run alone), and the cell itself."""
@@ -309,7 +310,7 @@ class Setup(NamedTuple):
 
 
 # setup(settings, data, cell, generator) -> Setup
-SetupFn = Callable[[S, D, Cell, torch.Generator], Setup]
+SetupFn = Callable[[S, D, LvmCell, torch.Generator], Setup]
 
 
 @dataclass(frozen=True)
@@ -352,7 +353,7 @@ def train_and_evaluate(
     setup: SetupFn[S, D],
     settings: S,
     data: D,
-    cell: Cell,
+    cell: LvmCell,
     directory: Path,
     *,
     name: str | None = None,
