@@ -20,37 +20,31 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import torch
 from torch import Tensor
 
 from components.core import fused_triton
 from components.core.normalizers import entmax
+from components.core.switch import Switch
 
 # Head sizes the kernels take (tl.dot needs a power of two ≥ 16).
 HEAD_SIZES = (16, 32, 64, 128)
-_state = {"enabled": os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0"}
+_enabled = Switch(os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0")
 
 
-@contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> AbstractContextManager[None]:
     """Compute from the materialised scores inside the block (comparisons; not thread-safe)."""
-    previous = _state["enabled"]
-    _state["enabled"] = False
-    try:
-        yield
-    finally:
-        _state["enabled"] = previous
+    return _enabled.turned(False)
 
 
 def usable(q: Tensor) -> bool:
     """Whether a call with queries ``q`` runs the fused kernels (``fused_triton.usable``'s device
     rule, a head size of ``HEAD_SIZES``)."""
-    device = q.is_cuda or (fused_triton._state["cpu"] and q.device.type == "cpu")
+    device = q.is_cuda or (bool(fused_triton._on_cpu) and q.device.type == "cpu")
     return (
-        _state["enabled"]
+        bool(_enabled)
         and fused_triton.available()
         and device
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
