@@ -152,6 +152,13 @@ def entmax_attention(
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} disagree")
     if causal and k.shape[2] != q_len:
         raise ValueError(f"causal attention needs L_q = L_k, got {q_len} and {k.shape[2]}")
+    if key_lengths is not None and (
+        key_lengths.shape != (b,) or key_lengths.is_floating_point() or (key_lengths < 0).any()
+    ):
+        raise ValueError(
+            f"key_lengths must be [{b}] non-negative integers (one per batch), got "
+            f"{key_lengths.dtype} {tuple(key_lengths.shape)}"
+        )
     scale = 1 / math.sqrt(d) if scale is None else scale
     alpha = alpha.expand(b, h)
     if not usable(q):
