@@ -61,6 +61,7 @@ def train_cell(run: CellRun) -> dict:
         name=f"{experiment}/{cell.key}",
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
         before_checkpoint=run.flush,
+        device=run.device,
     )
     run.log_metrics({f"final/{k}": v for k, v in result.metrics.items()}, step=0)
     run.run.log_artifact(run.directory / LAST, "checkpoint")

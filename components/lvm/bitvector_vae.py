@@ -300,8 +300,9 @@ def setup(
             f"test_examples={settings.test_examples} exceeds the {len(data.test)} test images "
             f"of {settings.data!r}"
         )
-    train = quantize(data.train.images, data.levels)
-    test = quantize(data.test.images[: settings.test_examples], data.levels)
+    device = generator.device
+    train = quantize(data.train.images, data.levels).to(device)
+    test = quantize(data.test.images[: settings.test_examples], data.levels).to(device)
     model = BitVectorVAE(data.pixels, cell.bits, data.levels, settings.hidden, settings.rank)
     method = build_method(
         cell.method,
@@ -317,7 +318,7 @@ def setup(
 
     def evaluate() -> dict[str, float]:
         nll = nll_bits_per_dim(
-            model, method, test, settings.importance_samples, evaluation_generator()
+            model, method, test, settings.importance_samples, evaluation_generator(device)
         )
         return {
             "nll_bits_per_dim": float(nll.bits_per_dim.mean()),

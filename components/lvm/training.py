@@ -298,9 +298,9 @@ class WarmStart:
 
 class Setup(NamedTuple):
     """What an experiment's ``setup`` builds for a cell: the ``model``, the ``method`` (its
-    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator),
-    ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`) and an
-    optional ``warm_start`` phase."""
+    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's
+    generator, with the data on that generator's device), ``evaluate`` (the final test metrics,
+    drawn from :func:`evaluation_generator`) and an optional ``warm_start`` phase."""
 
     model: nn.Module
     method: Method
@@ -340,13 +340,15 @@ def _score_warm_start(
 
 
 def sample_batch(n: int, size: int, generator: torch.Generator) -> Tensor:
-    """``size`` indices drawn uniformly with replacement from 0..n−1 (a training batch)."""
-    return torch.randint(n, (size,), generator=generator)
+    """``size`` indices drawn uniformly with replacement from 0..n−1 (a training batch), on the
+    generator's device."""
+    return torch.randint(n, (size,), generator=generator, device=generator.device)
 
 
-def evaluation_generator() -> torch.Generator:
-    """A fresh generator seeded with :data:`EVALUATION_SEED`, for a final evaluation."""
-    return torch.Generator().manual_seed(EVALUATION_SEED)
+def evaluation_generator(device: torch.device | str = "cpu") -> torch.Generator:
+    """A fresh generator on ``device`` seeded with :data:`EVALUATION_SEED`, for a final
+    evaluation."""
+    return torch.Generator(device=device).manual_seed(EVALUATION_SEED)
 
 
 def train_and_evaluate(
@@ -360,13 +362,15 @@ def train_and_evaluate(
     on_log: LogFn | None = None,
     before_checkpoint: Callable[[int], None] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    device: torch.device | str = "cpu",
 ) -> Result:
     r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
 
     ``settings`` are narrowed to the cell first (:meth:`LvmSettings.for_cell`). Seeds the global
-    torch RNG (model initialisation) and the run's generator (batches,
+    torch RNG (model initialisation) and the run's generator on ``device`` (batches,
     binarisation, sampling estimators) with ``cell.seed``, then builds the experiment with
-    ``setup(settings, data, cell, generator)`` and trains it with Adam at the method's ``lr``
+    ``setup(settings, data, cell, generator)`` (which puts its data on the generator's device),
+    moves the model and the method to ``device`` and trains them with Adam at the method's ``lr``
     over the model and method parameters, ``checkpoint_every`` steps at a time. After each chunk
     ``directory/last.pt`` holds everything needed to continue identically (model, optimizer,
     method state, both RNG states, step, history); a run finds it, checks it was
@@ -383,8 +387,10 @@ def train_and_evaluate(
     name = cell.key if name is None else name
     settings = settings.for_cell(cell)  # the cell's own lr, overrides, … in place
     torch.manual_seed(cell.seed)
-    generator = torch.Generator().manual_seed(cell.seed)
+    generator = torch.Generator(device=device).manual_seed(cell.seed)
     model, method, step_fn, evaluate, warm = setup(settings, data, cell, generator)
+    model.to(device)  # initialised on the CPU: the same weights on every device
+    method.to(device)
     lr = settings.per_method("lr", cell.method)
 
     def adam(rate: float) -> Optimizer:
@@ -399,7 +405,7 @@ def train_and_evaluate(
     checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)
     step, history = 0, History()
     best: dict[str, Any] | None = None  # the warm start's best so far: score, step, model
-    state = checkpoint.load()
+    state = checkpoint.load(map_location=device)
     if state is not None:
         if state["step"] > settings.steps:
             raise LearnableSparsityError(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from components.lvm.training import (
     fit,
     train_and_evaluate,
 )
+from tests.conftest import DEVICES
 
 
 def _setup() -> tuple[torch.nn.Parameter, torch.optim.Optimizer]:
@@ -96,7 +98,7 @@ def run(
     lvm_settings: Callable[..., LvmSettings], image_splits: ImageSplits, game_splits: GameSplits
 ) -> Callable[..., Result]:
     """``run(directory, cell, experiment="bitvector_vae", on_log=None, provenance=None,
-    **changed settings)`` -> the :class:`Result` of :func:`train_and_evaluate`."""
+    device="cpu", **changed settings)`` -> the :class:`Result` of :func:`train_and_evaluate`."""
 
     def go(
         directory: Path,
@@ -104,6 +106,7 @@ def run(
         experiment: str = "bitvector_vae",
         on_log: Callable[[int, dict[str, float]], None] | None = None,
         provenance: dict[str, Any] | None = None,
+        device: str = "cpu",
         **change: Any,
     ) -> Result:
         data = game_splits if experiment == "signal_game" else image_splits
@@ -116,6 +119,7 @@ def run(
             directory,
             on_log=on_log,
             provenance=provenance,
+            device=device,
         )
 
     return go
@@ -222,6 +226,28 @@ def test_each_experiment_trains_evaluates_and_reports(
     # Run again: the finished checkpoint is evaluated as it is, training time included.
     again = run(tmp_path, cell, experiment, on_log=lambda step, _: logged.append(step))
     assert again == result and len(logged) == 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("experiment", "cell"),
+    [
+        ("ssvae", LvmCell("nvil", 1)),
+        ("signal_game", LvmCell("sfe_zero_one", 1)),
+        ("bitvector_vae", LvmCell("sparsemap", 1, 4)),
+    ],
+)
+def test_each_experiment_runs_and_resumes_on_each_device(
+    run: Callable[..., Result], tmp_path: Path, experiment: str, cell: LvmCell, device: str
+) -> None:
+    """Data, batches, model, method and every random draw on ``device``: a run stopped after
+    its first checkpoint and resumed there ends as the straight one."""
+    grid = {"device": device, "methods": [cell.method]}
+    straight = run(tmp_path / "straight", cell, experiment, **grid)
+    run(tmp_path / "resumed", cell, experiment, steps=4, **grid)
+    resumed = run(tmp_path / "resumed", cell, experiment, **grid)
+    assert resumed == straight
+    assert all(math.isfinite(value) for value in straight.metrics.values())
 
 
 def test_weight_decay_reaches_the_optimizer(run: Callable[..., Result], tmp_path: Path) -> None:
