@@ -31,7 +31,6 @@ writes its output and exits 0.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,7 +43,6 @@ from components.core import normalizers as ours
 from components.timing import (
     MIN_ROUNDS_FOR_SPREAD,
     NOISY_RELATIVE_SPREAD,
-    RatioSummary,
     calls_for,
     interleaved_rounds,
     summarize,
@@ -160,21 +158,6 @@ def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
     }
 
 
-def _quantity_fields(quantity: str, summary: RatioSummary) -> dict[str, object]:
-    """The row's fields of one quantity: median ms over rounds, the median per-round ratio to
-    softmax and the per-round ratios with their spread."""
-    return {
-        f"{quantity}_ms": 1e3 * statistics.median(summary.values),
-        f"{quantity}_ratio": summary.ratio,
-        f"{quantity}_ms_each_round": [1e3 * v for v in summary.values],
-        f"{quantity}_ratio_each_round": list(summary.ratios),
-        f"{quantity}_ratio_quartiles": list(summary.ratio_quartiles),
-        f"{quantity}_ratio_range": list(summary.ratio_range),
-        f"{quantity}_relative_spread": summary.relative_spread,
-        f"{quantity}_noisy": summary.noisy,
-    }
-
-
 def _speedup(values: dict[str, Sequence[float]], ours: str) -> dict[str, object]:
     """Per round, entmax_bisect (50 it.)'s fwd+bwd seconds ÷ ours of the same round."""
     summary = summarize({ours: {"t": values[ours]}, BISECT_50: {"t": values[BISECT_50]}}, ours)
@@ -225,7 +208,7 @@ def run(lengths: list[int], rounds: int, repeats: int, seed: int) -> list[dict]:
                 "function": name,
             }
             for quantity in QUANTITIES:
-                row.update(_quantity_fields(quantity, summary[quantity]))
+                row.update(summary[quantity].seconds_fields(quantity))
             row["max_abs_error_vs_fp64"] = error
             row["eager_mean_iterations"] = iterations
             row["rounds"] = rounds

@@ -71,15 +71,24 @@ def _canonical(obj: Any) -> Any:
 
 
 def rng_state(*generators: torch.Generator) -> dict[str, Any]:
-    """The global torch random state and that of ``generators`` (for :func:`restore_rng`)."""
-    return {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in generators]}
+    """The global torch random state, every CUDA device's once CUDA is in use (dropout on a GPU
+    draws from those), and the state of ``generators`` (for :func:`restore_rng`)."""
+    state = {"torch": torch.get_rng_state(), "generators": [g.get_state() for g in generators]}
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def restore_rng(state: Mapping[str, Any], *generators: torch.Generator) -> None:
-    """Put back the random states saved by :func:`rng_state` (same generators, same order)."""
-    torch.set_rng_state(state["torch"])
+    """Put back the random states saved by :func:`rng_state` (same generators, same order).
+
+    The states are byte tensors that torch accepts only on the CPU, wherever the checkpoint was
+    loaded to (``map_location``)."""
+    torch.set_rng_state(state["torch"].cpu())
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
     for generator, saved in zip(generators, state["generators"], strict=True):
-        generator.set_state(saved)
+        generator.set_state(saved.cpu())
 
 
 class Checkpoint:

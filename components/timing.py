@@ -107,6 +107,21 @@ class RatioSummary:
             noisy=relative > NOISY_RELATIVE_SPREAD or len(ratios) < MIN_ROUNDS_FOR_SPREAD,
         )
 
+    def seconds_fields(self, quantity: str) -> dict[str, Any]:
+        """A benchmark row's fields of ``quantity`` measured in seconds: ``<quantity>_ms`` (the
+        median round, in ms), ``_ratio``, the rounds' ms and ratios, the ratios' quartiles,
+        range and relative spread, and ``_noisy``."""
+        return {
+            f"{quantity}_ms": 1e3 * statistics.median(self.values),
+            f"{quantity}_ratio": self.ratio,
+            f"{quantity}_ms_each_round": [1e3 * v for v in self.values],
+            f"{quantity}_ratio_each_round": list(self.ratios),
+            f"{quantity}_ratio_quartiles": list(self.ratio_quartiles),
+            f"{quantity}_ratio_range": list(self.ratio_range),
+            f"{quantity}_relative_spread": self.relative_spread,
+            f"{quantity}_noisy": self.noisy,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields, tuples as lists."""
         return {

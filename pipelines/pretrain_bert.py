@@ -14,13 +14,9 @@ came from, its size) and ``metrics.json`` (DVC metrics: parameters and vocabular
 
 from __future__ import annotations
 
-from components.ape.bert import (
-    BertSettings,
-    load_bert,
-    load_bert_tokenizer,
-    pretrain_mlm,
-    train_wordpiece,
-)
+from components.ape.bert import BertSettings, load_bert, load_bert_tokenizer
+from components.ape.pretrain import pretrain_mlm
+from components.ape.wordpiece import train_wordpiece
 from components.data.local import read_corpus
 from components.settings import build, params_of
 from pipelines.scaffold import layout

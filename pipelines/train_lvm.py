@@ -25,8 +25,7 @@ from components.checkpoints import LAST
 from components.data.datasets import load_game, load_images
 from components.errors import LearnableSparsityError
 from components.lvm.methods import SPARSE_METHODS
-from components.lvm.training import Cell as LvmCell
-from components.lvm.training import train_and_evaluate
+from components.lvm.training import LvmCell, train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.experiments import LVM
@@ -57,6 +56,7 @@ def train_cell(run: CellRun) -> dict:
         name=f"{experiment.name}/{cell.key}",
         on_log=lambda step, metrics: run.log_metrics(metrics, step),
         before_checkpoint=run.flush,
+        device=run.device,
     )
     run.log_metrics({f"final/{k}": v for k, v in result.metrics.items()}, step=0)
     run.run.log_artifact(run.directory / LAST, "checkpoint")

@@ -14,6 +14,9 @@ import torch
 
 from tests.loopback import LoopbackServer, serving
 
+# The devices a test of "every device" runs on: the CPU always, CUDA when torch can use it.
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
 # Without a GPU, Triton's interpreter runs the core's Triton kernels on the CPU (tests/core/
 # test_triton.py). It must be chosen before triton is first imported: triton's own library
 # functions (tl.sum, ...) are jit'd at that import.

@@ -131,6 +131,15 @@ def test_quartiles_spread_and_the_noisy_flag() -> None:
     assert RatioSummary.of([1.0, 1.0], [1.0, 1.0]).noisy
 
 
+def test_a_benchmark_rows_fields_of_a_quantity_in_seconds() -> None:
+    fields = RatioSummary.of([0.003, 0.001, 0.002], [0.001, 0.001, 0.002]).seconds_fields("fwd")
+    assert fields["fwd_ms"] == pytest.approx(2.0)  # the median round, not a ratio
+    assert fields["fwd_ms_each_round"] == pytest.approx([3.0, 1.0, 2.0])
+    assert fields["fwd_ratio"] == 1.0 and fields["fwd_ratio_each_round"] == [3.0, 1.0, 1.0]
+    assert fields["fwd_ratio_range"] == [1.0, 3.0] and fields["fwd_noisy"] is True
+    assert {k for k in fields if not k.startswith("fwd_")} == set()
+
+
 def test_spreads_overlap() -> None:
     assert spreads_overlap([0.64, 0.71, 0.78], [0.62, 0.70, 0.78])  # 0.71 ± 0.07 vs 0.70 ± 0.08
     assert not spreads_overlap([0.69, 0.70, 0.72], [0.9, 0.9, 0.9])

@@ -65,7 +65,6 @@ from common import (
     optional_module,
     ours_path,
     peak_memory,
-    quantity_fields,
     stage,
     write_json,
 )
@@ -255,7 +254,7 @@ def run_config(
     for name in measured:
         row = rows[name]
         for quantity in QUANTITIES:
-            row.update(quantity_fields(quantity, result.summary[name][quantity]))
+            row.update(result.summary[name][quantity].seconds_fields(quantity))
         row["noisy"] = any(result.summary[name][quantity].noisy for quantity in QUANTITIES)
         row["rounds"], row["repeats"] = args.rounds, args.repeats
     return list(rows.values())

@@ -14,7 +14,6 @@ import importlib
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 import traceback
@@ -28,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from components.timing import RatioSummary, calls_for, timed  # noqa: E402
+from components.timing import calls_for, timed  # noqa: E402
 
 QUANTITIES = ("forward", "forward_backward")
 # A sample lasts at least 10 ms (a fast function is called several times per sample): far above
@@ -77,21 +76,6 @@ def measures(
     return {
         quantity: timed(run, number=calls_for(timed(run, clock=clock), min_seconds), clock=clock)
         for quantity, run in once.items()
-    }
-
-
-def quantity_fields(quantity: str, summary: RatioSummary) -> dict[str, object]:
-    """A row's fields of one quantity: median ms over rounds, the median per-round ratio to the
-    baseline, the per-round values and ratios, their quartiles, range and spread."""
-    return {
-        f"{quantity}_ms": 1e3 * statistics.median(summary.values),
-        f"{quantity}_ratio": summary.ratio,
-        f"{quantity}_ms_each_round": [1e3 * v for v in summary.values],
-        f"{quantity}_ratio_each_round": list(summary.ratios),
-        f"{quantity}_ratio_quartiles": list(summary.ratio_quartiles),
-        f"{quantity}_ratio_range": list(summary.ratio_range),
-        f"{quantity}_relative_spread": summary.relative_spread,
-        f"{quantity}_noisy": summary.noisy,
     }
 
 

@@ -65,7 +65,6 @@ from common import (
     measures,
     optional_module,
     ours_path,
-    quantity_fields,
     stage,
     write_json,
 )
@@ -280,7 +279,7 @@ def run_config(
     for name in measured:
         row = rows[name]
         for quantity in QUANTITIES:
-            row.update(quantity_fields(quantity, result.summary[name][quantity]))
+            row.update(result.summary[name][quantity].seconds_fields(quantity))
         row["noisy"] = any(result.summary[name][q].noisy for q in QUANTITIES)
         row["rounds"], row["repeats"] = args.rounds, args.repeats
         if name in COUNTERPARTS:

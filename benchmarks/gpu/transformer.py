@@ -16,8 +16,9 @@ them, ids uniform over the non-special vocabulary. Untrained weights and random 
 throughput depends on the shapes, and the fixed-length search generates the same tokens with
 every variant.
 
-Measurement: what ``components.nmt.speed.measure_speed`` does — the models and batches built as
-it builds them (``build``), then ``components.nmt.speed.interleaved_variants``: training —
+Measurement: what ``components.nmt.speed.measure_speed`` does — the models and batches of
+``components.nmt.speed.speed_inputs`` (the pairs as both training and test set), then
+``components.nmt.speed.interleaved_variants``: training —
 ``train_step`` (forward, label-smoothed loss, backward, Adam step) on token batches of at most
 ``--max-tokens`` padded tokens, ``--train-steps`` timed after ``--warmup-steps`` untimed, the
 variants interleaved step by step; inference — fixed-length beam search (beam 4, length penalty
@@ -39,16 +40,21 @@ import argparse
 import dataclasses
 import random
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from common import device_of, log, machine, ours_path, write_json
 
-from components.nmt.batching import Batch, Example, batches_of, collate_examples
-from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.batching import Example
+from components.nmt.model import TransformerConfig
 from components.nmt.search import DecodeSettings
-from components.nmt.speed import PHASES, SpeedSettings, interleaved_variants, summarize_rounds
+from components.nmt.speed import (
+    PHASES,
+    SpeedSettings,
+    interleaved_variants,
+    speed_inputs,
+    summarize_rounds,
+)
 
 VARIANTS = ("softmax", "sparsemax", "entmax15", "entmax_alpha", "topk")
 # The project's evaluation decoding (params.yaml nmt.decode).
@@ -76,26 +82,6 @@ def synthetic_pairs(
             )
         )
     return pairs
-
-
-def build(
-    config: TransformerConfig,
-    pairs: Sequence[Example],
-    settings: SpeedSettings,
-    device: torch.device,
-) -> tuple[dict[str, Transformer], list[Batch], list[list[int]]]:
-    """What ``components.nmt.speed.measure_speed`` builds before its rounds: one model per
-    variant with the same initial weights (seed 0), the first token batches of the pairs (seed
-    0) and the sources of the first ``infer_sentences`` pairs."""
-    models = {}
-    for variant in settings.variants:
-        torch.manual_seed(0)  # the same initial weights for every variant
-        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant)).to(device)
-    needed = settings.train_steps + settings.warmup_steps
-    indices = batches_of(pairs, settings.max_tokens, seed=0)[:needed]
-    batches = [collate_examples(pairs, batch, models["softmax"]) for batch in indices]
-    sources = [source for source, _ in pairs[: settings.infer_sentences]]
-    return models, batches, sources
 
 
 def main() -> None:
@@ -171,7 +157,7 @@ def main() -> None:
     size = "tiny (quick)" if quick else "base"
     log(f"{size} model, variants {', '.join(VARIANTS)}, {args.rounds} rounds")
     start = time.perf_counter()
-    models, batches, sources = build(config, pairs, settings, device)
+    models, batches, sources = speed_inputs(config, pairs, pairs, settings, device)
     log(f"models and batches built in {time.perf_counter() - start:.1f} s")
     rounds: list = []
     for index in range(args.rounds):

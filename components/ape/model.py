@@ -70,7 +70,7 @@ from transformers import (
 )
 from transformers.models.bert.modeling_bert import BertAttention, BertIntermediate, BertOutput
 
-from components.ape.bert import SPECIAL_TOKENS
+from components.ape.wordpiece import SPECIAL_TOKENS
 from components.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit
 from components.errors import LearnableSparsityError
 from components.hf.attention import ATTENTION_NAMES, add_head_alphas, register

@@ -23,12 +23,13 @@ import os
 import shutil
 import subprocess
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from components.core.switch import Switch
 
 SOURCE = Path(__file__).with_name("fused_cpu.cpp")
 # -march=native: the library is built on the machine that runs it (the CPU is in its cache key).
@@ -48,7 +49,7 @@ FLAGS = (
     "-fno-signed-zeros",
 )
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
-_state = {"enabled": os.environ.get("LEARNABLE_SPARSITY_FUSED", "1") != "0"}
+_enabled = Switch(os.environ.get("LEARNABLE_SPARSITY_FUSED", "1") != "0")
 
 
 def _cpu_signature() -> str:
@@ -134,7 +135,7 @@ def _library() -> dict[tuple[str, torch.dtype], ctypes._CFuncPtr] | None:
 
 def available() -> bool:
     """Whether the kernels are switched on and built (builds them on the first call)."""
-    return _state["enabled"] and _library() is not None
+    return bool(_enabled) and _library() is not None
 
 
 def usable(x: Tensor) -> bool:
@@ -142,15 +143,9 @@ def usable(x: Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype in _DTYPES and available()
 
 
-@contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> AbstractContextManager[None]:
     """Use the eager solvers inside the block (for comparisons; not thread-safe)."""
-    previous = _state["enabled"]
-    _state["enabled"] = False
-    try:
-        yield
-    finally:
-        _state["enabled"] = previous
+    return _enabled.turned(False)
 
 
 def _call(name: str, inputs: list[Tensor], outputs: list[Tensor | None], *extra: int) -> None:

@@ -20,37 +20,31 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import torch
 from torch import Tensor
 
 from components.core import fused_triton
 from components.core.normalizers import entmax
+from components.core.switch import Switch
 
 # Head sizes the kernels take (tl.dot needs a power of two ≥ 16).
 HEAD_SIZES = (16, 32, 64, 128)
-_state = {"enabled": os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0"}
+_enabled = Switch(os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0")
 
 
-@contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> AbstractContextManager[None]:
     """Compute from the materialised scores inside the block (comparisons; not thread-safe)."""
-    previous = _state["enabled"]
-    _state["enabled"] = False
-    try:
-        yield
-    finally:
-        _state["enabled"] = previous
+    return _enabled.turned(False)
 
 
 def usable(q: Tensor) -> bool:
     """Whether a call with queries ``q`` runs the fused kernels (``fused_triton.usable``'s device
     rule, a head size of ``HEAD_SIZES``)."""
-    device = q.is_cuda or (fused_triton._state["cpu"] and q.device.type == "cpu")
+    device = q.is_cuda or (bool(fused_triton._on_cpu) and q.device.type == "cpu")
     return (
-        _state["enabled"]
+        bool(_enabled)
         and fused_triton.available()
         and device
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
@@ -158,6 +152,13 @@ def entmax_attention(
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} disagree")
     if causal and k.shape[2] != q_len:
         raise ValueError(f"causal attention needs L_q = L_k, got {q_len} and {k.shape[2]}")
+    if key_lengths is not None and (
+        key_lengths.shape != (b,) or key_lengths.is_floating_point() or (key_lengths < 0).any()
+    ):
+        raise ValueError(
+            f"key_lengths must be [{b}] non-negative integers (one per batch), got "
+            f"{key_lengths.dtype} {tuple(key_lengths.shape)}"
+        )
     scale = 1 / math.sqrt(d) if scale is None else scale
     alpha = alpha.expand(b, h)
     if not usable(q):

@@ -16,12 +16,13 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
 
 import torch
 from torch import Tensor
+
+from components.core.switch import Switch
 
 # A row lives in registers: 32K fp32 entries is 64 per thread at 16 warps; longer rows go to the
 # eager solvers.
@@ -29,7 +30,8 @@ MAX_D = 32768
 _DTYPES = (torch.float32, torch.float64)
 # ``triton_kernels``' KIND values.
 _SPARSEMAX, _ENTMAX15, _ENTMAX = 0, 1, 2
-_state = {"enabled": os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0", "cpu": False}
+_enabled = Switch(os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0")
+_on_cpu = Switch(False)  # CPU tensors too, to Triton's interpreter (on_cpu)
 
 
 @functools.cache
@@ -44,38 +46,26 @@ def _kernels() -> ModuleType | None:
 
 def available() -> bool:
     """Whether the kernels are switched on and Triton is importable."""
-    return _state["enabled"] and _kernels() is not None
+    return bool(_enabled) and _kernels() is not None
 
 
 def usable(x: Tensor) -> bool:
     """Whether ``x`` goes to these kernels: a CUDA (or, in :func:`on_cpu`, CPU) float32/float64
     tensor with 1 to ``MAX_D`` entries per row, kernels available."""
-    device = x.is_cuda or (_state["cpu"] and x.device.type == "cpu")
+    device = x.is_cuda or (bool(_on_cpu) and x.device.type == "cpu")
     return device and x.dtype in _DTYPES and 0 < x.shape[-1] <= MAX_D and available()
 
 
-@contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> AbstractContextManager[None]:
     """Use the eager solvers inside the block (for comparisons; not thread-safe)."""
-    previous = _state["enabled"]
-    _state["enabled"] = False
-    try:
-        yield
-    finally:
-        _state["enabled"] = previous
+    return _enabled.turned(False)
 
 
-@contextmanager
-def on_cpu() -> Iterator[None]:
+def on_cpu() -> AbstractContextManager[None]:
     """Send CPU tensors to the kernels inside the block, run by Triton's interpreter."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("on_cpu() needs TRITON_INTERPRET=1 set before the kernels are loaded")
-    previous = _state["cpu"]
-    _state["cpu"] = True
-    try:
-        yield
-    finally:
-        _state["cpu"] = previous
+    return _on_cpu.turned(True)
 
 
 def _launch_options(d: int) -> dict[str, int]:

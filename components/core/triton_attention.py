@@ -162,13 +162,16 @@ def _normalised_tile(s, m, u, mass, beta):
 
 
 @triton.jit
-def backward_rows(
-    q_ptr, k_ptr, v_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, rows_ptr,
-    q_len, k_len, scale, n_tiles_n,
+def _query_tile(
+    q_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, q_len, k_len, n_tiles_n,
     D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr,
-    HAS_LENGTHS: tl.constexpr, ALPHA_GRAD: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr,
 ):  # fmt: skip
-    """Per row: c_i = Σ t̂ dP / Σ t̂ and Σ_j dP_ij ∂p̂_ij/∂α (``normalizers._alpha_grad``)."""
+    """What both backward passes over a query tile's keys start from: the program's (batch ×
+    head) index, the offsets, the tile's Q and dO, the forward's per-row (m, u, Σp), the visible
+    keys, β = α − 1, where the key loop ends (causal: the diagonal tile) and the score below
+    which no row of the tile has support (a key tile whose recorded maximum is at most this is
+    skipped); ``tile_row`` points at the recorded maxima of the tile's key tiles."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     offs_m = start_m * BM + tl.arange(0, BM)
@@ -191,6 +194,25 @@ def backward_rows(
         end_n = tl.minimum(key_length, (start_m + 1) * BM)
     tile_row = tile_max_ptr + (bh * tl.num_programs(0) + start_m) * n_tiles_n
     floor = tl.min(tl.where(rows, m + (u - 1.0) / beta, float("inf")))
+    return (bh, offs_m, offs_n, offs_d, rows, tile, q, do, m, u, mass, key_length, beta, end_n,
+            tile_row, floor)  # fmt: skip
+
+
+@triton.jit
+def backward_rows(
+    q_ptr, k_ptr, v_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, rows_ptr,
+    q_len, k_len, scale, n_tiles_n,
+    D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr,
+    HAS_LENGTHS: tl.constexpr, ALPHA_GRAD: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Per row: c_i = Σ t̂ dP / Σ t̂ and Σ_j dP_ij ∂p̂_ij/∂α (``normalizers._alpha_grad``)."""
+    (bh, offs_m, offs_n, offs_d, rows, _, q, do, m, u, mass, key_length, beta, end_n,
+     tile_row, floor) = (
+        _query_tile(
+            q_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, q_len, k_len,
+            n_tiles_n, D, BM, BN, CAUSAL, HAS_LENGTHS,
+        )
+    )  # fmt: skip
     t_sum = tl.zeros([BM], tl.float32)
     t_dp = tl.zeros([BM], tl.float32)
     gp_sum = tl.zeros([BM], tl.float32)
@@ -240,29 +262,14 @@ def backward_dq(
     HAS_LENGTHS: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query tile: scale·Σ_j ds_ij k_j."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    offs_m = start_m * BM + tl.arange(0, BM)
-    offs_n = tl.arange(0, BN)
-    offs_d = tl.arange(0, D)
-    rows = offs_m < q_len
-    tile = offs_m[:, None] * D + offs_d[None, :]
-    q = tl.load(q_ptr + bh * q_len * D + tile, mask=rows[:, None], other=0.0)
-    do = tl.load(do_ptr + bh * q_len * D + tile, mask=rows[:, None], other=0.0)
-    stats = stats_ptr + bh * 3 * q_len + offs_m
-    m = tl.load(stats, mask=rows, other=0.0)
-    u = tl.load(stats + q_len, mask=rows, other=0.0)
-    mass = tl.load(stats + 2 * q_len, mask=rows, other=0.0)
+    (bh, offs_m, offs_n, offs_d, rows, tile, q, do, m, u, mass, key_length, beta, end_n,
+     tile_row, floor) = (
+        _query_tile(
+            q_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, q_len, k_len,
+            n_tiles_n, D, BM, BN, CAUSAL, HAS_LENGTHS,
+        )
+    )  # fmt: skip
     c = tl.load(rows_ptr + bh * 2 * q_len + offs_m, mask=rows, other=0.0)
-    key_length = k_len
-    if HAS_LENGTHS:
-        key_length = tl.load(lengths_ptr + bh)
-    beta = tl.load(alpha_ptr + bh).to(tl.float32) - 1.0
-    end_n = key_length
-    if CAUSAL:
-        end_n = tl.minimum(key_length, (start_m + 1) * BM)
-    tile_row = tile_max_ptr + (bh * tl.num_programs(0) + start_m) * n_tiles_n
-    floor = tl.min(tl.where(rows, m + (u - 1.0) / beta, float("inf")))
     dq = tl.zeros([BM, D], tl.float32)
     for start_n in tl.range(0, end_n, BN):
         if tl.load(tile_row + start_n // BN) > floor:

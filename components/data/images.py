@@ -94,6 +94,10 @@ class ImageSet:
         """The images (and labels) at ``indices``, in that order."""
         return ImageSet(self.images[indices], self.labels[indices])
 
+    def to(self, device: torch.device | str) -> ImageSet:
+        """The same set on ``device``."""
+        return ImageSet(self.images.to(device), self.labels.to(device))
+
 
 @dataclass(frozen=True)
 class ImageSplits:

@@ -69,6 +69,10 @@ class GameData:
                 f"{tuple(self.features.shape)} and concepts {tuple(self.concepts.shape)}"
             )
 
+    def to(self, device: torch.device | str) -> GameData:
+        """The same data on ``device``."""
+        return GameData(self.features.to(device), self.concepts.to(device), self.concept_names)
+
     def __len__(self) -> int:
         return self.features.shape[0]
 

@@ -44,7 +44,7 @@ from components.lvm.methods import (
     support_entropy,
 )
 from components.lvm.training import (
-    Cell,
+    LvmCell,
     LvmSettings,
     Setup,
     evaluation_generator,
@@ -283,14 +283,14 @@ class BitVectorVaeSettings(LvmSettings):
     importance_samples: int = setting(at_least=1)
     test_examples: int = setting(at_least=1)
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[LvmCell]:
         """The grid: bits × methods × seeds in params order (one D's methods together)."""
         per_d = super().cells()
-        return [Cell(c.method, c.seed, d) for d in self.bits for c in per_d]
+        return [LvmCell(c.method, c.seed, d) for d in self.bits for c in per_d]
 
 
 def setup(
-    settings: BitVectorVaeSettings, data: ImageSplits, cell: Cell, generator: torch.Generator
+    settings: BitVectorVaeSettings, data: ImageSplits, cell: LvmCell, generator: torch.Generator
 ) -> Setup:
     """The bit-vector VAE of ``cell`` (D = ``cell.bits``) on the grey levels of ``data``."""
     if cell.bits is None:
@@ -300,8 +300,9 @@ def setup(
             f"test_examples={settings.test_examples} exceeds the {len(data.test)} test images "
             f"of {settings.data!r}"
         )
-    train = quantize(data.train.images, data.levels)
-    test = quantize(data.test.images[: settings.test_examples], data.levels)
+    device = generator.device
+    train = quantize(data.train.images, data.levels).to(device)
+    test = quantize(data.test.images[: settings.test_examples], data.levels).to(device)
     model = BitVectorVAE(data.pixels, cell.bits, data.levels, settings.hidden, settings.rank)
     method = build_method(
         cell.method,
@@ -317,7 +318,7 @@ def setup(
 
     def evaluate() -> dict[str, float]:
         nll = nll_bits_per_dim(
-            model, method, test, settings.importance_samples, evaluation_generator()
+            model, method, test, settings.importance_samples, evaluation_generator(device)
         )
         return {
             "nll_bits_per_dim": float(nll.bits_per_dim.mean()),

@@ -36,7 +36,7 @@ from components.lvm.methods import (
     expectation_metrics,
     expected_loss,
 )
-from components.lvm.training import Cell, LvmSettings, Setup, evaluation_generator
+from components.lvm.training import LvmCell, LvmSettings, Setup, evaluation_generator
 from components.settings import setting
 
 REWARDS = ("nll", "zero_one")
@@ -54,7 +54,9 @@ class Games(NamedTuple):
     @property
     def sender_input(self) -> Tensor:
         """The target's features v_y [B, F], all the sender sees."""
-        return self.candidates[torch.arange(self.target.shape[0]), self.target]
+        return self.candidates[
+            torch.arange(self.target.shape[0], device=self.target.device), self.target
+        ]
 
 
 def sample_games(
@@ -86,18 +88,19 @@ def sample_games(
         )
     by_concept = concepts.argsort(stable=True)  # image ids grouped by concept, in `present` order
     first = counts.cumsum(0) - counts
-    target_image = torch.randint(concepts.shape[0], (n_games,), generator=generator)
+    device = features.device  # the generator's too
+    target_image = torch.randint(concepts.shape[0], (n_games,), generator=generator, device=device)
     target_concept = torch.searchsorted(present, concepts[target_image])
     # The top |V| − 1 of uniform keys is a uniform subset; the target's concept is keyed out.
-    keys = torch.rand(n_games, present.numel(), generator=generator)
+    keys = torch.rand(n_games, present.numel(), generator=generator, device=device)
     keys = keys.scatter(1, target_concept[:, None], -1.0)
     other = keys.topk(n_candidates - 1, dim=1).indices
-    within = torch.rand(other.shape, generator=generator) * counts[other]
+    within = torch.rand(other.shape, generator=generator, device=device) * counts[other]
     within = within.long().minimum(counts[other] - 1)
     images = torch.cat([target_image[:, None], by_concept[first[other] + within]], 1)
     # Move the target (column 0) to a uniform position by swapping it with that column.
-    target = torch.randint(n_candidates, (n_games,), generator=generator)
-    rows = torch.arange(n_games)
+    target = torch.randint(n_candidates, (n_games,), generator=generator, device=device)
+    rows = torch.arange(n_games, device=device)
     front, at_target = images[rows, 0], images[rows, target]
     images[rows, 0], images[rows, target] = at_target, front
     return Games(features[images], target)
@@ -234,10 +237,12 @@ class SignalGameSettings(LvmSettings):
 
 
 def setup(
-    settings: SignalGameSettings, data: GameSplits, cell: Cell, generator: torch.Generator
+    settings: SignalGameSettings, data: GameSplits, cell: LvmCell, generator: torch.Generator
 ) -> Setup:
     """The signalling game of ``cell``: training games from ``data.train``, test games from
     ``data.test``."""
+    device = generator.device
+    train, test = data.train.to(device), data.test.to(device)
     features = data.train.features.shape[1]
     model = SignalGame(
         features,
@@ -258,7 +263,7 @@ def setup(
         return loss(
             model,
             method,
-            games(data.train, settings.batch_size, generator),
+            games(train, settings.batch_size, generator),
             step,
             entropy_coef=entropy_coef,
             reward=reward,
@@ -266,7 +271,7 @@ def setup(
         )
 
     def evaluate() -> dict[str, float]:
-        test = games(data.test, settings.test_games, evaluation_generator())
-        return {"communication_success": success(model, test)}
+        drawn = games(test, settings.test_games, evaluation_generator(device))
+        return {"communication_success": success(model, drawn)}
 
     return Setup(model, method, step_fn, evaluate)

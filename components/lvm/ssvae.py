@@ -48,7 +48,7 @@ from components.lvm.methods import (
     support_entropy,
 )
 from components.lvm.training import (
-    Cell,
+    LvmCell,
     LvmSettings,
     Setup,
     WarmStart,
@@ -250,10 +250,13 @@ class SsvaeSettings(LvmSettings):
 
 
 def setup(
-    settings: SsvaeSettings, data: ImageSplits, cell: Cell, generator: torch.Generator
+    settings: SsvaeSettings, data: ImageSplits, cell: LvmCell, generator: torch.Generator
 ) -> Setup:
     """The semi-supervised VAE of ``cell`` on ``data`` (the labelled part chosen by its seed)."""
+    device = generator.device
     labelled, unlabelled = data.semi_supervised(settings.labelled_fraction, cell.seed)
+    labelled, unlabelled = labelled.to(device), unlabelled.to(device)
+    valid, test = data.valid.to(device), data.test.to(device)
     model = SSVAE(
         data.pixels,
         latent_dim=settings.latent_dim,
@@ -286,17 +289,17 @@ def setup(
         )
 
     def evaluate() -> dict[str, float]:
-        fixed = evaluation_generator()
-        x = binarize(data.test.images, fixed)
+        fixed = evaluation_generator(device)
+        x = binarize(test.images, fixed)
         nelbo = -elbo(model, method, x, fixed).mean()
-        return {"accuracy": accuracy(model, x, data.test.labels), "test_nelbo": float(nelbo)}
+        return {"accuracy": accuracy(model, x, test.labels), "test_nelbo": float(nelbo)}
 
     warm_start = None
     if settings.warm_start is not None:
 
         def validation_nelbo() -> float:
-            fixed = evaluation_generator()
-            return float(-elbo(model, method, binarize(data.valid.images, fixed), fixed).mean())
+            fixed = evaluation_generator(device)
+            return float(-elbo(model, method, binarize(valid.images, fixed), fixed).mean())
 
         warm_start = WarmStart(
             settings.pretrain_steps,

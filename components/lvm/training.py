@@ -8,7 +8,7 @@ last step), so a pipeline can plot any of them over training — e.g. ``support`
 size of π per example), which the experiments report for the sparse methods.
 
 :class:`LvmSettings` holds the settings the three experiments share (each experiment's module
-subclasses it with its own keys) and lists the grid of :class:`Cell`\ s. An experiment's
+subclasses it with its own keys) and lists the grid of :class:`LvmCell`\ s. An experiment's
 ``setup(settings, data, cell, generator)`` builds a :class:`Setup` — model, :class:`Method`,
 step function, final evaluation — and :func:`train_and_evaluate` runs one cell: Adam over the
 model and method parameters, ``checkpoint_every`` steps at a time with a checkpoint after each
@@ -127,7 +127,7 @@ CURVES = ("loss", "decoder_calls", "support")
 
 
 @dataclass(frozen=True)
-class Cell:
+class LvmCell:
     """One run of a grid: ``method`` with ``seed`` (and ``bits`` = D for the bit-vector VAE)."""
 
     method: str
@@ -155,10 +155,11 @@ class LvmSettings(Settings):
     for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
     ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
     metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
-    ``overrides``: settings of single series of cells, keyed by :attr:`Cell.series` (``sparsemap``,
-    or ``D128/sparsemap`` where D is an axis), e.g. ``{D128/sparsemap: {batch_size: 16}}``: the
-    released scripts set some values per method and size (any key but the grid's axes, ``data``
-    and ``overrides``; a per-method table's key takes the cell's value).
+    ``overrides``: settings of single series of cells, keyed by :attr:`LvmCell.series`
+    (``sparsemap``, or ``D128/sparsemap`` where D is an axis), e.g.
+    ``{D128/sparsemap: {batch_size: 16}}``: the released scripts set some values per method and
+    size (any key but the grid's axes, ``data`` and ``overrides``; a per-method table's key takes
+    the cell's value).
 
     A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
     keyed by method), ``GRID`` (its fields that are grid axes rather than a run's settings) and
@@ -249,11 +250,11 @@ class LvmSettings(Settings):
         table = getattr(self, key)
         return table.get(method, table[DEFAULT])
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[LvmCell]:
         """The grid: methods × seeds in params order (one method's seeds together)."""
-        return [Cell(method, seed) for method in self.methods for seed in self.seeds]
+        return [LvmCell(method, seed) for method in self.methods for seed in self.seeds]
 
-    def for_cell(self, cell: Cell) -> Self:
+    def for_cell(self, cell: LvmCell) -> Self:
         """These settings narrowed to ``cell``: its grid axes hold only the cell's values, each
         per-method table only the cell's value (as ``default``) and its series' overrides are in
         place. A one-cell grid whose settings
@@ -264,7 +265,7 @@ class LvmSettings(Settings):
         narrowed = dataclasses.replace(self, **axes, **tables, overrides=None)
         return narrowed._overridden((self.overrides or {}).get(cell.series, {}))
 
-    def run_settings(self, cell: Cell) -> dict[str, Any]:
+    def run_settings(self, cell: LvmCell) -> dict[str, Any]:
         """The settings the run of ``cell`` depends on (what its checkpoint is checked against):
         every field but the grid axes, each per-method table and override resolved for the cell
         (so that another method's entry leaves this run alone), and the cell itself."""
@@ -297,9 +298,9 @@ class WarmStart:
 
 class Setup(NamedTuple):
     """What an experiment's ``setup`` builds for a cell: the ``model``, the ``method`` (its
-    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's generator),
-    ``evaluate`` (the final test metrics, drawn from :func:`evaluation_generator`) and an
-    optional ``warm_start`` phase."""
+    estimator and state), ``step_fn`` (step -> (loss, metrics), drawing from the run's
+    generator, with the data on that generator's device), ``evaluate`` (the final test metrics,
+    drawn from :func:`evaluation_generator`) and an optional ``warm_start`` phase."""
 
     model: nn.Module
     method: Method
@@ -309,7 +310,7 @@ class Setup(NamedTuple):
 
 
 # setup(settings, data, cell, generator) -> Setup
-SetupFn = Callable[[S, D, Cell, torch.Generator], Setup]
+SetupFn = Callable[[S, D, LvmCell, torch.Generator], Setup]
 
 
 @dataclass(frozen=True)
@@ -339,33 +340,37 @@ def _score_warm_start(
 
 
 def sample_batch(n: int, size: int, generator: torch.Generator) -> Tensor:
-    """``size`` indices drawn uniformly with replacement from 0..n−1 (a training batch)."""
-    return torch.randint(n, (size,), generator=generator)
+    """``size`` indices drawn uniformly with replacement from 0..n−1 (a training batch), on the
+    generator's device."""
+    return torch.randint(n, (size,), generator=generator, device=generator.device)
 
 
-def evaluation_generator() -> torch.Generator:
-    """A fresh generator seeded with :data:`EVALUATION_SEED`, for a final evaluation."""
-    return torch.Generator().manual_seed(EVALUATION_SEED)
+def evaluation_generator(device: torch.device | str = "cpu") -> torch.Generator:
+    """A fresh generator on ``device`` seeded with :data:`EVALUATION_SEED`, for a final
+    evaluation."""
+    return torch.Generator(device=device).manual_seed(EVALUATION_SEED)
 
 
 def train_and_evaluate(
     setup: SetupFn[S, D],
     settings: S,
     data: D,
-    cell: Cell,
+    cell: LvmCell,
     directory: Path,
     *,
     name: str | None = None,
     on_log: LogFn | None = None,
     before_checkpoint: Callable[[int], None] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    device: torch.device | str = "cpu",
 ) -> Result:
     r"""Train ``cell`` for ``settings.steps`` steps, resuming from ``directory``, and evaluate.
 
     ``settings`` are narrowed to the cell first (:meth:`LvmSettings.for_cell`). Seeds the global
-    torch RNG (model initialisation) and the run's generator (batches,
+    torch RNG (model initialisation) and the run's generator on ``device`` (batches,
     binarisation, sampling estimators) with ``cell.seed``, then builds the experiment with
-    ``setup(settings, data, cell, generator)`` and trains it with Adam at the method's ``lr``
+    ``setup(settings, data, cell, generator)`` (which puts its data on the generator's device),
+    moves the model and the method to ``device`` and trains them with Adam at the method's ``lr``
     over the model and method parameters, ``checkpoint_every`` steps at a time. After each chunk
     ``directory/last.pt`` holds everything needed to continue identically (model, optimizer,
     method state, both RNG states, step, history); a run finds it, checks it was
@@ -382,8 +387,10 @@ def train_and_evaluate(
     name = cell.key if name is None else name
     settings = settings.for_cell(cell)  # the cell's own lr, overrides, … in place
     torch.manual_seed(cell.seed)
-    generator = torch.Generator().manual_seed(cell.seed)
+    generator = torch.Generator(device=device).manual_seed(cell.seed)
     model, method, step_fn, evaluate, warm = setup(settings, data, cell, generator)
+    model.to(device)  # initialised on the CPU: the same weights on every device
+    method.to(device)
     lr = settings.per_method("lr", cell.method)
 
     def adam(rate: float) -> Optimizer:
@@ -398,7 +405,7 @@ def train_and_evaluate(
     checkpoint = Checkpoint(directory, run_settings, resumable=RESUMABLE)
     step, history = 0, History()
     best: dict[str, Any] | None = None  # the warm start's best so far: score, step, model
-    state = checkpoint.load()
+    state = checkpoint.load(map_location=device)
     if state is not None:
         if state["step"] > settings.steps:
             raise LearnableSparsityError(

@@ -390,6 +390,29 @@ class SpeedSettings(Settings):
             )
 
 
+def speed_inputs(
+    config: TransformerConfig,
+    train: Sequence[Example],
+    test: Sequence[Example],
+    settings: SpeedSettings,
+    device: torch.device | str = "cpu",
+) -> tuple[dict[str, Transformer], list[Batch], list[list[int]]]:
+    """What :func:`measure_speed` times: one model per variant of ``settings`` — ``config``
+    (vocabulary set) with the variant's normalizer and the same initial weights (seed 0) — on
+    ``device``, the first token batches of ``train`` (seed 0) and the sources of the first
+    ``settings.infer_sentences`` of ``test``. Untrained weights suffice: throughput depends on the
+    shapes, and the fixed-length search generates the same tokens with every variant."""
+    models = {}
+    for variant in settings.variants:
+        torch.manual_seed(0)  # the same initial weights for every variant
+        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant)).to(device)
+    needed = settings.train_steps + settings.warmup_steps
+    indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
+    batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
+    sources = [source for source, _ in test[: settings.infer_sentences]]
+    return models, batches, sources
+
+
 def measure_speed(
     config: TransformerConfig,
     train: Sequence[Example],
@@ -400,22 +423,10 @@ def measure_speed(
     device: torch.device | str = "cpu",
 ) -> list[dict[str, dict[str, Throughput]]]:
     """``settings.rounds`` interleaved rounds (:func:`interleaved_variants`) of the variants of
-    ``settings`` on ``device``: per round, every variant's train and inference throughput.
-
-    Every variant is ``config`` (vocabulary set) with its normalizer and the same initial
-    weights (seed 0); training batches are the first token batches of ``train`` (seed 0),
-    inference decodes the sources of the first ``settings.infer_sentences`` of ``test``.
-    Untrained weights suffice: throughput depends on the shapes, and the fixed-length search
-    generates the same tokens with every variant. ``on_round(i)`` is called after each round.
+    ``settings`` on ``device``, on :func:`speed_inputs`: per round, every variant's train and
+    inference throughput. ``on_round(i)`` is called after each round.
     """
-    models = {}
-    for variant in settings.variants:
-        torch.manual_seed(0)  # the same initial weights for every variant
-        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant)).to(device)
-    needed = settings.train_steps + settings.warmup_steps
-    indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
-    batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
-    sources = [source for source, _ in test[: settings.infer_sentences]]
+    models, batches, sources = speed_inputs(config, train, test, settings, device)
     return interleaved_variants(
         models,
         batches,

@@ -15,7 +15,6 @@ import torch
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from components.ape.bert import SPECIAL_TOKENS
 from components.ape.model import (
     MT_SIDE,
     PAD_SIDE,
@@ -28,6 +27,7 @@ from components.ape.model import (
     segments_and_positions,
     target_ids,
 )
+from components.ape.wordpiece import SPECIAL_TOKENS
 from components.core.attention import NORMALIZERS
 from components.errors import LearnableSparsityError
 from components.nmt.batching import pad

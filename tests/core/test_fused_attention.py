@@ -115,3 +115,6 @@ def test_other_inputs_go_to_the_materialised_scores() -> None:
         assert not fused_attention.usable(torch.zeros(1, 1, 4, 16, device=DEVICE))
     with pytest.raises(ValueError, match="causal attention needs L_q = L_k"):
         entmax_attention(q, q[:, :, :3], q[:, :, :3], torch.ones(1) * 1.5, causal=True)
+    for lengths in (torch.tensor([2, 3]), torch.tensor([-1]), torch.tensor([2.0])):
+        with pytest.raises(ValueError, match=r"key_lengths must be \[1\] non-negative integers"):
+            entmax_attention(q, q, q, torch.ones(1) * 1.5, key_lengths=lengths.to(DEVICE))

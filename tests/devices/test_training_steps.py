@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -39,8 +40,8 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from components.ape.bert import SPECIAL_TOKENS
 from components.ape.model import ApeConfig, build_ape_model, joint_input, target_ids
+from components.ape.wordpiece import SPECIAL_TOKENS
 from components.core.attention import NORMALIZERS
 from components.data.images import binarize, quantize
 from components.data.signal_game import GameData
@@ -51,10 +52,9 @@ from components.lvm.signal_game import Games, SignalGameSettings
 from components.lvm.ssvae import SsvaeSettings
 from components.lvm.training import StepFn, fit
 from components.nmt.batching import Batch, Example, collate_examples
-from components.nmt.training import build_optimizer, train_step
+from components.nmt.training import TrainingSettings, build_optimizer, train, train_step
+from tests.conftest import DEVICES
 from tests.nmt.conftest import VOCAB, tiny_model
-
-DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
 
 @pytest.fixture(params=DEVICES)
@@ -169,6 +169,41 @@ def test_nmt_transformer_step(device: torch.device, normalizer: str) -> None:
     for alpha in model.alphas().values():
         assert alpha.device.type == device.type
         assert bool(((alpha > 1.01) & (alpha < 2.0)).all()), alpha
+
+
+class _InterruptedError(Exception):
+    """Stands for a killed process."""
+
+
+def test_nmt_training_resumes_identically(device: torch.device, tmp_path: Path) -> None:
+    """``components.nmt.training.train`` of α-entmax on the device, stopped after its first
+    checkpoint and resumed from it (loaded onto the device, its random states restored —
+    the CPU's and, on a GPU, every CUDA device's, which dropout draws from there), ends with the
+    weights of the straight run."""
+    examples = _copy_examples()
+    settings = TrainingSettings(
+        max_steps=4, max_tokens=64, warmup=2, peak_lr=3e-3, log_every=1, validate_every=2,
+        checkpoint_every=2, keep_checkpoints=2,
+    )  # fmt: skip
+
+    def run(directory: Path, on_log: Callable[[int, dict], None] | None = None) -> nn.Module:
+        model = tiny_model("entmax_alpha", seed=0).to(device)
+        train(model, examples, examples, settings, checkpoint_dir=directory, variant="v",
+              on_log=on_log)  # fmt: skip
+        return model
+
+    def interrupt(step: int, _: dict) -> None:
+        if step == 2:
+            raise _InterruptedError
+
+    straight = run(tmp_path / "straight")
+    with pytest.raises(_InterruptedError):
+        run(tmp_path / "resumed", interrupt)
+    resumed = run(tmp_path / "resumed")
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
 LETTERS = "abcdefgh"

@@ -15,7 +15,7 @@ import yaml
 from components.lvm.bitvector_vae import BitVectorVaeSettings
 from components.lvm.signal_game import SignalGameSettings, method_and_reward
 from components.lvm.ssvae import SsvaeSettings
-from components.lvm.training import Cell, LvmSettings
+from components.lvm.training import LvmCell, LvmSettings
 from components.settings import SettingsError, build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,7 +154,7 @@ def test_the_grid_keeps_params_order(lvm_settings: Builder) -> None:
         "gumbel/seed1",
     ]
     cells = lvm_settings("bitvector_vae", methods=["gumbel", "sfe"], seeds=[3]).cells()
-    assert cells == [Cell(m, 3, d) for d in (8, 4) for m in ("gumbel", "sfe")]
+    assert cells == [LvmCell(m, 3, d) for d in (8, 4) for m in ("gumbel", "sfe")]
     assert cells[0].key == "D8/gumbel/seed3"
 
 
@@ -175,13 +175,13 @@ def test_game_method_names_fix_the_sfe_reward() -> None:
 
 def test_run_settings_hold_only_what_the_cell_depends_on(lvm_settings: Builder) -> None:
     game = lvm_settings("signal_game")
-    values = game.run_settings(Cell("sfe_zero_one", 1))
+    values = game.run_settings(LvmCell("sfe_zero_one", 1))
     assert {"methods", "seeds"}.isdisjoint(values)
     assert values["lr"] == 0.01 and values["entropy_coef"] == 0.01
     assert (values["method"], values["seed"], values["bits"]) == ("sfe_zero_one", 1, None)
     # Another method's entry leaves this cell's settings as they were.
     other = lvm_settings("signal_game", lr={"default": 0.01, "sfe": 0.5, "sparsemax": 0.1})
-    assert other.run_settings(Cell("sfe_zero_one", 1)) == values
+    assert other.run_settings(LvmCell("sfe_zero_one", 1)) == values
 
 
 def test_overrides_change_their_series_only(lvm_settings: Builder) -> None:
@@ -194,21 +194,21 @@ def test_overrides_change_their_series_only(lvm_settings: Builder) -> None:
             "D8/gumbel": {"gumbel_rate": 0.25},
         },
     )
-    sparsemap_8 = vae.for_cell(Cell("sparsemap", 0, 8))
+    sparsemap_8 = vae.for_cell(LvmCell("sparsemap", 0, 8))
     assert (sparsemap_8.batch_size, sparsemap_8.per_method("lr", "sparsemap")) == (16, 1e-4)
     assert isinstance(sparsemap_8.batch_size, int) and sparsemap_8.overrides is None
-    assert vae.for_cell(Cell("gumbel", 0, 8)).gumbel_rate == 0.25 != vae.gumbel_rate
-    sparsemap_4 = vae.for_cell(Cell("sparsemap", 0, 4))
+    assert vae.for_cell(LvmCell("gumbel", 0, 8)).gumbel_rate == 0.25 != vae.gumbel_rate
+    sparsemap_4 = vae.for_cell(LvmCell("sparsemap", 0, 4))
     assert (sparsemap_4.batch_size, sparsemap_4.per_method("lr", "sparsemap")) == (
         vae.batch_size,
         0.002,
     )
     assert sparsemap_4.gumbel_rate == vae.gumbel_rate
     # narrowing twice changes nothing; the run's settings hold the resolved values only
-    assert sparsemap_8.for_cell(Cell("sparsemap", 0, 8)) == sparsemap_8
-    values = vae.run_settings(Cell("sparsemap", 0, 8))
+    assert sparsemap_8.for_cell(LvmCell("sparsemap", 0, 8)) == sparsemap_8
+    values = vae.run_settings(LvmCell("sparsemap", 0, 8))
     assert (values["batch_size"], values["lr"]) == (16, 1e-4) and "overrides" not in values
     # another series' override leaves this cell's run settings as they were
     fewer = dataclasses.replace(vae, overrides={"D8/sparsemap": {"batch_size": 16, "lr": 1e-4}})
-    assert fewer.run_settings(Cell("sparsemap", 0, 8)) == values
-    assert fewer.run_settings(Cell("gumbel", 0, 8)) != vae.run_settings(Cell("gumbel", 0, 8))
+    assert fewer.run_settings(LvmCell("sparsemap", 0, 8)) == values
+    assert fewer.run_settings(LvmCell("gumbel", 0, 8)) != vae.run_settings(LvmCell("gumbel", 0, 8))

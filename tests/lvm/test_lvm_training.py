@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from components.errors import LearnableSparsityError
 from components.lvm import bitvector_vae, signal_game, ssvae
 from components.lvm.methods import build_method
 from components.lvm.training import (
-    Cell,
+    LvmCell,
     LvmSettings,
     Result,
     Setup,
@@ -27,6 +28,7 @@ from components.lvm.training import (
     fit,
     train_and_evaluate,
 )
+from tests.conftest import DEVICES
 
 
 def _setup() -> tuple[torch.nn.Parameter, torch.optim.Optimizer]:
@@ -96,14 +98,15 @@ def run(
     lvm_settings: Callable[..., LvmSettings], image_splits: ImageSplits, game_splits: GameSplits
 ) -> Callable[..., Result]:
     """``run(directory, cell, experiment="bitvector_vae", on_log=None, provenance=None,
-    **changed settings)`` -> the :class:`Result` of :func:`train_and_evaluate`."""
+    device="cpu", **changed settings)`` -> the :class:`Result` of :func:`train_and_evaluate`."""
 
     def go(
         directory: Path,
-        cell: Cell,
+        cell: LvmCell,
         experiment: str = "bitvector_vae",
         on_log: Callable[[int, dict[str, float]], None] | None = None,
         provenance: dict[str, Any] | None = None,
+        device: str = "cpu",
         **change: Any,
     ) -> Result:
         data = game_splits if experiment == "signal_game" else image_splits
@@ -116,6 +119,7 @@ def run(
             directory,
             on_log=on_log,
             provenance=provenance,
+            device=device,
         )
 
     return go
@@ -139,7 +143,7 @@ def _assert_same_run(a: Result, b: Result, dir_a: Path, dir_b: Path) -> None:
 def test_an_interrupted_run_resumes_from_its_checkpoint_identically(
     run: Callable[..., Result], tmp_path: Path, method: str
 ) -> None:
-    cell = Cell(method, 0, 8)
+    cell = LvmCell(method, 0, 8)
     straight = run(tmp_path / "straight", cell)
 
     # "KilledError" after the first checkpoint: the same cell, stopped at step 4.
@@ -154,7 +158,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_identically(
 def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(
     run: Callable[..., Result], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cell, every_step = Cell("gumbel", 1, 4), {"checkpoint_every": 2, "log_every": 1}
+    cell, every_step = LvmCell("gumbel", 1, 4), {"checkpoint_every": 2, "log_every": 1}
     straight = run(tmp_path / "straight", cell, **every_step)
 
     def stop_at_step_4(step: int, _: dict[str, float]) -> None:
@@ -177,7 +181,7 @@ def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(
 def test_a_checkpoint_of_other_settings_is_refused_naming_the_key(
     run: Callable[..., Result], tmp_path: Path
 ) -> None:
-    cell = Cell("sfe", 0, 8)
+    cell = LvmCell("sfe", 0, 8)
     run(tmp_path, cell, steps=4)
     with pytest.raises(LearnableSparsityError, match=r"other settings \(batch_size\)"):
         run(tmp_path, cell, batch_size=4)
@@ -189,19 +193,19 @@ def test_a_checkpoint_of_other_settings_is_refused_naming_the_key(
 
 
 def test_a_checkpoint_past_the_steps_is_refused(run: Callable[..., Result], tmp_path: Path) -> None:
-    run(tmp_path, Cell("sfe", 0, 8))
+    run(tmp_path, LvmCell("sfe", 0, 8))
     with pytest.raises(LearnableSparsityError, match=r"at step 8, past steps=4"):
-        run(tmp_path, Cell("sfe", 0, 8), steps=4)
+        run(tmp_path, LvmCell("sfe", 0, 8), steps=4)
 
 
 @pytest.mark.parametrize(
     ("experiment", "cell", "headline"),
     [
-        ("ssvae", Cell("sparsemax", 0), ("accuracy", "test_nelbo")),
-        ("signal_game", Cell("sparsemax", 0), ("communication_success",)),
+        ("ssvae", LvmCell("sparsemax", 0), ("accuracy", "test_nelbo")),
+        ("signal_game", LvmCell("sparsemax", 0), ("communication_success",)),
         (
             "bitvector_vae",
-            Cell("topk_sparsemax", 0, 4),
+            LvmCell("topk_sparsemax", 0, 4),
             ("nll_bits_per_dim", "nll_estimate_drift", "kl_nats", "latent_dim"),
         ),
     ],
@@ -210,7 +214,7 @@ def test_each_experiment_trains_evaluates_and_reports(
     run: Callable[..., Result],
     tmp_path: Path,
     experiment: str,
-    cell: Cell,
+    cell: LvmCell,
     headline: tuple[str, ...],
 ) -> None:
     logged: list[int] = []
@@ -224,10 +228,32 @@ def test_each_experiment_trains_evaluates_and_reports(
     assert again == result and len(logged) == 4
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("experiment", "cell"),
+    [
+        ("ssvae", LvmCell("nvil", 1)),
+        ("signal_game", LvmCell("sfe_zero_one", 1)),
+        ("bitvector_vae", LvmCell("sparsemap", 1, 4)),
+    ],
+)
+def test_each_experiment_runs_and_resumes_on_each_device(
+    run: Callable[..., Result], tmp_path: Path, experiment: str, cell: LvmCell, device: str
+) -> None:
+    """Data, batches, model, method and every random draw on ``device``: a run stopped after
+    its first checkpoint and resumed there ends as the straight one."""
+    grid = {"device": device, "methods": [cell.method]}
+    straight = run(tmp_path / "straight", cell, experiment, **grid)
+    run(tmp_path / "resumed", cell, experiment, steps=4, **grid)
+    resumed = run(tmp_path / "resumed", cell, experiment, **grid)
+    assert resumed == straight
+    assert all(math.isfinite(value) for value in straight.metrics.values())
+
+
 def test_weight_decay_reaches_the_optimizer(run: Callable[..., Result], tmp_path: Path) -> None:
     """The released SSVAE code's Adam L2 term: the same run with it ends with other weights,
     and it is a setting of the run (a checkpoint of the other value is refused)."""
-    cell = Cell("sfe", 0, 8)
+    cell = LvmCell("sfe", 0, 8)
     run(tmp_path / "plain", cell)
     run(tmp_path / "decayed", cell, weight_decay=0.1)
     plain, decayed = _saved(tmp_path / "plain")["model"], _saved(tmp_path / "decayed")["model"]
@@ -245,7 +271,7 @@ def test_a_warm_start_hands_its_best_weights_to_a_fresh_optimizer(
     warm_lr, main_lr, scores = 0.1, 0.01, [3.0, 1.0, 2.0]  # the best at the 2nd score (step 4)
     weights_at: dict[int, torch.Tensor] = {}
 
-    def toy(settings: LvmSettings, data: None, cell: Cell, generator: torch.Generator) -> Setup:
+    def toy(settings: LvmSettings, data: None, cell: LvmCell, generator: torch.Generator) -> Setup:
         model = torch.nn.Linear(2, 1, bias=False)
 
         def step_fn(step: int) -> tuple[torch.Tensor, dict[str, float]]:
@@ -260,7 +286,7 @@ def test_a_warm_start_hands_its_best_weights_to_a_fresh_optimizer(
         return Setup(model, build_method("dense", "categorical"), step_fn, dict, warm)
 
     settings = lvm_settings("ssvae", steps=8, lr={"default": main_lr}, checkpoint_every=4)
-    train_and_evaluate(toy, settings, None, Cell("dense", 0), tmp_path)
+    train_and_evaluate(toy, settings, None, LvmCell("dense", 0), tmp_path)
     assert scores == []  # scored at steps 2, 4 and 5 (its end)
 
     def step_size(at: int) -> torch.Tensor:
@@ -286,7 +312,7 @@ def test_an_interrupted_warm_start_resumes_identically(
         "checkpoint_every": 2,
         "log_every": 1,
     }
-    cell = Cell("gumbel", 0)
+    cell = LvmCell("gumbel", 0)
     straight = run(tmp_path / "straight", cell, "ssvae", **warm)
 
     def stop_in_the_last_warm_step(step: int, _: dict[str, float]) -> None:
