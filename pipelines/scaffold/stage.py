@@ -61,7 +61,7 @@ from pipelines.scaffold import layout, tracking
 from pipelines.scaffold.imports import code_digest
 from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.params import Params, load_params
-from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid
+from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, check_ready, run_grid
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
@@ -385,16 +385,21 @@ class Stage:
         described = functools.cache(lambda files: datasets(files, digest))
         prints = cell_fingerprints(task, cells, ray.task_cpus, digest)
         results: dict[str, dict] = {}
+        outdated = []  # finished under other settings, or their files were damaged
         for cell in cells:
             directory = store / cell.key
             record = read_json(layout.done(directory)) if layout.done(directory).exists() else {}
             if record.get("fingerprint") == prints[cell.key] and _intact(directory, record):
                 results[cell.key] = record["result"]
-            elif record:  # finished under other settings, or its files were damaged
-                shutil.rmtree(directory)
-        _remove_stale(store, prints)
+            elif record:
+                outdated.append(directory)
         todo = [cell for cell in cells if cell.key not in results]
         log.info("%s: %d cells to run, %d reused", self.name, len(todo), len(results))
+        if todo:  # a request no node can give ends here: no run made, no finished cell removed
+            check_ready(ray)
+        for directory in outdated:
+            shutil.rmtree(directory)
+        _remove_stale(store, prints)
         runs = []
         for cell in todo:
             directory = store / cell.key
