@@ -16,6 +16,11 @@ is logged per finished trial with the best metric so far. At the end, in
 ``reports/sweeps/<name>/`` and as artifacts of the parent run: ``summary.csv`` (every trial: its
 outcome, values and results), ``summary.md`` (best first) and ``<metric>.png``. The sweep
 finishes when some trial did, and says how many failed; it fails when none finished.
+
+``--submit ADDRESS`` does the submitting (then ``$MLFLOW_TRACKING_URI`` must name the tracking
+server) and follows the job; once it ended, the reports the job wrote in its copy of the checkout
+are fetched from its parent run into ``reports/sweeps/<name>/`` here. ``--fetch [JOB]`` fetches
+them later: after Ctrl-C (which detaches, the job going on) or a ``ray job submit``.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ import asyncio
 import functools
 import logging
 import os
+import secrets
+import tempfile
 import urllib.parse
 from pathlib import Path
 
+from mlflow import MlflowClient
 from ray import tune
 from ray.job_submission import JobSubmissionClient
 from ray.tune.schedulers import ASHAScheduler
@@ -45,6 +53,7 @@ from pipelines.scaffold.provenance import (
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, Resources, check_feasible, connect
 from pipelines.scaffold.runs import RunLogger, StageRun, find_run
 from pipelines.scaffold.stage import Stage, run_stage
+from pipelines.scaffold.store import MlflowSettings, tracking_uri
 from pipelines.sweep_spec import SweepSpec, load_spec
 from pipelines.sweep_trials import (
     RESULTS,
@@ -63,6 +72,10 @@ STORAGE = Path("models/sweeps")
 SEEDS = ".seeds"  # the search keys of seeds (nmt.seeds, lvm.<experiment>.seeds, ape.seeds)
 UI_BASE = "http://127.0.0.1:5000"  # `make ui` on the project's store
 IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray then uploads git-ignored files too
+# A submitted sweep's Ray job id, which its parent run carries as a tag: the submitter finds the
+# run, and so its reports, by it.
+JOB_ENV = "LEARNABLE_SPARSITY_RAY_JOB"
+JOB_TAG = "ray.job"
 NO_DATA = (
     "`dvc repro` (or `dvc pull`) makes the data where the project is; a Ray job carries data/ "
     f"(git-ignored) when submitted with {IGNORE_GITIGNORE}=1 (`python -m pipelines.sweep SPEC "
@@ -81,6 +94,8 @@ def main(stage: Stage, spec: SweepSpec) -> None:
     stage.run.log_params(
         {"sweep": {"stages": spec.settings.stages, "params": spec.overrides, "search": search}}
     )
+    if os.environ.get(JOB_ENV):
+        stage.run.set_tags({JOB_TAG: os.environ[JOB_ENV]})
     progress = SweepProgress(spec, stage.run)
     try:
         tuner(spec, SweepRun(spec, stage.run, storage), storage, progress).fit()
@@ -194,11 +209,59 @@ def end_trial_runs(parent: StageRun, status: str) -> None:
         RunLogger(parent.uri, found).finish(status)
 
 
+def fetch_reports(spec: SweepSpec, uri: str, job: str | None = None) -> Path:
+    """Put the reports of sweep ``spec`` that ran elsewhere (a Ray job, whose working directory
+    was a copy) in ``reports/sweeps/<name>/`` here: the artifacts of its parent run on the
+    tracking server ``uri``, of Ray job ``job`` or else the latest that ended. Each file is
+    renamed into place, so a reader sees the old file or the new one, never a part."""
+    experiment = spec.params.settings("mlflow", MlflowSettings).experiment
+    stage = f"sweep/{spec.name}"
+    query = f"tags.stage = '{stage}' and attributes.run_name = '{stage}'"
+    if job:
+        query += f" and tags.`{JOB_TAG}` = '{job}'"
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = [] if found is None else client.search_runs([found.experiment_id], query)
+    ended = sorted(
+        (run for run in runs if run.info.status != "RUNNING"), key=lambda run: run.info.start_time
+    )
+    of_job = f" of Ray job {job}" if job else ""
+    if not ended:
+        raise LearnableSparsityError(
+            f"no ended run {stage}{of_job} in experiment {experiment!r} of {uri}: the job's log "
+            "says why (`ray job logs`), or it is still running (`ray job status`)"
+        )
+    run = ended[-1].info
+    folder = REPORTS / spec.name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{spec.name}.") as temporary:
+        client.download_artifacts(run.run_id, "", temporary)
+        files = sorted(path for path in Path(temporary).iterdir() if path.is_file())
+        if not files:
+            raise LearnableSparsityError(
+                f"run {run.run_id} ({stage}{of_job}, {run.status}) of {uri} has no reports"
+            )
+        folder.mkdir(exist_ok=True)
+        for file in files:
+            os.replace(file, folder / file.name)
+    log.info(
+        "%s: %s of run %s (%s%s) fetched",
+        folder,
+        ", ".join(file.name for file in files),
+        run.run_id,
+        run.status,
+        of_job,
+    )
+    return folder
+
+
 def submit(path: Path, address: str) -> str:
     """Submit the sweep ``path`` as a Ray job to the cluster whose dashboard is at ``address``
     (``http://<head>:8265``), with this checkout as its working directory (``data/`` included),
-    ``$MLFLOW_TRACKING_URI`` and the checkout's commit; follow its log; its final status."""
-    load_spec(path, PARAMS_FILE, PROFILES)  # a broken spec fails here, not on the cluster
+    ``$MLFLOW_TRACKING_URI`` and the checkout's commit; follow its log; once it ended, fetch its
+    reports (:func:`fetch_reports`); its final status. Ctrl-C detaches: the job goes on, and the
+    command to fetch its reports later is logged."""
+    spec = load_spec(path, PARAMS_FILE, PROFILES)  # a broken spec fails here, not on the cluster
     here = Path.cwd().resolve()
     if not path.resolve().is_relative_to(here):
         raise LearnableSparsityError(f"{path} is not inside {here}, the job's working directory")
@@ -214,10 +277,13 @@ def submit(path: Path, address: str) -> str:
         env[GIT_COMMIT_ENV] = source[GIT_COMMIT_TAG]
         env[GIT_DIRTY_ENV] = source[GIT_DIRTY_TAG]
     os.environ[IGNORE_GITIGNORE] = "1"  # data/ (DVC's, git-ignored) travels; .rayignore rules
+    relative = path.resolve().relative_to(here).as_posix()
+    env[JOB_ENV] = f"sweep_{spec.name}_{secrets.token_hex(6)}"
     jobs = JobSubmissionClient(address)
     job = jobs.submit_job(
-        entrypoint=f"python -m pipelines.sweep {path.resolve().relative_to(here).as_posix()}",
+        entrypoint=f"python -m pipelines.sweep {relative}",
         runtime_env={"working_dir": ".", "env_vars": env},
+        submission_id=env[JOB_ENV],
     )
     log.info("submitted %s to %s; `ray job logs %s` shows its log", job, address, job)
 
@@ -225,24 +291,56 @@ def submit(path: Path, address: str) -> str:
         async for lines in jobs.tail_job_logs(job):
             print(lines, end="", flush=True)
 
-    asyncio.run(follow())
-    return str(jobs.get_job_status(job))
+    try:
+        asyncio.run(follow())
+    except KeyboardInterrupt:
+        log.warning(
+            "detached: job %s goes on; once it ended, `python -m pipelines.sweep %s --fetch %s` "
+            "puts its reports in %s",
+            job,
+            relative,
+            job,
+            REPORTS / spec.name,
+        )
+        raise
+    status = str(jobs.get_job_status(job))
+    try:
+        fetch_reports(spec, uri, job)
+    except LearnableSparsityError as error:
+        if status == "SUCCEEDED":
+            raise
+        log.warning("%s", error)  # a job that failed early made none
+    return status
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", type=Path, help="the sweep spec, e.g. sweeps/ssvae_lr.yaml")
     parser.add_argument("--submit", metavar="ADDRESS", help="as a Ray job to this dashboard")
+    parser.add_argument(
+        "--fetch",
+        nargs="?",
+        const="",
+        metavar="JOB",
+        help="only fetch the reports of the sweep that ran as Ray job JOB (default: the latest "
+        "that ended) from $MLFLOW_TRACKING_URI into reports/sweeps/<name>/",
+    )
     parser.add_argument("--verbose", action="store_true", help="tracebacks of errors")
     args = parser.parse_args()
     path = args.spec
-    if args.submit:
+    if args.submit or args.fetch is not None:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
         try:
+            if args.fetch is not None:
+                spec = load_spec(path, PARAMS_FILE, PROFILES)
+                fetch_reports(spec, tracking_uri(Path.cwd()), args.fetch or None)
+                return
             status = submit(path, args.submit)
         except LearnableSparsityError as error:
             log.error("%s", error)
             raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            raise SystemExit(130) from None
         log.info("job %s", status)
         raise SystemExit(0 if status == "SUCCEEDED" else 1)
     spec = functools.cache(lambda: load_spec(path, PARAMS_FILE, PROFILES))

@@ -1,10 +1,11 @@
 """The MLflow UI on the project's store, opened on the runs table: ``python -m pipelines.ui``.
 
-``mlflow ui`` started in the repository would do, with two catches this command removes: the
-store must be named by its absolute path (``sqlite:////.../mlflow.db``), and MLflow 3.17 opens an
+``mlflow ui`` started in the repository would do, with three catches this command removes: the
+store must be named by its absolute path (``sqlite:////.../mlflow.db``); MLflow 3.17 opens an
 experiment in its GenAI view unless the address asks for the classic one
 (``?workflowType=machine_learning``; the experiment's ``mlflow.experimentKind`` tag is not enough
-in this version). With ``MLFLOW_TRACKING_URI`` naming a server it only prints that server's
+in this version); and it starts four web workers and a job execution of eight processes that a
+runs browser does not use. With ``MLFLOW_TRACKING_URI`` naming a server it only prints that server's
 address of the experiment.
 """
 
@@ -30,6 +31,7 @@ from pipelines.scaffold.store import MlflowSettings, prepare, tracking_uri
 log = logging.getLogger(__name__)
 RUNS_TABLE = "workflowType=machine_learning"
 STARTUP_TIMEOUT_S = 60.0
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"  # mlflow.environment_variables
 
 
 def experiment_address(base: str, experiment_id: str) -> str:
@@ -38,12 +40,17 @@ def experiment_address(base: str, experiment_id: str) -> str:
 
 
 def start_ui(uri: str, host: str, port: int) -> subprocess.Popen:
-    """``mlflow ui`` on the SQLite store ``uri``, once it answers (an error if it does not)."""
+    """``mlflow ui`` on the SQLite store ``uri``, once it answers (an error if it does not):
+    one web worker, no job execution."""
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    # One web worker serves one person's browser (mlflow's default of 4 takes 4× the memory and,
+    # on a busy machine, minutes to start).
+    command += ["--host", host, "--port", str(port), "--workers", "1"]
+    # MLflow 3.17 also starts its job execution (a runner and seven Huey consumers, ~240 MB
+    # each) for GenAI jobs (prompt optimisation, scorers) that a runs browser never runs.
+    env = {**os.environ, JOB_EXECUTION_ENV: "false"}
     # Its own process group: stopping it stops the web workers it starts too.
-    server = subprocess.Popen(
-        [*command, "--host", host, "--port", str(port)], start_new_session=True
-    )
+    server = subprocess.Popen(command, env=env, start_new_session=True)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:

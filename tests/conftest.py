@@ -91,21 +91,26 @@ CHROMIUM_FLAGS = (
     "--window-size=1600,1000",
     "--virtual-time-budget=20000",  # let the page's scripts fetch and render the runs
 )
+# No network for a page that must work offline: no host name resolves, and every connection goes
+# to a proxy that is not there (file:// pages still load).
+CHROMIUM_OFFLINE = ("--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9")
 
 
 @pytest.fixture
-def browse(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Path], str]:
-    """``browse(address, screenshot)``: the DOM of ``address`` once rendered by headless
-    Chromium, with a screenshot saved at ``screenshot``. Skips the test without Debian's
-    chromium (``make test`` installs it where it can)."""
+def browse(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
+    """``browse(address, screenshot, offline=False)``: the DOM of ``address`` once rendered by
+    headless Chromium (without network if ``offline``), with a screenshot saved at
+    ``screenshot``. Skips the test without Debian's chromium (``make test`` installs it where it
+    can)."""
     if CHROMIUM is None:
         pytest.skip("needs Debian's chromium (make test installs it)")
 
-    def render(address: str, screenshot: Path) -> str:
+    def render(address: str, screenshot: Path, *, offline: bool = False) -> str:
+        flags = [*CHROMIUM_FLAGS, *(CHROMIUM_OFFLINE if offline else ())]
         for mode in ([f"--screenshot={screenshot}"], ["--dump-dom"]):
             profile = tmp_path_factory.mktemp("chromium")
             done = subprocess.run(
-                [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, address],
+                [CHROMIUM, *flags, f"--user-data-dir={profile}", *mode, address],
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -262,21 +262,30 @@ def training_run(
     return None if found is None else RunLogger(uri, found)
 
 
-def reuse(store: Path, cells: Sequence[GridCell], prints: Mapping[str, str]) -> dict[str, dict]:
+def reusable(
+    store: Path, cells: Sequence[GridCell], prints: Mapping[str, str]
+) -> tuple[dict[str, dict], list[Path]]:
     """The recorded results (by key) of the cells finished under their fingerprint ``prints``
-    with their files intact; the directories of cells finished otherwise (under other settings,
-    or damaged since), of cells started under another fingerprint and of cells no longer in the
-    grid are removed."""
+    with their files intact, and the directories of the cells finished otherwise (under other
+    settings, or damaged since), which :func:`clear_outdated` removes."""
     results: dict[str, dict] = {}
+    outdated = []
     for cell in cells:
         directory = store / cell.key
         record = read_json(layout.done(directory)) if layout.done(directory).exists() else {}
         if record.get("fingerprint") == prints[cell.key] and _intact(directory, record):
             results[cell.key] = record["result"]
-        elif record:  # finished under other settings, or its files were damaged
-            shutil.rmtree(directory)
+        elif record:
+            outdated.append(directory)
+    return results, outdated
+
+
+def clear_outdated(store: Path, outdated: Sequence[Path], prints: Mapping[str, str]) -> None:
+    """Remove the ``outdated`` cell directories (:func:`reusable`), those of cells started under
+    another fingerprint and those of cells no longer in the grid."""
+    for directory in outdated:
+        shutil.rmtree(directory)
     _remove_stale(store, prints)
-    return results
 
 
 def start(directory: Path, fingerprint: str, payload: Mapping[str, Any]) -> None:

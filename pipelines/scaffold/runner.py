@@ -213,6 +213,15 @@ def check_feasible(resources: Resources) -> None:
         )
 
 
+def check_ready(settings: RaySettings) -> None:
+    """Connect as ``settings`` say and refuse a per-cell request (``ray.task_cpus``,
+    ``ray.task_gpus``) no node can give. A stage calls it before it creates its cells' MLflow runs
+    and directories: :func:`run_grid` checks too, but only once those exist (they would end
+    FAILED for a mere setting)."""
+    connect(settings.address, settings.num_cpus)
+    check_feasible(settings.resources)
+
+
 def _describe_failure(index: int, cell: Any, error: ray.exceptions.RayError) -> str:
     """One failed cell for the error message: the cell and the end of its remote traceback."""
     shown = repr(cell)

@@ -41,16 +41,17 @@ from pipelines.scaffold.cells import (
     CellRun,
     Grid,
     cell_fingerprints,
+    clear_outdated,
     datasets,
     execute_cell,
-    reuse,
+    reusable,
     start,
     training_run,
 )
 from pipelines.scaffold.files import file_digest, png, write_json
 from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.params import Params, load_params
-from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, run_grid
+from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, check_ready, run_grid
 from pipelines.scaffold.runs import RunLogger, StageRun, metric_name, start_stage_run
 from pipelines.scaffold.store import MlflowSettings, tracking_uri
 
@@ -125,9 +126,12 @@ class Stage:
         digest = functools.cache(file_digest)
         described = functools.cache(lambda files: datasets(files, digest))
         prints = cell_fingerprints(task, cells, ray.task_cpus, digest)
-        results = reuse(store, cells, prints)
+        results, outdated = reusable(store, cells, prints)
         todo = [cell for cell in cells if cell.key not in results]
         log.info("%s: %d cells to run, %d reused", self.name, len(todo), len(results))
+        if todo:  # a request no node can give ends here: no run made, no finished cell removed
+            check_ready(ray)
+        clear_outdated(store, outdated, prints)
         runs = []
         for cell in todo:
             directory = store / cell.key

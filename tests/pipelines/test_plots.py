@@ -4,20 +4,27 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import shutil
 import subprocess
 import sys
+import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from dvc_render.vega import VegaRenderer
 
+from components.errors import LearnableSparsityError
+from pipelines import plots_page
 from pipelines.heads_cells import js_csv
 from pipelines.scaffold.plots import curves_csv, read_curves
 from pipelines.train_lvm import curve_csv, runs_csv
 from pipelines.train_nmt import alpha_csv
+from tests.loopback import LoopbackServer
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / ".dvc" / "plots"
@@ -147,14 +154,26 @@ def _run(args: list[str], cwd: Path) -> str:
     return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-@pytest.mark.skipif(not DVC.exists() or shutil.which("git") is None, reason="needs dvc and git")
-def test_dvc_plots_show_and_diff_draw_every_series(tmp_path: Path) -> None:
+def _plots_repository(root: Path) -> list[dict]:
+    """A git and DVC repository at ``root`` with the project's top-level plots and templates
+    and data for one seed (uncommitted); the plots."""
     plots = _top_level_plots()
-    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"plots": plots}), encoding="utf-8")
-    _run(["git", "init", "-q"], tmp_path)
-    _run([str(DVC), "init", "-q"], tmp_path)
-    shutil.copytree(TEMPLATES, tmp_path / ".dvc" / "plots")
-    _write_plot_data(tmp_path, (0,))
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"plots": plots}), encoding="utf-8")
+    _run(["git", "init", "-q"], root)
+    _run([str(DVC), "init", "-q"], root)
+    shutil.copytree(TEMPLATES, root / ".dvc" / "plots")
+    _write_plot_data(root, (0,))
+    return plots
+
+
+NEEDS_DVC = pytest.mark.skipif(
+    not DVC.exists() or shutil.which("git") is None, reason="needs dvc and git"
+)
+
+
+@NEEDS_DVC
+def test_dvc_plots_show_and_diff_draw_every_series(tmp_path: Path) -> None:
+    plots = _plots_repository(tmp_path)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     _run(["git", "add", "-A"], tmp_path)
     _run([*git, "commit", "-q", "-m", "one seed"], tmp_path)
@@ -173,3 +192,69 @@ def test_dvc_plots_show_and_diff_draw_every_series(tmp_path: Path) -> None:
     for name, (chart,) in diffed.items():
         assert set(chart["revisions"]) == {"HEAD", "workspace"}, name
         assert {row["rev"] for row in chart["content"]["data"]["values"]} == {"HEAD", "workspace"}
+
+
+def test_the_plots_page_inlines_the_pinned_builds_of_the_versions_dvc_loads() -> None:
+    """The committed template (`.dvc/config` names it) holds each pinned build, unchanged (its
+    recorded SHA-256), of the versions DVC's own page loads from the CDN, and the charts'
+    placeholder but not DVC's script tags."""
+    assert f"html_template = {plots_page.TEMPLATE.name}" in (REPO / ".dvc/config").read_text()
+    template = (REPO / plots_page.TEMPLATE).read_text(encoding="utf-8")
+    texts = plots_page.inlined(template)
+    assert list(texts) == [build.package for build in plots_page.BUILDS]
+    for build in plots_page.BUILDS:
+        assert hashlib.sha256(texts[build.package].encode()).hexdigest() == build.sha256
+        assert f"cdn.jsdelivr.net/npm/{build.package}" in VegaRenderer.SCRIPTS
+    assert template.count(plots_page.CHARTS_PLACEHOLDER) == 1
+    assert "{scripts}" not in template and "<script src" not in template
+
+
+def test_a_build_is_checked_before_it_is_inlined(server: LoopbackServer, tmp_path: Path) -> None:
+    """From a registry (a loopback one): the tarball and the file against their pinned digests,
+    and a file that would end its script element early is refused, naming the package."""
+
+    def publish(text: str) -> plots_page.NpmBuild:
+        tarball = tmp_path / "tarball.tgz"
+        with tarfile.open(tarball, "w:gz") as archive:
+            data = text.encode()
+            member = tarfile.TarInfo("package/build/x.min.js")
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+        content = tarball.read_bytes()
+        server.files["/x/-/x-1.0.0.tgz"] = content
+        digest = hashlib.sha256(content).hexdigest()
+        return plots_page.NpmBuild(
+            "x", "1.0.0", "package/build/x.min.js", digest, hashlib.sha256(data).hexdigest()
+        )
+
+    registry = f"http://127.0.0.1:{server.server_address[1]}"
+    build = publish("var x = 1;")
+    assert plots_page.fetch_build(build, tmp_path / "a", registry) == "var x = 1;"
+    other = plots_page.NpmBuild(
+        build.name, build.version, build.path, build.tarball_sha256, "0" * 64
+    )
+    with pytest.raises(LearnableSparsityError, match=r"x@1\.0\.0: package/build/x\.min\.js has"):
+        plots_page.fetch_build(other, tmp_path / "b", registry)
+    build = publish('document.write("</script>");')
+    with pytest.raises(LearnableSparsityError, match=r"x@1\.0\.0: .* holds \['</script'\]"):
+        plots_page.fetch_build(build, tmp_path / "c", registry)
+
+
+@pytest.mark.slow
+@NEEDS_DVC
+def test_the_html_page_draws_its_charts_offline(tmp_path: Path, browse: Callable[..., str]) -> None:
+    """`dvc plots show` of the project's plots, opened in headless Chromium without network: with
+    DVC's own page (Vega from a CDN) no chart is drawn; with the project's `.dvc/config` and
+    template every chart is (vega-embed puts a canvas in each chart's element)."""
+    plots = _plots_repository(tmp_path)
+    _run([str(DVC), "plots", "show", "-o", "cdn"], tmp_path)
+    cdn = browse((tmp_path / "cdn/index.html").as_uri(), tmp_path / "cdn.png", offline=True)
+    assert "cdn.jsdelivr.net" in cdn and "<canvas" not in cdn
+    shutil.copy(REPO / ".dvc/config", tmp_path / ".dvc/config")
+    shutil.copy(REPO / plots_page.TEMPLATE, tmp_path / plots_page.TEMPLATE)
+    _run([str(DVC), "plots", "show", "-o", "offline"], tmp_path)
+    offline = browse(
+        (tmp_path / "offline/index.html").as_uri(), tmp_path / "offline.png", offline=True
+    )
+    assert "cdn.jsdelivr.net" not in offline
+    assert offline.count('class="vega-embed') == offline.count("<canvas") == len(plots)

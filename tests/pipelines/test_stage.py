@@ -189,6 +189,26 @@ def test_a_failed_cell_is_reported_and_its_run_failed(
     assert status == {"x1": "FINISHED", "x3": "FAILED", "scaffold-failing": "FAILED"}
 
 
+def test_more_cpus_per_cell_than_a_node_has_is_refused_before_any_run(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    """ray.task_cpus = 3 on the 2-CPU local Ray: refused, naming the key and value, before the
+    stage creates a run (its own or a cell's, which would end FAILED), a cell's directory, or
+    removes a cell finished under the earlier ray.task_cpus."""
+    grid(store, mlflow_uri, {"x1": 1})
+    finished = done(store / "x1").read_text()
+    stage = Stage("scaffold-oversized", params(task_cpus=3), mlflow_uri)
+    cells = [GridCell(f"x{x}", {"x": x}) for x in (1, 2)]
+    with pytest.raises(LearnableSparsityError, match=r"num_cpus=3\b.*ray\.task_cpus"):
+        stage.run_grid(Grid(count_and_square, cells, store))
+    stage.finish("FAILED")
+    client = MlflowClient(mlflow_uri)
+    experiment = client.get_experiment_by_name("stage-scaffold")  # the first grid made it
+    assert client.search_runs([experiment.experiment_id], "tags.stage = 'scaffold-oversized'") == []
+    assert sorted(path.name for path in store.iterdir()) == ["x1"]
+    assert done(store / "x1").read_text() == finished
+
+
 def test_a_users_error_is_one_message_and_leaves_no_run(
     tmp_path: Path,
     mlflow_uri: str,

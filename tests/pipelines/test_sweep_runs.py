@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -344,6 +345,61 @@ def test_the_mlflow_ui_shows_the_sweeps_trials_and_compares_them(
     assert f"Comparing {len(trials)} Runs" in page
     for name in names:
         assert name in page, name
+
+
+def test_a_submitted_sweep_puts_its_reports_in_the_submitting_checkout(
+    project: Path, ray_cluster: Any, mlflow_server: tuple[str, Path]
+) -> None:
+    """`python -m pipelines.sweep SPEC --submit ADDRESS` follows the job and, once it ended,
+    fetches the reports the job wrote in its own copy of the checkout (the parent run's
+    artifacts) into reports/sweeps/<name>/ here; `--fetch JOB` fetches them again later."""
+    uri = mlflow_server[0]
+    spec = write_spec(
+        project,
+        "fetched",
+        {
+            "stages": ["train_lvm@ssvae"],
+            "profile": "ci",
+            "params": {"lvm.ssvae.steps": 60, **SSVAE},
+            "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
+            "metric": "accuracy",
+            "mode": "max",
+        },
+    )
+    folder = project / "reports/sweeps/fetched"
+    env = {**environment(uri), **ray_cluster.env, "MLFLOW_TRACKING_URI": uri}
+    sweep = [sys.executable, "-m", "pipelines.sweep", spec]
+    done = subprocess.run(
+        [*sweep, "--submit", ray_cluster.dashboard],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    reports = {"summary.csv", "summary.md", "accuracy.png"}
+    assert folder.is_dir() and {path.name for path in folder.iterdir()} == reports
+    parent, _ = sweep_runs(MlflowClient(uri), "fetched")
+    job = parent.data.tags["ray.job"]
+    assert f"submitted {job} to" in log and f"{folder.relative_to(project)}: " in log
+    stored = mlflow_server[1] / parent.info.experiment_id / parent.info.run_id / "artifacts"
+    for name in reports:
+        assert (folder / name).read_bytes() == (stored / name).read_bytes(), name
+    assert "1 finished of 1." in (folder / "summary.md").read_text()
+
+    shutil.rmtree(folder)
+    fetch = subprocess.run(
+        [*sweep, "--fetch", job], cwd=project, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert fetch.returncode == 0, fetch.stderr[-3000:]
+    assert {path.name for path in folder.iterdir()} == reports
+    unknown = subprocess.run(
+        [*sweep, "--fetch", "no_such_job"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert unknown.returncode == 1
+    assert "no ended run sweep/fetched of Ray job no_such_job" in unknown.stderr
 
 
 def test_ray_job_submit_carries_the_data_only_when_told_to(

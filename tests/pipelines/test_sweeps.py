@@ -15,7 +15,9 @@ from ray.tune.experiment import Trial
 
 from components.errors import LearnableSparsityError, MissingInputError
 from components.settings import SettingsError
-from pipelines.scaffold.runs import stage_run
+from pipelines.scaffold.runs import stage_run, start_stage_run
+from pipelines.scaffold.store import MlflowSettings
+from pipelines.sweep import REPORTS, fetch_reports
 from pipelines.sweep_spec import apply_override, load_spec
 from pipelines.sweep_trials import (
     STOPPED_TAG,
@@ -281,3 +283,32 @@ def test_a_trial_asks_for_what_a_grid_cell_of_its_profile_asks_for(project: Path
     assert (on_gpus.resources.cpus, on_gpus.resources.gpus) == (4.0, 1.0)
     chosen = load(spec_file(project, {**SSVAE, "resources": {"cpus": 2, "gpus": 0.5}}))
     assert (chosen.resources.cpus, chosen.resources.gpus) == (2.0, 0.5)
+
+
+def test_fetched_reports_are_the_latest_ended_sweeps_each_file_replaced(
+    project: Path, tmp_path: Path
+) -> None:
+    """Without a job id, the reports of the newest parent run of the sweep that ended (a running
+    one is not done writing them), put over the files of the same names; others stay, and no
+    temporary folder is left."""
+    spec = load(spec_file(project, SSVAE, "fetched"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = spec.params.settings("mlflow", MlflowSettings).experiment
+    for label, status in (("older", "FINISHED"), ("newer", "FAILED"), ("running", None)):
+        run = start_stage_run(uri, experiment, "sweep/fetched", {})
+        written = tmp_path / label / "summary.md"
+        written.parent.mkdir()
+        written.write_text(label)
+        run.log_artifact(written)
+        if status is not None:
+            run.finish(status)
+    folder = REPORTS / "fetched"
+    folder.mkdir(parents=True)
+    (folder / "summary.md").write_text("from an earlier sweep")
+    (folder / "notes.md").write_text("the user's")
+    assert fetch_reports(spec, uri) == folder
+    assert (folder / "summary.md").read_text() == "newer"
+    assert (folder / "notes.md").read_text() == "the user's"
+    assert [path.name for path in REPORTS.iterdir()] == ["fetched"]
+    with pytest.raises(LearnableSparsityError, match=r"no ended run sweep/fetched of Ray job x1 "):
+        fetch_reports(spec, uri, "x1")
