@@ -52,7 +52,7 @@ from components.lvm.ssvae import SsvaeSettings
 from components.lvm.training import StepFn, fit
 from components.nmt.batching import Batch, Example, collate_examples
 from components.nmt.training import build_optimizer, train_step
-from tests.nmt.conftest import VOCAB, tiny_model
+from tests.tiny_transformer import VOCAB, tiny_model
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
