@@ -6,6 +6,7 @@
 #                browser check of the MLflow UI) and the SWORD Bible modules sword-text-web and
 #                sword-text-sparv (the real-corpus reader) where missing and apt-get can (as root)
 #   make ui      the MLflow UI on the project's store, opened on the runs table
+# The venv's Python: 3.11 as CI runs it; 3.12 and 3.13 are supported too (make PYTHON=python3.13).
 PYTHON ?= python3.11
 VENV := .venv
 INSTALLED := $(VENV)/.installed

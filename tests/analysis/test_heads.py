@@ -40,8 +40,9 @@ from components.data.bpe import BpeModel, train_joint_bpe
 from components.data.generated import SOURCE_LANGUAGE, WH_ADVERBS, WH_PRONOUNS, generate_splits
 from components.data.registry import CORPORA
 from components.errors import LearnableSparsityError
-from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.model import Transformer
 from components.settings import SettingsError, build
+from tests.tiny_transformer import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -302,20 +303,8 @@ def test_alpha_trajectories_transpose_the_history() -> None:
 
 
 def tiny_transformer(normalizer: str, **overrides: object) -> Transformer:
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        src_vocab=20,
-        tgt_vocab=20,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        enc_layers=2,
-        dec_layers=2,
-        normalizer=normalizer,
-        max_positions=32,
-        **overrides,
-    )
-    return Transformer(config)
+    """The shared tiny model at half its width, in training mode (``analyze`` must restore it)."""
+    return tiny_model(normalizer, d_model=16, d_ff=32, max_positions=32, training=True, **overrides)
 
 
 def tiny_corpus() -> tuple[list, list, list, list, list]:

@@ -54,7 +54,7 @@ from components.lvm.training import StepFn, fit
 from components.nmt.batching import Batch, Example, collate_examples
 from components.nmt.training import TrainingSettings, build_optimizer, train, train_step
 from tests.conftest import DEVICES
-from tests.nmt.conftest import VOCAB, tiny_model
+from tests.tiny_transformer import VOCAB, tiny_model
 
 
 @pytest.fixture(params=DEVICES)

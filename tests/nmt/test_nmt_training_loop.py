@@ -10,8 +10,9 @@ import torch
 
 from components.errors import LearnableSparsityError
 from components.nmt import training
-from components.nmt.model import Transformer, TransformerConfig
+from components.nmt.model import Transformer
 from components.nmt.training import TrainingSettings, load_weights, train, validation_nll
+from tests.tiny_transformer import tiny_model
 
 
 def copy_task(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -43,21 +44,8 @@ def settings(**overrides) -> TrainingSettings:
 
 
 def fresh_model(normalizer: str = "entmax_alpha") -> Transformer:
-    torch.manual_seed(0)
-    config = TransformerConfig(
-        src_vocab=20,
-        tgt_vocab=20,
-        d_model=32,
-        n_heads=2,
-        d_ff=64,
-        enc_layers=1,
-        dec_layers=1,
-        normalizer=normalizer,
-        dropout=0.1,
-        alpha_init=None,
-        topk_k=2,
-    )
-    return Transformer(config)
+    """The shared tiny model, one layer a side, as training starts it: random α, training mode."""
+    return tiny_model(normalizer, enc_layers=1, dec_layers=1, alpha_init=None, training=True)
 
 
 class SimulatedInterruptError(Exception):
