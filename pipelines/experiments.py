@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from components.reporting.lvm_tables import LvmMetric, LvmTableSpec
 
 if TYPE_CHECKING:
-    from components.lvm.training import LvmSettings
+    from components.lvm.settings import LvmSettings
 
 
 class LvmTask(NamedTuple):

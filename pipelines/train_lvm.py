@@ -25,7 +25,8 @@ from components.checkpoints import LAST
 from components.data.datasets import load_game, load_images
 from components.errors import LearnableSparsityError
 from components.lvm.methods import SPARSE_METHODS
-from components.lvm.training import LvmCell, train_and_evaluate
+from components.lvm.settings import LvmCell
+from components.lvm.training import train_and_evaluate
 from components.reporting.figures import experiment_figures
 from components.settings import build, params_of
 from pipelines.experiments import LVM

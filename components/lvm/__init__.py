@@ -1,8 +1,9 @@
 r"""Sparse marginalization of discrete and structured latent variables (Correia et al. 2020).
 
-Three experiments share one method dispatcher (:mod:`components.lvm.methods`) and one training
-module (:mod:`components.lvm.training`: the common settings, the grid, the loop and one resumable
-train-and-evaluate): the semi-supervised VAE (:mod:`components.lvm.ssvae`), the signalling game
+Three experiments share one method dispatcher (:mod:`components.lvm.methods`), the common
+settings and grid (:mod:`components.lvm.settings`) and one training module
+(:mod:`components.lvm.training`: the loop and one resumable train-and-evaluate): the
+semi-supervised VAE (:mod:`components.lvm.ssvae`), the signalling game
 (:mod:`components.lvm.signal_game`) and the bit-vector VAE (:mod:`components.lvm.bitvector_vae`),
 each with its settings and its ``setup``. Every objective has the form E_{z∼π(z|x)} ℓ(x, z) plus
 a term in the entropy of π.

@@ -43,13 +43,8 @@ from components.lvm.methods import (
     expected_loss,
     support_entropy,
 )
-from components.lvm.training import (
-    LvmCell,
-    LvmSettings,
-    Setup,
-    evaluation_generator,
-    sample_batch,
-)
+from components.lvm.settings import LvmCell, LvmSettings
+from components.lvm.training import Setup, evaluation_generator, sample_batch
 from components.settings import setting
 
 # Largest D whose 2^D codes exact_nll_bits_per_dim enumerates.

@@ -36,7 +36,8 @@ from components.lvm.methods import (
     expectation_metrics,
     expected_loss,
 )
-from components.lvm.training import LvmCell, LvmSettings, Setup, evaluation_generator
+from components.lvm.settings import LvmCell, LvmSettings
+from components.lvm.training import Setup, evaluation_generator
 from components.settings import setting
 
 REWARDS = ("nll", "zero_one")

@@ -47,14 +47,8 @@ from components.lvm.methods import (
     expected_loss,
     support_entropy,
 )
-from components.lvm.training import (
-    LvmCell,
-    LvmSettings,
-    Setup,
-    WarmStart,
-    evaluation_generator,
-    sample_batch,
-)
+from components.lvm.settings import LvmCell, LvmSettings
+from components.lvm.training import Setup, WarmStart, evaluation_generator, sample_batch
 from components.settings import Settings, SettingsError, setting
 
 

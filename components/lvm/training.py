@@ -1,4 +1,4 @@
-r"""Training of the latent-variable experiments: settings, grid, loop, resumable runs.
+r"""Training of the latent-variable experiments: the loop and resumable runs.
 
 :func:`fit` is the loop. At each step t = start, …, start + n − 1: (loss, metrics) =
 step_fn(t); stop with :class:`~components.errors.LearnableSparsityError` if the loss or the
@@ -7,8 +7,7 @@ are averaged over the steps since the last log and recorded every ``log_every`` 
 last step), so a pipeline can plot any of them over training — e.g. ``support`` (mean support
 size of π per example), which the experiments report for the sparse methods.
 
-:class:`LvmSettings` holds the settings the three experiments share (each experiment's module
-subclasses it with its own keys) and lists the grid of :class:`LvmCell`\ s. An experiment's
+A run's settings and cell: :mod:`components.lvm.settings`. An experiment's
 ``setup(settings, data, cell, generator)`` builds a :class:`Setup` — model, :class:`Method`,
 step function, final evaluation — and :func:`train_and_evaluate` runs one cell: Adam over the
 model and method parameters, ``checkpoint_every`` steps at a time with a checkpoint after each
@@ -23,11 +22,10 @@ import logging
 import math
 import statistics
 import time
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple, Self, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -36,7 +34,7 @@ from torch.optim import Optimizer
 from components.checkpoints import Checkpoint, restore_rng, rng_state
 from components.errors import LearnableSparsityError
 from components.lvm.methods import Method
-from components.settings import Settings, SettingsError, setting
+from components.lvm.settings import LvmCell, LvmSettings
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +110,8 @@ def fit(
     return history
 
 
-# ----------------------------------------------------------------------------- settings and grid
+# ----------------------------------------------------------------------------- one run
 
-# The entry of a per-method table (``lr``, ``entropy_coef``) that applies to unlisted methods.
-DEFAULT = "default"
 # Settings a run may change and still resume from its checkpoint: training longer, logging or
 # checkpointing at another rate. Any other change makes the resumed run a different one.
 RESUMABLE = ("steps", "log_every", "checkpoint_every")
@@ -124,159 +120,6 @@ RESUMABLE = ("steps", "log_every", "checkpoint_every")
 EVALUATION_SEED = 1234
 # The series of the training history a run returns as curves.
 CURVES = ("loss", "decoder_calls", "support")
-
-
-@dataclass(frozen=True)
-class LvmCell:
-    """One run of a grid: ``method`` with ``seed`` (and ``bits`` = D for the bit-vector VAE)."""
-
-    method: str
-    seed: int
-    bits: int | None = None
-
-    @property
-    def series(self) -> str:
-        """``[D<bits>/]<method>``: the cell's name without its seed (what ``overrides`` keys)."""
-        prefix = "" if self.bits is None else f"D{self.bits}/"
-        return f"{prefix}{self.method}"
-
-    @property
-    def key(self) -> str:
-        """``[D<bits>/]<method>/seed<seed>``: the cell's name in paths and logs."""
-        return f"{self.series}/seed{self.seed}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LvmSettings(Settings):
-    """What the three latent-variable experiments share (params ``lvm.<experiment>``).
-
-    ``data``: the image or game data set; ``methods`` × ``seeds``: the grid; ``steps`` Adam steps
-    on batches of ``batch_size``, learning rate ``lr`` (a table: an entry per method, ``default``
-    for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
-    ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
-    metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
-    ``overrides``: settings of single series of cells, keyed by :attr:`LvmCell.series`
-    (``sparsemap``, or ``D128/sparsemap`` where D is an axis), e.g.
-    ``{D128/sparsemap: {batch_size: 16}}``: the released scripts set some values per method and
-    size (any key but the grid's axes, ``data`` and ``overrides``; a per-method table's key takes
-    the cell's value).
-
-    A subclass sets ``KNOWN_METHODS`` (what ``methods`` may name), ``PER_METHOD`` (its tables
-    keyed by method), ``GRID`` (its fields that are grid axes rather than a run's settings) and
-    ``HEADLINE`` (its test metric and the label reports give it).
-    """
-
-    KNOWN_METHODS: ClassVar[tuple[str, ...]] = ()
-    PER_METHOD: ClassVar[tuple[str, ...]] = ("lr",)
-    GRID: ClassVar[tuple[str, ...]] = ("methods", "seeds")
-    # The experiment's headline test metric: (key of the evaluation's metrics, label).
-    HEADLINE: ClassVar[tuple[str, str]] = ("", "")
-
-    data: str
-    methods: tuple[str, ...] = setting(distinct=True)
-    seeds: tuple[int, ...] = setting(at_least=0, distinct=True)
-    steps: int = setting(at_least=1)
-    batch_size: int = setting(at_least=1)
-    lr: dict[str, float] = setting(above=0)
-    weight_decay: float = setting(0.0, at_least=0)
-    gumbel_rate: float = setting(at_least=0)
-    log_every: int = setting(at_least=1)
-    checkpoint_every: int = setting(at_least=1)
-    overrides: dict[str, dict[str, float]] | None = None
-
-    def validate(self) -> None:
-        for axis in self.GRID:
-            if not getattr(self, axis):
-                raise SettingsError(axis, "is empty: a grid axis needs at least one entry")
-        known = self.KNOWN_METHODS
-        for name in self.methods:
-            if name not in known:
-                raise SettingsError("methods", f"has {name!r}; choose from {sorted(known)}")
-        for key in self.PER_METHOD:
-            table = getattr(self, key)
-            if DEFAULT not in table:
-                raise SettingsError(f"{key}.{DEFAULT}", "is missing (it serves unlisted methods)")
-            unknown = sorted(set(table) - {DEFAULT, *known})
-            if unknown:
-                raise SettingsError(
-                    key, f"has {unknown}: neither {DEFAULT!r} nor one of {sorted(known)}"
-                )
-        for series, values in (self.overrides or {}).items():
-            self._check_series(series)
-            try:
-                self._overridden(values)
-            except SettingsError as error:
-                raise error.within(f"overrides.{series}") from None
-
-    def _check_series(self, series: str) -> None:
-        """Refuse an ``overrides`` key that cannot name a series of this experiment's cells."""
-        *size, method = series.split("/")
-        sized = "bits" in self.GRID
-        if (
-            method not in self.KNOWN_METHODS
-            or len(size) != sized
-            or (sized and not (size[0].startswith("D") and size[0][1:].isdigit()))
-        ):
-            form = "D<bits>/<method>" if sized else "<method>"
-            raise SettingsError(
-                "overrides",
-                f"has {series!r}, which is not {form} with a method of "
-                f"{sorted(self.KNOWN_METHODS)}",
-            )
-
-    def _overridden(self, values: Mapping[str, float]) -> Self:
-        """These settings with ``values`` in place (an override of one series, already resolved
-        to its cell: no overrides left); integer keys take whole numbers only."""
-        fixed = {*self.GRID, "data", "overrides"}
-        known = [f.name for f in dataclasses.fields(self) if f.name not in fixed]
-        hints = typing.get_type_hints(type(self))
-        replaced: dict[str, Any] = {}
-        for key, value in values.items():
-            if key not in known:
-                raise SettingsError(key, f"cannot be overridden per cell; choose from {known}")
-            if key in self.PER_METHOD:
-                replaced[key] = {DEFAULT: value}
-            elif hints[key] is int:
-                if not float(value).is_integer():
-                    raise SettingsError(key, f"must be a whole number, got {value}")
-                replaced[key] = int(value)
-            else:
-                replaced[key] = value
-        return dataclasses.replace(self, overrides=None, **replaced)
-
-    def per_method(self, key: str, method: str) -> float:
-        """The value of the per-method table ``key`` (``lr``, …) for ``method``: its own entry,
-        else the ``default`` one."""
-        table = getattr(self, key)
-        return table.get(method, table[DEFAULT])
-
-    def cells(self) -> list[LvmCell]:
-        """The grid: methods × seeds in params order (one method's seeds together)."""
-        return [LvmCell(method, seed) for method in self.methods for seed in self.seeds]
-
-    def for_cell(self, cell: LvmCell) -> Self:
-        """These settings narrowed to ``cell``: its grid axes hold only the cell's values, each
-        per-method table only the cell's value (as ``default``) and its series' overrides are in
-        place. A one-cell grid whose settings
-        say exactly what the cell's run depends on (the pipeline fingerprints them)."""
-        values = {"methods": (cell.method,), "seeds": (cell.seed,), "bits": (cell.bits,)}
-        axes = {axis: values[axis] for axis in self.GRID}
-        tables = {key: {DEFAULT: self.per_method(key, cell.method)} for key in self.PER_METHOD}
-        narrowed = dataclasses.replace(self, **axes, **tables, overrides=None)
-        return narrowed._overridden((self.overrides or {}).get(cell.series, {}))
-
-    def run_settings(self, cell: LvmCell) -> dict[str, Any]:
-        """The settings the run of ``cell`` depends on (what its checkpoint is checked against):
-        every field but the grid axes, each per-method table and override resolved for the cell
-        (so that another method's entry leaves this run alone), and the cell itself."""
-        narrowed = self.for_cell(cell)
-        skipped = {*self.GRID, "overrides"}
-        values = {k: v for k, v in dataclasses.asdict(narrowed).items() if k not in skipped}
-        tables = {key: narrowed.per_method(key, cell.method) for key in self.PER_METHOD}
-        return values | tables | dataclasses.asdict(cell)
-
-
-# ----------------------------------------------------------------------------- one run
 
 S = TypeVar("S", bound=LvmSettings)
 D = TypeVar("D")

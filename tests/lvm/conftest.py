@@ -18,9 +18,10 @@ from components.data.images import ImageSet, ImageSplits
 from components.data.signal_game import GameData, GameSplits
 from components.lvm.bitvector_vae import BitVectorVaeSettings
 from components.lvm.methods import Method
+from components.lvm.settings import LvmSettings
 from components.lvm.signal_game import SignalGameSettings
 from components.lvm.ssvae import SsvaeSettings
-from components.lvm.training import LvmSettings, fit
+from components.lvm.training import fit
 from components.settings import build
 
 WINDOW = 8

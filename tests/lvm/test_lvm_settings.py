@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from components.lvm.bitvector_vae import BitVectorVaeSettings
+from components.lvm.settings import LvmCell, LvmSettings
 from components.lvm.signal_game import SignalGameSettings, method_and_reward
 from components.lvm.ssvae import SsvaeSettings
-from components.lvm.training import LvmCell, LvmSettings
 from components.settings import SettingsError, build
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,15 +19,8 @@ from components.data.signal_game import GameSplits
 from components.errors import LearnableSparsityError
 from components.lvm import bitvector_vae, signal_game, ssvae
 from components.lvm.methods import build_method
-from components.lvm.training import (
-    LvmCell,
-    LvmSettings,
-    Result,
-    Setup,
-    WarmStart,
-    fit,
-    train_and_evaluate,
-)
+from components.lvm.settings import LvmCell, LvmSettings
+from components.lvm.training import Result, Setup, WarmStart, fit, train_and_evaluate
 from tests.conftest import DEVICES
 
 

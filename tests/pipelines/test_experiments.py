@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from components.claims import load_claims
-from components.lvm.training import LvmSettings
+from components.lvm.settings import LvmSettings
 from pipelines.experiments import LVM
 from pipelines.scaffold import layout
 from pipelines.scaffold.imports import ROOT
