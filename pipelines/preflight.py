@@ -47,7 +47,7 @@ from components.data.bpe import BpeSettings
 from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
 from components.data.datasets import EggGame, EggReleased, IdxImages, dataset_settings
 from components.data.fetch import USER_AGENT, WEB_PAGE_TYPES
-from components.data.images import (
+from components.data.idx_images import (
     IDX_FILES,
     IMAGE_DATASETS,
     RELEASED_SSVAE_SPLIT,

@@ -11,7 +11,8 @@ latent-variable experiments.
 * :mod:`components.data.extractors` — corpus files (parquet, plain text, zip/tar, WIT3) to pairs
   or triplets.
 * :mod:`components.data.bpe` — joint BPE (sentencepiece) training, encoding and decoding.
-* :mod:`components.data.images` — digits / MNIST / Fashion-MNIST images, binarisation, levels.
+* :mod:`components.data.images` — image splits, the digits, binarisation and grey levels.
+* :mod:`components.data.idx_images` — MNIST / Fashion-MNIST: idx files, downloads, splits.
 * :mod:`components.data.signal_game` — signalling-game features (EGG files, digits stand-in).
 * :mod:`components.data.datasets` — the dataset settings (params ``images.<name>``), building and
   storing them.

@@ -33,14 +33,8 @@ import torch
 
 from components.checkpoints import load_file
 from components.data.atomic import atomic_write_bytes
-from components.data.images import (
-    ImageSet,
-    ImageSplits,
-    digits_splits,
-    fetch_images,
-    released_ssvae_split,
-    split_images,
-)
+from components.data.images import ImageSet, ImageSplits, digits_splits
+from components.data.idx_images import fetch_images, released_ssvae_split, split_images
 from components.data.signal_game import (
     EGG_URL,
     GameData,

@@ -17,21 +17,9 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from components.data import datasets, images
-from components.data.images import (
-    IDX_FILES,
-    IMAGE_DATASETS,
-    ImageArrays,
-    ImageDatasetSpec,
-    binarize,
-    digits_splits,
-    fetch_images,
-    labelled_split,
-    quantize,
-    read_idx,
-    released_ssvae_split,
-    split_images,
-)
+from components.data import datasets, idx_images
+from components.data.images import binarize, digits_splits, labelled_split, quantize
+from components.data.idx_images import IDX_FILES, IMAGE_DATASETS, ImageArrays, ImageDatasetSpec, fetch_images, read_idx, released_ssvae_split, split_images
 from components.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
@@ -248,11 +236,11 @@ def released_split(server: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> d
     order = np.random.default_rng(0).permutation(60_000)
     parts = {"labelled": order[:5_000], "unlabelled": order[5_000:50_000], "valid": order[50_000:]}
     files, pins = {}, {}
-    for role, (name, _, size) in images.RELEASED_SSVAE_SPLIT.items():
+    for role, (name, _, size) in idx_images.RELEASED_SSVAE_SPLIT.items():
         files[name] = _npy(parts[role])
         server.files[f"/split/{name}"] = files[name]
         pins[role] = (name, hashlib.sha256(files[name]).hexdigest(), size)
-    monkeypatch.setattr(images, "RELEASED_SSVAE_SPLIT", pins)
+    monkeypatch.setattr(idx_images, "RELEASED_SSVAE_SPLIT", pins)
     return {"url": server.url("/split"), **files}
 
 
@@ -285,18 +273,18 @@ def test_the_released_ssvae_split_takes_its_index_files(
     with pytest.raises(LearnableSparsityError, match=r"fixes 5000 labelled images of 50000"):
         splits.semi_supervised(0.2, seed=0)
     cached = sorted(p.name for p in (tmp_path / "ssvae_split").glob("*.npy"))
-    assert cached == sorted(name for name, _, _ in images.RELEASED_SSVAE_SPLIT.values())
+    assert cached == sorted(name for name, _, _ in idx_images.RELEASED_SSVAE_SPLIT.values())
 
 
 def test_released_index_files_that_overlap_or_stray_are_refused(
     released_split: dict[str, bytes], server: LoopbackServer, tmp_path: Path, monkeypatch
 ) -> None:
     overlapping = np.concatenate([np.arange(50_000, 55_000), np.arange(55_000 - 1, 60_000 - 1)])
-    pins = dict(images.RELEASED_SSVAE_SPLIT)
+    pins = dict(idx_images.RELEASED_SSVAE_SPLIT)
     name, _, size = pins["valid"]
     server.files[f"/split/{name}"] = _npy(overlapping)
     pins["valid"] = (name, hashlib.sha256(_npy(overlapping)).hexdigest(), size)
-    monkeypatch.setattr(images, "RELEASED_SSVAE_SPLIT", pins)
+    monkeypatch.setattr(idx_images, "RELEASED_SSVAE_SPLIT", pins)
     with pytest.raises(LearnableSparsityError, match="overlap"):
         released_ssvae_split(
             _sixty_thousand(), tmp_path / "a", released_split["url"], progress=False
@@ -311,8 +299,8 @@ def test_released_index_files_that_overlap_or_stray_are_refused(
 
 
 def test_the_pinned_split_is_the_authors_commit() -> None:
-    assert "/9d27ec0fd58ea2eb58d79bca23a0051f1b143ebe/" in images.SSVAE_SPLIT_URL
-    assert [size for _, _, size in images.RELEASED_SSVAE_SPLIT.values()] == [5_000, 45_000, 10_000]
+    assert "/9d27ec0fd58ea2eb58d79bca23a0051f1b143ebe/" in idx_images.SSVAE_SPLIT_URL
+    assert [size for _, _, size in idx_images.RELEASED_SSVAE_SPLIT.values()] == [5_000, 45_000, 10_000]
 
 
 # --------------------------------------------------------------------------- model inputs
@@ -377,7 +365,7 @@ def test_semi_supervised_views_and_bad_fractions() -> None:
 def test_a_stored_released_split_keeps_its_labelled_images(
     released_split: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(images, "SSVAE_SPLIT_URL", released_split["url"])
+    monkeypatch.setattr(idx_images, "SSVAE_SPLIT_URL", released_split["url"])
     monkeypatch.setattr(datasets, "fetch_images", lambda source, cache: _sixty_thousand())
     entry = {"source": "mnist", "cache": str(tmp_path), "split": "released_ssvae"}
     stored = datasets.build_dataset(datasets.dataset_settings(entry, "images.mnist"))
