@@ -25,9 +25,9 @@ import torch
 from helpers import median_ms, write_json
 from torch import nn
 
-from components.core import estimators
-from components.core.marginalize import Estimate, marginalize, topk_sparsemax
-from components.core.sparsemap import budget_map, sparsemap
+from learnable_sparsity.core import estimators
+from learnable_sparsity.core.marginalize import Estimate, marginalize, topk_sparsemax
+from learnable_sparsity.core.sparsemap import budget_map, sparsemap
 
 PIXELS = 784
 TOPK = 10

@@ -3,18 +3,18 @@
 For each key length S, scores of shape [B, H, T, S] (B·H·T ≈ 4096 rows) are normalised along
 the last dimension by torch.softmax (the baseline), this project's sparsemax, entmax15, entmax
 (α = 1.5 as a learnable per-head tensor, α-gradient included) and topk_softmax (k = 8) — on the
-fused CPU kernels (``components.core.fused``) where they are built, and again on the eager
+fused CPU kernels (``learnable_sparsity.core.fused``) where they are built, and again on the eager
 solvers (rows "(eager)") — and the `entmax` package's sparsemax, entmax15 and entmax_bisect (50
 and 25 iterations).
 
-Timing (``components.timing``): after one warm-up call of each, the forward, backward and
+Timing (``learnable_sparsity.timing``): after one warm-up call of each, the forward, backward and
 forward+backward of every function run interleaved — in a new seeded order each round — for
 ``--rounds`` rounds, ``--repeats`` samples each per round (the round's value: their median; a
 sample averages as many calls as make it last 10 ms). A
 row's ``*_ms`` is the median of its round values, ``*_ratio`` the median of the per-round ratios
 to torch.softmax *of the same round*, with the per-round ratios, their quartiles, range, relative
 spread (IQR ÷ median) and ``*_noisy`` (relative spread above
-``components.timing.NOISY_RELATIVE_SPREAD``); ``noisy`` is set when any of the three is. Our
+``learnable_sparsity.timing.NOISY_RELATIVE_SPREAD``); ``noisy`` is set when any of the three is. Our
 α-entmax rows add ``speedup_vs_entmax_bisect_50``: the median over rounds of entmax_bisect
 (50 it.)'s forward+backward time ÷ ours in the same round. Each row also gives the max abs error
 against an fp64 oracle and, for ours, ``eager_mean_iterations``: the mean number of iterations
@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 from helpers import write_json
 
-from components.core import fused
-from components.core import normalizers as ours
-from components.timing import (
+from learnable_sparsity.core import fused
+from learnable_sparsity.core import normalizers as ours
+from learnable_sparsity.timing import (
     MIN_ROUNDS_FOR_SPREAD,
     NOISY_RELATIVE_SPREAD,
     calls_for,
@@ -49,7 +49,7 @@ from components.timing import (
     timed,
 )
 
-try:  # the reference implementation, a `dev` extra (never imported by components/)
+try:  # the reference implementation, a `dev` extra (never imported by learnable_sparsity/)
     import entmax as reference
 except ImportError as error:
     raise SystemExit(
@@ -171,9 +171,9 @@ def _speedup(values: dict[str, Sequence[float]], ours: str) -> dict[str, object]
 
 
 def run(lengths: list[int], rounds: int, repeats: int, seed: int) -> list[dict]:
-    """One row per key length and function: ``rounds`` interleaved rounds (components.timing)
-    of every function's forward, backward and forward+backward, ``repeats`` calls each per
-    round, ratios to torch.softmax of the same round."""
+    """One row per key length and function: ``rounds`` interleaved rounds
+    (learnable_sparsity.timing) of every function's forward, backward and forward+backward,
+    ``repeats`` calls each per round, ratios to torch.softmax of the same round."""
     results = []
     for length in lengths:
         torch.manual_seed(seed)

@@ -8,13 +8,13 @@ source language, read from the settings its ``meta.json`` records), the heads th
 was measured on (none: "not measurable"), heat maps of the strongest head of each role on a
 validation question; from the model's training history the α trajectories (heads that first
 move towards softmax and then get sparser are flagged) and the final α per attention type with a
-bimodality coefficient (``components.analysis``).
+bimodality coefficient (``learnable_sparsity.analysis``).
 
 Outputs: ``results/analyze_heads/cells/<cell>/analysis.json``; ``heads.json`` (per cell:
-``components.analysis.heads.summary``; the claims and tables stages read it); ``metrics.json``
-(DVC metrics: per variant the mean JS overall and per attention type, density, heads with a
-role and α per attention type, means over seeds); ``js.csv`` (the long CSV of the DVC plot of
-JS per layer); PNG figures under ``reports/figures/heads/<corpus>/seed<seed>/``. A cell's
+``learnable_sparsity.analysis.heads.summary``; the claims and tables stages read it);
+``metrics.json`` (DVC metrics: per variant the mean JS overall and per attention type, density,
+heads with a role and α per attention type, means over seeds); ``js.csv`` (the long CSV of the DVC
+plot of JS per layer); PNG figures under ``reports/figures/heads/<corpus>/seed<seed>/``. A cell's
 metrics and figures also go to the MLflow run of the model's training (when that run is in the
 tracking store). The α trajectories are plotted by ``train_nmt``, which records them.
 """
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.analysis import figures
-from components.analysis.heads import AnalysisSettings
-from components.nmt.cells import NmtCell
-from components.nmt.grid import NmtSettings
-from components.settings import params_of
+from learnable_sparsity.analysis import figures
+from learnable_sparsity.analysis.heads import AnalysisSettings
+from learnable_sparsity.nmt.cells import NmtCell
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.settings import params_of
 from pipelines.heads_cells import (
     ANNOTATION,
     analysis_metrics,

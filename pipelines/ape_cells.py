@@ -15,14 +15,20 @@ from typing import Any
 
 from transformers import BertTokenizerFast
 
-from components.ape.bert import load_bert, load_bert_tokenizer
-from components.ape.grid import ApeCell, ApeSettings, RegimeSettings
-from components.ape.model import ApeConfig, ApeModel, build_ape_model, joint_input, target_ids
-from components.data.local import read_triplets
-from components.errors import MissingInputError
-from components.nmt.batching import Example
-from components.nmt.training import load_weights
-from components.settings import build, params_of
+from learnable_sparsity.ape.bert import load_bert, load_bert_tokenizer
+from learnable_sparsity.ape.grid import ApeCell, ApeSettings, RegimeSettings
+from learnable_sparsity.ape.model import (
+    ApeConfig,
+    ApeModel,
+    build_ape_model,
+    joint_input,
+    target_ids,
+)
+from learnable_sparsity.data.local import read_triplets
+from learnable_sparsity.errors import MissingInputError
+from learnable_sparsity.nmt.batching import Example
+from learnable_sparsity.nmt.training import load_weights
+from learnable_sparsity.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, GridCell
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from components.data.bpe import BpeSettings, train_joint_bpe
-from components.data.corpora import corpus_fields, corpus_settings
-from components.data.local import PAIR_FIELDS, read_corpus
+from learnable_sparsity.data.bpe import BpeSettings, train_joint_bpe
+from learnable_sparsity.data.corpora import corpus_fields, corpus_settings
+from learnable_sparsity.data.local import PAIR_FIELDS, read_corpus
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage
 

@@ -1,22 +1,23 @@
 """DVC stage ``claims``: every qualitative claim of the four works, checked on this run's results.
 
 Reads what the NMT, speed, head-analysis, latent-variable and APE stages wrote, gathers it per seed
-(``components.claims.Results``) and gives each claim of ``components/claims/claims.yaml`` a
-verdict — reproduced, not reproduced, not measurable in this profile — with its evidence.
+(``learnable_sparsity.claims.Results``) and gives each claim of
+``learnable_sparsity/claims/claims.yaml`` a verdict — reproduced, not reproduced, not measurable in
+this profile — with its evidence.
 
 Outputs: ``results/claims/claims.json`` (every verdict with its numbers), ``results.json`` (the
-gathered results themselves, ``components.claims.results_to_json``: what an evidence record keeps
-so that later checks can judge it again), ``metrics.json`` (DVC metrics: how many claims have each
-verdict), ``reports/claims.md`` (the table the report opens with) and
+gathered results themselves, ``learnable_sparsity.claims.results_to_json``: what an evidence record
+keeps so that later checks can judge it again), ``metrics.json`` (DVC metrics: how many claims have
+each verdict), ``reports/claims.md`` (the table the report opens with) and
 ``reports/figures/claims/alpha_histograms.png`` (the learned α the bimodality claim reads, pooled
 over layers and seeds).
 """
 
 from __future__ import annotations
 
-from components.analysis.figures import alpha_histograms
-from components.claims import evaluate, results_to_json
-from components.claims.report import claims_markdown, claims_record, counts
+from learnable_sparsity.analysis.figures import alpha_histograms
+from learnable_sparsity.claims import evaluate, results_to_json
+from learnable_sparsity.claims.report import claims_markdown, claims_record, counts
 from pipelines.claims_inputs import gather
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage

@@ -1,5 +1,6 @@
-"""The claims stage's inputs: a run's :class:`~components.claims.Results`, gathered from what the
-NMT, speed, head-analysis, latent-variable and APE stages wrote (through the typed loaders of
+"""The claims stage's inputs: a run's :class:`~learnable_sparsity.claims.Results`, gathered from
+what the NMT, speed, head-analysis, latent-variable and APE stages wrote (through the typed loaders
+of
 :mod:`pipelines.results`), per seed. A result file that is missing is named in
 ``Results.missing``: the checks that read it say "not measurable" and why.
 """
@@ -9,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from components.analysis.blocks import split_block
-from components.claims import Results
+from learnable_sparsity.analysis.blocks import split_block
+from learnable_sparsity.claims import Results
 from pipelines.experiments import LVM
 from pipelines.results import (
     HeadSummary,

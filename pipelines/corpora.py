@@ -2,7 +2,7 @@
 
 A corpus entry is generated (the smoke corpus), the user's local files (which must lie in
 ``data/external``, a DVC dependency of this stage), or a published corpus downloaded through the
-registry (see ``components.data.corpora``). Each corpus directory holds
+registry (see ``learnable_sparsity.data.corpora``). Each corpus directory holds
 ``{train,valid,test}.{src,tgt}`` (an APE corpus of the registry: ``<split>.{src,mt,pe}`` for its
 own splits) and ``meta.json`` (its settings, sizes and the SHA-256 of every file; for a SWORD
 corpus also each module's version and digest, which the preflight compares with the library's:
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from components.data.corpora import (
+from learnable_sparsity.data.corpora import (
     LocalCorpus,
     SwordCorpus,
     bible_modules,
@@ -22,7 +22,7 @@ from components.data.corpora import (
     corpus_settings,
     load_corpus,
 )
-from components.data.local import write_corpus
+from learnable_sparsity.data.local import write_corpus
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
 from pipelines.scaffold.stage import Stage, run_stage

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from components.ape.grid import ApeSettings
-from components.ape.model import detokenize
-from components.data.atomic import atomic_write_text
-from components.data.local import read_triplets
-from components.metrics.translation import ape_metrics
-from components.nmt.search import DecodeSettings, translate
-from components.settings import build, params_of
+from learnable_sparsity.ape.grid import ApeSettings
+from learnable_sparsity.ape.model import detokenize
+from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.data.local import read_triplets
+from learnable_sparsity.metrics.translation import ape_metrics
+from learnable_sparsity.nmt.search import DecodeSettings, translate
+from learnable_sparsity.settings import build, params_of
 from pipelines.ape_cells import (
     ape_cells,
     encode_triplets,

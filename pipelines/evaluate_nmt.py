@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 
-from components.data.atomic import atomic_write_text
-from components.data.local import read_corpus
-from components.metrics.translation import empty_hypotheses, translation_metrics
-from components.nmt.batching import encode_pairs
-from components.nmt.grid import NmtSettings
-from components.nmt.search import DecodeSettings, translate
-from components.settings import build, params_of
+from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.metrics.translation import empty_hypotheses, translation_metrics
+from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.nmt.search import DecodeSettings, translate
+from learnable_sparsity.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid

@@ -17,15 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from components.reporting.lvm_tables import LvmMetric, LvmTableSpec
+from learnable_sparsity.reporting.lvm_tables import LvmMetric, LvmTableSpec
 
 if TYPE_CHECKING:
-    from components.lvm.settings import LvmSettings
+    from learnable_sparsity.lvm.settings import LvmSettings
 
 
 class LvmTask(NamedTuple):
     """An experiment's code: its settings class (params ``lvm.<name>``) and its ``setup``
-    (:data:`components.lvm.training.SetupFn`)."""
+    (:data:`learnable_sparsity.lvm.training.SetupFn`)."""
 
     settings: type[LvmSettings]
     setup: Callable[..., Any]
@@ -44,19 +44,19 @@ class LvmExperiment:
 
 
 def _ssvae() -> LvmTask:
-    from components.lvm import ssvae
+    from learnable_sparsity.lvm import ssvae
 
     return LvmTask(ssvae.SsvaeSettings, ssvae.setup)
 
 
 def _signal_game() -> LvmTask:
-    from components.lvm import signal_game
+    from learnable_sparsity.lvm import signal_game
 
     return LvmTask(signal_game.SignalGameSettings, signal_game.setup)
 
 
 def _bitvector_vae() -> LvmTask:
-    from components.lvm import bitvector_vae
+    from learnable_sparsity.lvm import bitvector_vae
 
     return LvmTask(bitvector_vae.BitVectorVaeSettings, bitvector_vae.setup)
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean
 
-from components.analysis import figures
-from components.analysis.alpha import flagged_heads
-from components.analysis.blocks import split_block
-from components.analysis.heads import AnalysisSettings, analyze_heads, summary
-from components.data.atomic import atomic_write_bytes
-from components.data.corpora import corpus_settings, source_language
-from components.data.local import read_corpus
-from components.nmt.batching import encode_pairs
-from components.settings import build
+from learnable_sparsity.analysis import figures
+from learnable_sparsity.analysis.alpha import flagged_heads
+from learnable_sparsity.analysis.blocks import split_block
+from learnable_sparsity.analysis.heads import AnalysisSettings, analyze_heads, summary
+from learnable_sparsity.data.atomic import atomic_write_bytes
+from learnable_sparsity.data.corpora import corpus_settings, source_language
+from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.settings import build
 from pipelines.nmt_cells import open_cell, trained_model
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, done_record

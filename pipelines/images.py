@@ -2,7 +2,7 @@
 
 Every entry of params ``images`` names a dataset and its ``source`` (scikit-learn's digits,
 MNIST / Fashion-MNIST downloads, game features derived from the digits, or the user's EGG
-files, which must lie in ``data/external``; see ``components.data.datasets``).
+files, which must lie in ``data/external``; see ``learnable_sparsity.data.datasets``).
 ``data/images/meta.json`` describes them all.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from components.data.datasets import EggGame, build_dataset, dataset_settings, save_dataset
-from components.settings import params_of
+from learnable_sparsity.data.datasets import EggGame, build_dataset, dataset_settings, save_dataset
+from learnable_sparsity.settings import params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
 from pipelines.scaffold.stage import Stage, run_stage

@@ -11,19 +11,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from components.data.bpe import BpeModel
-from components.nmt.batching import Example
-from components.nmt.cells import NmtCell
-from components.nmt.grid import NmtSettings
-from components.nmt.model import Transformer, TransformerConfig
-from components.nmt.seq2seq import Seq2Seq
-from components.nmt.training import (
+from learnable_sparsity.data.bpe import BpeModel
+from learnable_sparsity.nmt.batching import Example
+from learnable_sparsity.nmt.cells import NmtCell
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.nmt.model import Transformer, TransformerConfig
+from learnable_sparsity.nmt.seq2seq import Seq2Seq
+from learnable_sparsity.nmt.training import (
     TrainingHistory,
     TrainingSettings,
     load_weights,
     train,
 )
-from components.settings import build, params_of
+from learnable_sparsity.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, GridCell
 

@@ -1,9 +1,9 @@
 """Preflight: everything the profile in ``params.yaml`` needs, checked before any stage runs.
 
-``python -m pipelines.preflight`` (``make repro`` runs it first) checks every params section (all
-errors at once, not the first one a stage meets), the user's input files, the downloads (in the
-cache, or their hosts reachable), GPUs and the Ray cluster where the profile asks for them, the
-MLflow store, the benchmark's reference package and free disk space. It prints one line per
+``python -m pipelines.preflight`` (``make repro`` runs it first) checks every params
+section (all errors at once, not the first one a stage meets), the user's input files, the downloads
+(in the cache, or their hosts reachable), GPUs and the Ray cluster where the profile asks for them,
+the MLflow store, the benchmark's reference package and free disk space. It prints one line per
 check, with what to do where one fails, and exits with status 1 if any does. It reads and probes
 only: nothing is downloaded or written.
 
@@ -13,8 +13,8 @@ status, the size the server gives, and whether the answer is the file at all (a 
 answer is a licence, login or error page where an archive was expected). Digests cannot be
 checked without the whole file: each line says whether one is pinned (checked at download) or
 will be recorded at the first download. ``--profile NAME`` checks ``profiles/NAME.yaml`` applied
-to the smoke params in memory, so ``python -m pipelines.preflight --online --profile paper``
-tells in a minute what would fail hours into a run, without touching ``params.yaml``.
+to the smoke params in memory, so ``python -m pipelines.preflight --online --profile
+paper`` tells in a minute what would fail hours into a run, without touching ``params.yaml``.
 """
 
 from __future__ import annotations
@@ -38,38 +38,43 @@ import yaml
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
 
-from components.analysis.heads import AnalysisSettings
-from components.ape.bert import BertSettings
-from components.ape.grid import ApeSettings
-from components.ape.triplets import SyntheticApeSettings
-from components.claims import results_from_json
-from components.data.bpe import BpeSettings
-from components.data.corpora import DownloadedCorpus, LocalCorpus, SwordCorpus, corpus_settings
-from components.data.datasets import EggGame, EggReleased, IdxImages, dataset_settings
-from components.data.fetch import USER_AGENT, WEB_PAGE_TYPES
-from components.data.idx_images import (
+from learnable_sparsity.analysis.heads import AnalysisSettings
+from learnable_sparsity.ape.bert import BertSettings
+from learnable_sparsity.ape.grid import ApeSettings
+from learnable_sparsity.ape.triplets import SyntheticApeSettings
+from learnable_sparsity.claims import results_from_json
+from learnable_sparsity.data.bpe import BpeSettings
+from learnable_sparsity.data.corpora import (
+    DownloadedCorpus,
+    LocalCorpus,
+    SwordCorpus,
+    corpus_settings,
+)
+from learnable_sparsity.data.datasets import EggGame, EggReleased, IdxImages, dataset_settings
+from learnable_sparsity.data.fetch import USER_AGENT, WEB_PAGE_TYPES
+from learnable_sparsity.data.idx_images import (
     IDX_FILES,
     IMAGE_DATASETS,
     RELEASED_SSVAE_SPLIT,
     SSVAE_SPLIT_FOLDER,
     SSVAE_SPLIT_URL,
 )
-from components.data.registry import CORPORA, RemoteFile
-from components.data.signal_game import EGG_FOLDER, egg_members
-from components.data.sword import (
+from learnable_sparsity.data.registry import CORPORA, RemoteFile
+from learnable_sparsity.data.signal_game import EGG_FOLDER, egg_members
+from learnable_sparsity.data.sword import (
     MODULES,
     SYSTEM_LIBRARY,
     install_command,
     missing_modules,
     module_fingerprint,
 )
-from components.errors import LearnableSparsityError
-from components.lvm.bitvector_vae import BitVectorVaeSettings
-from components.lvm.signal_game import SignalGameSettings
-from components.lvm.ssvae import SsvaeSettings
-from components.nmt.grid import NmtSettings
-from components.nmt.speed import SpeedSettings
-from components.settings import Settings
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.lvm.bitvector_vae import BitVectorVaeSettings
+from learnable_sparsity.lvm.signal_game import SignalGameSettings
+from learnable_sparsity.lvm.ssvae import SsvaeSettings
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.nmt.speed import SpeedSettings
+from learnable_sparsity.settings import Settings
 from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
@@ -430,8 +435,8 @@ def record_checks(dvc_file: Path = Path("dvc.yaml")) -> Iterator[Check]:
             yield Check(
                 what,
                 False,
-                f"{error} (keep one with `python -m pipelines.record {name}`, or take {name} out "
-                "of the foreach of stage rejudge in dvc.yaml)",
+                f"{error} (keep one with `python -m pipelines.record {name}`, or take "
+                f"{name} out of the foreach of stage rejudge in dvc.yaml)",
             )
             continue
         yield Check(what, True, str(folder))

@@ -14,11 +14,11 @@ came from, its size) and ``metrics.json`` (DVC metrics: parameters and vocabular
 
 from __future__ import annotations
 
-from components.ape.bert import BertSettings, load_bert, load_bert_tokenizer
-from components.ape.pretrain import pretrain_mlm
-from components.ape.wordpiece import train_wordpiece
-from components.data.local import read_corpus
-from components.settings import build, params_of
+from learnable_sparsity.ape.bert import BertSettings, load_bert, load_bert_tokenizer
+from learnable_sparsity.ape.pretrain import pretrain_mlm
+from learnable_sparsity.ape.wordpiece import train_wordpiece
+from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.stage import Stage, run_stage

@@ -6,8 +6,8 @@ A record is a run too long for ``make repro`` (the ``evidence`` profile's, say) 
 * ``results.json`` — the results the claims read (the claims stage's
   ``results/claims/results.json``);
 * ``record.json`` — the profile, when it was kept, the commit of the code that kept it (and
-  whether ``components/`` or ``pipelines/`` had uncommitted changes), and every claim threshold
-  it was judged with;
+  whether ``learnable_sparsity/`` or ``pipelines/`` had uncommitted changes), and every claim
+  threshold it was judged with;
 * ``index.md``, ``tables.md``, ``tables/``, ``figures/`` — the report of the run, with every link
   relative and resolving inside the record (figures re-encoded as small PNGs, so that git holds
   them); its claims section points to ``claims.md``.
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from PIL import Image
 
-from components.claims import load_claims
-from components.data.atomic import atomic_write_bytes, atomic_write_text
-from components.errors import LearnableSparsityError
+from learnable_sparsity.claims import load_claims
+from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json, write_json
 from pipelines.scaffold.imports import ROOT
@@ -128,7 +128,7 @@ def keep(name: str) -> Path:
         atomic_write_text(folder / relative, text)
     shutil.copyfile(results, folder / layout.RECORD_RESULTS)
     # The code only: params.yaml differs from the commit's by design (the profile applied).
-    changed = _git("status", "--porcelain", "--", "components", "pipelines")
+    changed = _git("status", "--porcelain", "--", "learnable_sparsity", "pipelines")
     write_json(
         folder / layout.RECORD_META,
         {

@@ -17,18 +17,18 @@ import datetime
 from dataclasses import asdict
 from pathlib import Path
 
-from components.claims import evaluate, load_claims, results_from_json
-from components.claims.preregistered import threshold_changes
-from components.claims.report import claims_markdown, claims_record
-from components.errors import LearnableSparsityError
+from learnable_sparsity.claims import evaluate, load_claims, results_from_json
+from learnable_sparsity.claims.preregistered import threshold_changes
+from learnable_sparsity.claims.report import claims_markdown, claims_record
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import fingerprint
 from pipelines.scaffold.files import file_digest, read_json
 from pipelines.scaffold.imports import ROOT, code_digest
 from pipelines.scaffold.stage import Stage, run_stage
 
-CHECKS_ENTRY = "components.claims.catalog"  # the checks, and all the code they run
-CLAIMS_FILE = ROOT / "components" / "claims" / "claims.yaml"
+CHECKS_ENTRY = "learnable_sparsity.claims.catalog"  # the checks, and all the code they run
+CLAIMS_FILE = ROOT / "learnable_sparsity" / "claims" / "claims.yaml"
 
 
 def judged_by() -> dict[str, str]:

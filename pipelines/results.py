@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
-from components.nmt.cells import NmtCell
+from learnable_sparsity.nmt.cells import NmtCell
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
 from pipelines.scaffold.metrics import split_seed

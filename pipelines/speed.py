@@ -3,13 +3,13 @@
 All variants share one model size (``speed.model``, else ``nmt.model``), the same initial weights
 and the evaluation's decoding (``nmt.decode``); they run in this process with ``speed.threads``
 torch threads, in ``speed.rounds`` interleaved rounds
-(``components.nmt.speed.interleaved_variants``): each round times every variant's training step by
-step side by side (the order shuffled at every step, so a change of the machine's speed falls on
-all variants alike) and then every variant's decoding, in an order shuffled afresh each round
-(``speed.seed``), and gives every variant's ratio to the softmax of the same round. The median of
-the per-round ratios is reported with its spread (quartiles, range, IQR ÷ median); a phase whose
-spread exceeds ``components.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged as a
-warning (the stage still writes its outputs).
+(``learnable_sparsity.nmt.speed.interleaved_variants``): each round times every variant's training
+step by step side by side (the order shuffled at every step, so a change of the machine's speed
+falls on all variants alike) and then every variant's decoding, in an order shuffled afresh each
+round (``speed.seed``), and gives every variant's ratio to the softmax of the same round. The median
+of the per-round ratios is reported with its spread (quartiles, range, IQR ÷ median); a phase whose
+spread exceeds ``learnable_sparsity.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged
+as a warning (the stage still writes its outputs).
 
 Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax,
 its relative spread and the median round's tokens/s, train and inference) and
@@ -25,14 +25,14 @@ import logging
 
 import torch
 
-from components.core import fused
-from components.data.bpe import BpeModel
-from components.data.local import read_corpus
-from components.nmt.batching import encode_pairs
-from components.nmt.model import TransformerConfig
-from components.nmt.search import DecodeSettings
-from components.nmt.speed import PHASES, SpeedSettings, measure_speed, summarize_rounds
-from components.timing import MIN_ROUNDS_FOR_SPREAD, NOISY_RELATIVE_SPREAD
+from learnable_sparsity.core import fused
+from learnable_sparsity.data.bpe import BpeModel
+from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.nmt.model import TransformerConfig
+from learnable_sparsity.nmt.search import DecodeSettings
+from learnable_sparsity.nmt.speed import PHASES, SpeedSettings, measure_speed, summarize_rounds
+from learnable_sparsity.timing import MIN_ROUNDS_FOR_SPREAD, NOISY_RELATIVE_SPREAD
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage
 

@@ -40,8 +40,8 @@ from ray import tune
 from ray.job_submission import JobSubmissionClient
 from ray.tune.schedulers import ASHAScheduler
 
-from components.errors import LearnableSparsityError, MissingInputError
-from components.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
+from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
+from learnable_sparsity.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
 from pipelines.scaffold.params import PARAMS_FILE
 from pipelines.scaffold.provenance import (
     GIT_COMMIT_ENV,

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from components.errors import LearnableSparsityError, MissingInputError
-from components.settings import Settings, SettingsError, build, setting
+from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
+from learnable_sparsity.settings import Settings, SettingsError, build, setting
 from pipelines.scaffold.cells import Grid
 from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from components.ape.triplets import (
+from learnable_sparsity.ape.triplets import (
     SHOWN_EXAMPLES,
     SyntheticApeSettings,
     Triplet,
@@ -28,9 +28,9 @@ from components.ape.triplets import (
     ter_histogram,
     ter_summary,
 )
-from components.data.local import TRIPLET_FIELDS, read_corpus, write_corpus
-from components.errors import LearnableSparsityError
-from components.nmt.grid import NmtSettings
+from learnable_sparsity.data.local import TRIPLET_FIELDS, read_corpus, write_corpus
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.grid import NmtSettings
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import clear
 from pipelines.scaffold.stage import Stage, run_stage

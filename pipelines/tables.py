@@ -1,9 +1,9 @@
 """DVC stage ``tables``: every reproduced number beside the publication's, and the report index.
 
 Reads the metrics the other stages wrote (BLEU, speed, head analysis, latent-variable results),
-builds the comparison tables of ``components.reporting`` (labelled with the profile and the data;
-results of the smoke and ci profiles are marked as not comparable to the publications) and writes
-``reports/tables/<name>.{md,csv,tex}``, ``reports/tables.md`` (all tables) and
+builds the comparison tables of ``learnable_sparsity.reporting`` (labelled with the profile and the
+data; results of the smoke and ci profiles are marked as not comparable to the publications) and
+writes ``reports/tables/<name>.{md,csv,tex}``, ``reports/tables.md`` (all tables) and
 ``reports/index.md`` (the claims stage's verdicts first, then every table and figure, relative
 links only: no CDN needed).
 """
@@ -13,15 +13,15 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from components.reporting.ape_tables import ape_ablation_table, ape_results_table
-from components.reporting.lvm_tables import lvm_table
-from components.reporting.nmt_tables import (
+from learnable_sparsity.reporting.ape_tables import ape_ablation_table, ape_results_table
+from learnable_sparsity.reporting.lvm_tables import lvm_table
+from learnable_sparsity.reporting.nmt_tables import (
     ast_bleu_table,
     head_summary_table,
     speed_comparison_table,
 )
-from components.reporting.render import render_report, table_files, to_markdown
-from components.reporting.table import ComparisonTable
+from learnable_sparsity.reporting.render import render_report, table_files, to_markdown
+from learnable_sparsity.reporting.table import ComparisonTable
 from pipelines.experiments import LVM
 from pipelines.results import (
     load_ape_scores,

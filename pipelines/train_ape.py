@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from components.ape.grid import ApeSettings
-from components.nmt.training import TrainingSettings
-from components.settings import build, params_of
+from learnable_sparsity.ape.grid import ApeSettings
+from learnable_sparsity.nmt.training import TrainingSettings
+from learnable_sparsity.settings import build, params_of
 from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
 from pipelines.nmt_cells import train_in_cell
 from pipelines.scaffold import layout

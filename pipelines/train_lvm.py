@@ -1,10 +1,10 @@
 """DVC stages ``train_lvm@<experiment>``: the latent-variable experiments of sparse marginalization.
 
-``python -m pipelines.train_lvm <experiment>`` with experiment one of ``ssvae`` (semi-supervised
-VAE: test accuracy), ``signal_game`` (communication success) or ``bitvector_vae`` (test NLL in
-bits per dimension, for each D in ``bits``); see ``components.lvm``. The grid (method × seed, × D)
-runs as Ray tasks; each cell is one MLflow child run and keeps its checkpoints in
-``models/lvm/<experiment>/<cell>/`` (resumed after an interruption). A cell is fingerprinted with
+``python -m pipelines.train_lvm <experiment>`` with experiment one of ``ssvae``
+(semi-supervised VAE: test accuracy), ``signal_game`` (communication success) or ``bitvector_vae``
+(test NLL in bits per dimension, for each D in ``bits``); see ``learnable_sparsity.lvm``. The grid
+(method × seed, × D) runs as Ray tasks; each cell is one MLflow child run and keeps its checkpoints
+in ``models/lvm/<experiment>/<cell>/`` (resumed after an interruption). A cell is fingerprinted with
 the settings of its own run only, so changing one method's learning rate retrains its cells only.
 
 Outputs: ``results/train_lvm/<experiment>.json`` (per method, one metric dict per seed; the
@@ -21,14 +21,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from components.checkpoints import LAST
-from components.data.datasets import load_game, load_images
-from components.errors import LearnableSparsityError
-from components.lvm.methods import SPARSE_METHODS
-from components.lvm.settings import LvmCell
-from components.lvm.training import train_and_evaluate
-from components.reporting.figures import experiment_figures
-from components.settings import build, params_of
+from learnable_sparsity.checkpoints import LAST
+from learnable_sparsity.data.datasets import load_game, load_images
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.lvm.methods import SPARSE_METHODS
+from learnable_sparsity.lvm.settings import LvmCell
+from learnable_sparsity.lvm.training import train_and_evaluate
+from learnable_sparsity.reporting.figures import experiment_figures
+from learnable_sparsity.settings import build, params_of
 from pipelines.experiments import LVM
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid, GridCell

@@ -19,12 +19,12 @@ from dataclasses import asdict
 
 import torch
 
-from components.data.local import read_corpus
-from components.nmt.batching import encode_pairs
-from components.nmt.grid import NmtSettings
-from components.nmt.model import Transformer
-from components.nmt.training import TrainingSettings
-from components.settings import build, params_of
+from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.nmt.model import Transformer
+from learnable_sparsity.nmt.training import TrainingSettings
+from learnable_sparsity.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid

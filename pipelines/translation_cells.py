@@ -12,24 +12,24 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from components.ape.triplets import (
+from learnable_sparsity.ape.triplets import (
     SyntheticApeSettings,
     kfold,
     repeated_sources,
     seen_sources,
     unseen_check,
 )
-from components.data.atomic import atomic_write_text
-from components.data.bpe import BpeModel
-from components.data.local import read_corpus
-from components.errors import LearnableSparsityError
-from components.nmt.batching import encode_pairs
-from components.nmt.cells import NmtCell
-from components.nmt.grid import NmtSettings
-from components.nmt.model import Transformer
-from components.nmt.search import DecodeSettings, translate
-from components.nmt.training import TrainingSettings, weight_files
-from components.settings import build, params_of
+from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.data.bpe import BpeModel
+from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.nmt.cells import NmtCell
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.nmt.model import Transformer
+from learnable_sparsity.nmt.search import DecodeSettings, translate
+from learnable_sparsity.nmt.training import TrainingSettings, weight_files
+from learnable_sparsity.settings import build, params_of
 from pipelines.nmt_cells import open_cell, train_in_cell, trained_model
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid, GridCell

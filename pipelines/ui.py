@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold.params import load_params
 from pipelines.scaffold.runner import LOG_FORMAT
 from pipelines.scaffold.store import MlflowSettings, prepare, tracking_uri

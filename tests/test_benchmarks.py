@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from components.timing import NOISY_RELATIVE_SPREAD
+from learnable_sparsity.timing import NOISY_RELATIVE_SPREAD
 
 ROOT = Path(__file__).resolve().parents[1]
 

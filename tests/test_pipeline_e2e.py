@@ -27,8 +27,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from components.core import fused
-from components.timing import MIN_ROUNDS_FOR_SPREAD
+from learnable_sparsity.core import fused
+from learnable_sparsity.timing import MIN_ROUNDS_FOR_SPREAD
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["softmax", "sparsemax", "entmax15", "entmax_alpha", "topk"]
@@ -414,7 +414,7 @@ def test_second_repro_is_a_no_op(repro: tuple[Path, str, str]) -> None:
 def test_changing_an_imported_file_makes_its_stages_stale(repro: tuple[Path, str, str]) -> None:
     repo, uri, _ = repro
     env = environment(repo, uri)
-    batching = repo / "components/nmt/batching.py"
+    batching = repo / "learnable_sparsity/nmt/batching.py"
     original = batching.read_text()
     try:
         batching.write_text(original + "\n# an edit\n")
@@ -423,7 +423,7 @@ def test_changing_an_imported_file_makes_its_stages_stale(repro: tuple[Path, str
         batching.write_text(original)
     stale = {line.rstrip(":") for line in status.splitlines() if line and not line[0].isspace()}
     # claims imports the head analysis, which imports the NMT batching; tables reads NMT cell
-    # keys through components/nmt/cells.py, and DVC deps are whole sub-packages
+    # keys through learnable_sparsity/nmt/cells.py, and DVC deps are whole sub-packages
     assert stale == {
         "train_nmt",
         "evaluate_nmt",
@@ -509,7 +509,7 @@ def test_changed_settings_code_and_inputs_rerun_what_depends_on_them(
     log = run(["dvc", "repro", "train_lvm@bitvector_vae"], repo, env)
     assert "train_lvm/bitvector_vae: 1 cells to run, 2 reused" in log
     # A data transform of the images (a code file the cells import): every SSVAE cell retrains.
-    images = repo / "components/data/images.py"
+    images = repo / "learnable_sparsity/data/images.py"
     images.write_text(images.read_text() + "\n# an edit of the binarisation's module\n")
     log = run(["dvc", "repro", "train_lvm@ssvae"], repo, env)
     assert "train_lvm/ssvae: 3 cells to run, 0 reused" in log

@@ -111,12 +111,18 @@ def test_the_core_passes_its_oracle_tests_installed_on_another_python(
     project = tmp_path / "project"
     project_files(project)
     venv = _environment(python, version, project)
-    # The tests alone, so that `components` is imported from the installed package.
+    # The tests alone, so that `learnable_sparsity` is imported from the installed package.
     suite = tmp_path / "suite"
     shutil.copytree(project / "tests", suite / "tests")
     shutil.copy2(PYPROJECT, suite)  # pytest's settings (markers)
     where = _run(
-        [venv / "bin/python", "-c", "import components; print(components.__file__)"], 60, suite
+        [
+            venv / "bin/python",
+            "-c",
+            "import learnable_sparsity; print(learnable_sparsity.__file__)",
+        ],
+        60,
+        suite,
     )
     assert Path(where.strip()).is_relative_to(venv), where
     kernels = tmp_path / "kernels"

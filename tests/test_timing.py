@@ -1,4 +1,5 @@
-"""Tests for ``components.timing``: interleaving, warm-up, per-round ratios, spread, noisy flag.
+"""Tests for ``learnable_sparsity.timing``: interleaving, warm-up, per-round ratios, spread, noisy
+flag.
 
 Every measurement here is a fake whose value the test controls (no clock is read except the fake
 one), so the checks are exact and never depend on the machine's speed.
@@ -10,8 +11,8 @@ import itertools
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.timing import (
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.timing import (
     NOISY_RELATIVE_SPREAD,
     RatioSummary,
     calls_for,

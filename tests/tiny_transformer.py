@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from components.core.attention import logit_of_alpha
-from components.nmt.model import Transformer, TransformerConfig
+from learnable_sparsity.core.attention import logit_of_alpha
+from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 
 VOCAB = 20
 PAD = 0

@@ -8,29 +8,29 @@ queries, keys and values are N(0, 1) of shape [B, H, L, 64] (B × H per L: ``--s
 2×8 at 1K, 1×8 at 4K, 1×2 at 16K) and three attentions run:
 
 * ``ours`` — S = QKᵀ/√d (bf16, materialised: [B, H, L, L]), then
-  ``components.core.normalizers.entmax(S, alpha, mask=causal or None)`` with a learned per-head α
-  (a [1, H, 1, 1] float32 tensor with requires_grad, values spread evenly over [1.1, 1.9]; its
-  gradient is computed in every backward), then P·V. Unfused: the scores and the probabilities
-  are materialised in HBM (the normalizer computes bf16 in float32: an fp32 copy of S too);
-  ``scores_bytes`` gives their sizes and ``peak_bytes_forward_backward`` the measured peak of
+  ``learnable_sparsity.core.normalizers.entmax(S, alpha, mask=causal or None)`` with a learned
+  per-head α (a [1, H, 1, 1] float32 tensor with requires_grad, values spread evenly over [1.1,
+  1.9]; its gradient is computed in every backward), then P·V. Unfused: the scores and the
+  probabilities are materialised in HBM (the normalizer computes bf16 in float32: an fp32 copy of S
+  too); ``scores_bytes`` gives their sizes and ``peak_bytes_forward_backward`` the measured peak of
   one fwd+bwd. At the default shapes S is B·H·L² = 16.8M entries at 1K (32 MiB bf16, 64 MiB
   fp32), 134M at 4K (256 / 512 MiB) and 537M at 16K (1 / 2 GiB); the fwd+bwd holds a few
   fp32- and bf16-sized copies of it at once (S, its fp32 copy, the masked copy, P in fp32 and
   bf16, their gradients): an estimated 8 fp32 copies, ≈ 16 GiB at 16K, a fifth of an 80 GB
   card (the measured peak is in the row);
-* ``ours_fused`` — ``components.core.fused_attention.entmax_attention`` (the same function and
-  learned per-head α, in fused Triton kernels that recompute the scores tile by tile and skip the
-  all-zero tiles; on the CPU it is skipped);
+* ``ours_fused`` — ``learnable_sparsity.core.fused_attention.entmax_attention`` (the same function
+  and learned per-head α, in fused Triton kernels that recompute the scores tile by tile and skip
+  the all-zero tiles; on the CPU it is skipped);
 * ``adasplash`` — ``adasplash.adasplash(q, k, v, alpha=1.5, is_causal=causal)`` (AdaSplash's
   dispatcher: the AdaSplash-2 kernel for causal α = 1.5, the block-mask v1 kernel with n_iter = 10
   otherwise; fixed α = 1.5, scale 1/√d inside);
 * ``sdpa`` — ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)``
   restricted to the FlashAttention backend on CUDA (softmax attention: the speed of light).
 
-Timing as ``normalizers.py`` (``components.timing``; a clock that synchronises the GPU; forward
-under ``torch.no_grad``; forward+backward with a fixed random upstream gradient into q, k, v and
-α; interleaved rounds in a new seeded order each round, ratios to sdpa of the same round, median,
-quartiles, spread, noisy flag).
+Timing as ``normalizers.py`` (``learnable_sparsity.timing``; a clock that synchronises the GPU;
+forward under ``torch.no_grad``; forward+backward with a fixed random upstream gradient into q, k, v
+and α; interleaved rounds in a new seeded order each round, ratios to sdpa of the same round,
+median, quartiles, spread, noisy flag).
 
 Sparsity of ours on these random inputs (worst case for block skipping: random scores put the
 support anywhere): ``zero_fraction`` — entries with probability exactly 0 among those the mask
@@ -70,8 +70,8 @@ from common import (
 )
 from torch import Tensor
 
-from components.core import fused_attention, normalizers
-from components.timing import interleaved_rounds
+from learnable_sparsity.core import fused_attention, normalizers
+from learnable_sparsity.timing import interleaved_rounds
 
 adasplash, ADASPLASH_ERROR = optional_module("adasplash")
 
@@ -187,7 +187,7 @@ def run_config(
         "ours_fused": (
             _fused,
             None if fused_attention.usable(q) else "skipped: the fused kernels do not run here",
-            "fused Triton kernels (components.core.fused_attention), learned per-head α",
+            "fused Triton kernels (learnable_sparsity.core.fused_attention), learned per-head α",
         ),
         "adasplash": (
             _adasplash,
@@ -309,7 +309,7 @@ def main() -> None:
             "adasplash_alpha": ADASPLASH_ALPHA,
             "block": BLOCK,
             "ours": "unfused: QKᵀ/√d materialised in bf16, normalised in fp32 by "
-            "components.core.normalizers.entmax (learned per-head α), then P·V",
+            "learnable_sparsity.core.normalizers.entmax (learned per-head α), then P·V",
             "scores_bytes_per_length": {
                 length: _bytes(*shapes[length], length) for length in args.lengths
             },

@@ -3,8 +3,8 @@ waits for the GPU, timing of a callable's forward and forward+backward, errors k
 and JSON output that is rewritten after every configuration (a step killed by its timeout still
 leaves the configurations it finished).
 
-Importing this module puts the repository root first on ``sys.path``, so that ``components`` is
-this checkout's (not another one installed in the environment), whatever the working directory.
+Importing this module puts the repository root first on ``sys.path``, so that ``learnable_sparsity``
+is this checkout's (not another one installed in the environment), whatever the working directory.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from components.timing import calls_for, timed  # noqa: E402
+from learnable_sparsity.timing import calls_for, timed  # noqa: E402
 
 QUANTITIES = ("forward", "forward_backward")
 # A sample lasts at least 10 ms (a fast function is called several times per sample): far above
@@ -45,7 +45,7 @@ def device_of(name: str) -> torch.device:
 
 def clock_for(device: torch.device) -> Callable[[], float]:
     """``time.perf_counter``, preceded on CUDA by ``torch.cuda.synchronize``: with it as the
-    clock of :func:`components.timing.timed`, the work queued before the start is finished
+    clock of :func:`learnable_sparsity.timing.timed`, the work queued before the start is finished
     before the clock starts, and the timed work is finished before it stops."""
     if device.type != "cuda":
         return time.perf_counter
@@ -68,9 +68,9 @@ def measures(
     device: torch.device,
     min_seconds: float = MIN_SAMPLE_SECONDS,
 ) -> dict[str, Callable[[], float]]:
-    """Measurement callables (:func:`components.timing.timed`, GPU-synchronising clock) of one
-    forward and one forward+backward, each averaged over as many calls as make a sample last
-    ``min_seconds`` (:func:`components.timing.calls_for`, which also warms up)."""
+    """Measurement callables (:func:`learnable_sparsity.timing.timed`, GPU-synchronising clock) of
+    one forward and one forward+backward, each averaged over as many calls as make a sample last
+    ``min_seconds`` (:func:`learnable_sparsity.timing.calls_for`, which also warms up)."""
     clock = clock_for(device)
     once = {"forward": forward, "forward_backward": forward_backward}
     return {
@@ -115,7 +115,7 @@ def optional_module(name: str) -> tuple[Any, str | None]:
         return None, error_text(error)
 
 
-fused_triton, FUSED_TRITON_IMPORT_ERROR = optional_module("components.core.fused_triton")
+fused_triton, FUSED_TRITON_IMPORT_ERROR = optional_module("learnable_sparsity.core.fused_triton")
 
 
 def eager() -> contextlib.AbstractContextManager[object]:
@@ -135,7 +135,7 @@ def ours_path(x: torch.Tensor) -> str:
     if x.device.type == "cuda":
         on = fused_triton is not None and fused_triton.available()
         return "triton" if on and any(fused_triton.usable(p) for p in probes) else "eager"
-    from components.core import fused
+    from learnable_sparsity.core import fused
 
     return "cpu-kernels" if any(fused.usable(p) for p in probes) else "eager"
 
@@ -150,8 +150,8 @@ def package_version(name: str) -> str | None:
 
 
 def machine(device: torch.device) -> dict[str, object]:
-    """What the timings were measured on, and which ``components`` was imported."""
-    import components
+    """What the timings were measured on, and which ``learnable_sparsity`` was imported."""
+    import learnable_sparsity
 
     info: dict[str, object] = {
         "device": str(device),
@@ -161,7 +161,7 @@ def machine(device: torch.device) -> dict[str, object]:
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
-        "components": str(Path(components.__file__).parent),
+        "learnable_sparsity": str(Path(learnable_sparsity.__file__).parent),
         "fused_triton_module": fused_triton is not None,
         "fused_triton_import_error": FUSED_TRITON_IMPORT_ERROR,
         "fused_triton_available": bool(fused_triton is not None and fused_triton.available()),

@@ -3,13 +3,13 @@
 Written by step (a) of ``benchmarks/gpu/run.sh``: the date (UTC), Python, torch (and its CUDA,
 cuDNN), Triton, NumPy, adasplash, entmax and transformers versions; the GPU (name, memory,
 compute capability; driver, clocks and power limit from ``nvidia-smi``); whether
-``components.core.fused_triton`` imports and is available; which ``components`` was imported;
-whether ray, mlflow and dvc are importable (the GPU machine has none, and the benchmarks must not
-need them); and which code ran: the git commit (``git rev-parse HEAD`` where git and the
+``learnable_sparsity.core.fused_triton`` imports and is available; which ``learnable_sparsity`` was
+imported; whether ray, mlflow and dvc are importable (the GPU machine has none, and the benchmarks
+must not need them); and which code ran: the git commit (``git rev-parse HEAD`` where git and the
 repository are there), else the stamp file ``benchmarks/gpu/COMMIT`` written beforehand on the
 development machine (``--stamp``), plus ``code_digest``: a SHA-256 over the files under
-``components/``, ``tests/core``, ``tests/devices`` and ``benchmarks/gpu`` (paths and contents),
-compared with the stamp's digest, so uncommitted work is identified too.
+``learnable_sparsity/``, ``tests/core``, ``tests/devices`` and ``benchmarks/gpu`` (paths and
+contents), compared with the stamp's digest, so uncommitted work is identified too.
 
     python benchmarks/gpu/environment.py --out env.json      # on the GPU machine
     python benchmarks/gpu/environment.py --stamp             # here: write benchmarks/gpu/COMMIT
@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STAMP = ROOT / "benchmarks/gpu/COMMIT"
-DIGESTED = ("components", "tests/core", "tests/devices", "benchmarks/gpu")
+DIGESTED = ("learnable_sparsity", "tests/core", "tests/devices", "benchmarks/gpu")
 SUFFIXES = {".py", ".cpp", ".h", ".cu", ".sh", ".yaml", ".toml"}
 
 
@@ -113,11 +113,11 @@ def _gpu_facts() -> dict[str, object]:
 
 def _ours_facts() -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
-    import components
+    import learnable_sparsity
 
-    facts: dict[str, object] = {"components": str(Path(components.__file__).parent)}
+    facts: dict[str, object] = {"learnable_sparsity": str(Path(learnable_sparsity.__file__).parent)}
     try:
-        from components.core import fused_triton
+        from learnable_sparsity.core import fused_triton
 
         facts["fused_triton_module"] = True
         facts["fused_triton_available"] = bool(fused_triton.available())
@@ -125,7 +125,7 @@ def _ours_facts() -> dict[str, object]:
         facts["fused_triton_module"] = False
         facts["fused_triton_import_error"] = f"{type(error).__name__}: {error}"
     try:
-        from components.core import fused
+        from learnable_sparsity.core import fused
 
         facts["cpu_kernels_available"] = bool(fused.available())
     except Exception as error:

@@ -5,10 +5,10 @@ For each row length d (default 1024 and 4096) and dtype (float32, bfloat16), sco
 at scale 1) are normalised along the last dimension by:
 
 * ``torch.softmax`` — the baseline;
-* ours: ``components.core.normalizers.sparsemax``, ``entmax15`` and ``entmax`` with a learned
-  per-row α (a [rows, 1] float32 tensor with requires_grad, values uniform in (1.1, 1.9); its
-  gradient is computed in every backward) — on CUDA tensors the Triton kernels of
-  ``components.core.fused_triton`` where they take the input (the row's ``path`` says which
+* ours: ``learnable_sparsity.core.normalizers.sparsemax``, ``entmax15`` and ``entmax`` with a
+  learned per-row α (a [rows, 1] float32 tensor with requires_grad, values uniform in (1.1, 1.9);
+  its gradient is computed in every backward) — on CUDA tensors the Triton kernels of
+  ``learnable_sparsity.core.fused_triton`` where they take the input (the row's ``path`` says which
   code ran: ``triton``, ``eager`` or, on the CPU, ``cpu-kernels``);
 * the same three on the eager PyTorch solvers (rows "(eager)": the calls inside
   ``fused_triton.disabled()``; on the CPU that context changes nothing);
@@ -17,9 +17,9 @@ at scale 1) are normalised along the last dimension by:
 * the ``entmax`` package's ``sparsemax``, ``entmax15`` and ``entmax_bisect`` (the learned α
   tensor, n_iter = 50, its default).
 
-Timing (``components.timing``): every callable's clock calls ``torch.cuda.synchronize`` before
-reading ``time.perf_counter`` (``common.clock_for``). After a probe call (whose output gives the
-error) and a calibration (``calls_for``: as many calls per sample as make it last 10 ms, which
+Timing (``learnable_sparsity.timing``): every callable's clock calls ``torch.cuda.synchronize``
+before reading ``time.perf_counter`` (``common.clock_for``). After a probe call (whose output gives
+the error) and a calibration (``calls_for``: as many calls per sample as make it last 10 ms, which
 also warms up: Triton's compilation and autotuning happen there), the forward (under
 ``torch.no_grad``) and the forward+backward (``backward`` of a fixed random upstream gradient)
 of every function run interleaved — in a new seeded order each round — for ``--rounds`` rounds
@@ -27,7 +27,7 @@ of every function run interleaved — in a new seeded order each round — for `
 row's ``*_ms`` is the median of its round values, ``*_ratio`` the median of the per-round ratios
 to torch.softmax *of the same round*, with the per-round ratios, their quartiles, range,
 relative spread (IQR ÷ median) and ``*_noisy`` (relative spread above
-``components.timing.NOISY_RELATIVE_SPREAD``). Ours add ``forward_backward_speedup``: per
+``learnable_sparsity.timing.NOISY_RELATIVE_SPREAD``). Ours add ``forward_backward_speedup``: per
 counterpart (the same mapping on the eager solvers, in the ``entmax`` package, in AdaSplash) the
 median over rounds of the counterpart's fwd+bwd time ÷ ours in the same round.
 
@@ -70,8 +70,8 @@ from common import (
 )
 from torch import Tensor
 
-from components.core import normalizers as ours
-from components.timing import interleaved_rounds, summarize
+from learnable_sparsity.core import normalizers as ours
+from learnable_sparsity.timing import interleaved_rounds, summarize
 
 reference, REFERENCE_ERROR = optional_module("entmax")
 adasplash, ADASPLASH_ERROR = optional_module("adasplash")

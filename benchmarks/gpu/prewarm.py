@@ -10,10 +10,10 @@ each AdaSplash autotuner and calls AdaSplash (forward, and forward+backward) on 
 and dtypes the benchmarks use, so every configuration is compiled once, by some worker, into the
 shared cache (``~/.triton/cache`` or ``$TRITON_CACHE_DIR``). The benchmarks then autotune over
 the full configuration space as usual (their choice is unaffected), but load the binaries from the
-cache instead of compiling them. Our kernels (``components.core.fused_triton``: no autotuning) and
-AdaSplash's non-causal v1 kernels are compiled once each, the shapes dealt round-robin to the
-workers. Nothing is timed; a failure is printed and the rest goes on. On the CPU the sparse
-normalizers' C++ kernels are called instead (a rehearsal of the plumbing).
+cache instead of compiling them. Our kernels (``learnable_sparsity.core.fused_triton``: no
+autotuning) and AdaSplash's non-causal v1 kernels are compiled once each, the shapes dealt
+round-robin to the workers. Nothing is timed; a failure is printed and the rest goes on. On the CPU
+the sparse normalizers' C++ kernels are called instead (a rehearsal of the plumbing).
 
     python benchmarks/gpu/prewarm.py [--device cuda|cpu] [--quick] [--workers 8]
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from common import error_text, log, optional_module
 
-from components.core import normalizers
+from learnable_sparsity.core import normalizers
 
 # The shapes of the benchmarks (run.sh passes the same; see normalizers.py and attention.py).
 # "short": the Transformer's attention rows (keys per query: up to 51 source and 56 target tokens

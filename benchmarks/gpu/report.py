@@ -128,7 +128,8 @@ def _attention(data: dict) -> list[str]:
         "## Attention: forward+backward, ratio to SDPA (FlashAttention), bf16, head size 64",
         "",
         "ours = materialised scores + the Triton α-entmax (learned α per head); ours_fused =",
-        "`components.core.fused_attention` (learned α per head, gradients of Q, K, V and α);",
+        "`learnable_sparsity.core.fused_attention` (learned α per head, gradients of Q, K, V and "
+        "α);",
         "adasplash = AdaSplash 0.2.2 with a fixed α = 1.5 (no α-gradient). Random inputs have",
         "no all-zero 128×128 block outside the causal mask (block sparsity column), so no method",
         "can skip more than the mask there.",

@@ -2,13 +2,13 @@
 
 Zhao et al. (2019, Table 4) give training and inference tokens/s of the Transformer with
 softmax, sparsemax, 1.5-entmax, α-entmax and top-k attention. Here every variant is
-``components.nmt.model.Transformer`` at the base size (6 + 6 layers, d_model 512, 8 heads, FFN
-2048; dropout 0.1, attention dropout 0.1, pre-norm, shared embeddings over a joint vocabulary of
+``learnable_sparsity.nmt.model.Transformer`` at the base size (6 + 6 layers, d_model 512, 8 heads,
+FFN 2048; dropout 0.1, attention dropout 0.1, pre-norm, shared embeddings over a joint vocabulary of
 ``--vocab`` ids) with the variant's normalizer in every attention block: softmax, sparsemax,
 entmax15, entmax_alpha (the model's own learned per-head α, AST's random initialisation) and
 topk (k = 8) — the same initial weights (seed 0), float32 as the project trains, on the device's
-default code path (for the sparse ones on CUDA: ``components.core.fused_triton`` where it takes
-the input; ``ours_path`` in the JSON).
+default code path (for the sparse ones on CUDA: ``learnable_sparsity.core.fused_triton`` where it
+takes the input; ``ours_path`` in the JSON).
 
 Data: synthetic token ids (there is no corpus on the GPU machine): ``--sentences`` pairs with
 source lengths uniform in [``--min-length``, ``--max-length``] and target lengths within ±10% of
@@ -16,9 +16,9 @@ them, ids uniform over the non-special vocabulary. Untrained weights and random 
 throughput depends on the shapes, and the fixed-length search generates the same tokens with
 every variant.
 
-Measurement: what ``components.nmt.speed.measure_speed`` does — the models and batches of
-``components.nmt.speed.speed_inputs`` (the pairs as both training and test set), then
-``components.nmt.speed.interleaved_variants``: training —
+Measurement: what ``learnable_sparsity.nmt.speed.measure_speed`` does — the models and batches of
+``learnable_sparsity.nmt.speed.speed_inputs`` (the pairs as both training and test set), then
+``learnable_sparsity.nmt.speed.interleaved_variants``: training —
 ``train_step`` (forward, label-smoothed loss, backward, Adam step) on token batches of at most
 ``--max-tokens`` padded tokens, ``--train-steps`` timed after ``--warmup-steps`` untimed, the
 variants interleaved step by step; inference — fixed-length beam search (beam 4, length penalty
@@ -26,10 +26,10 @@ variants interleaved step by step; inference — fixed-length beam search (beam 
 batches of ``--batch-sentences`` (Zhao et al.: 128), after one untimed batch;
 ``torch.cuda.synchronize`` at both ends of every timed region. ``--rounds`` rounds, one
 ``interleaved_variants`` call each (order seed = ``--seed`` + round), the JSON rewritten after
-each; then ``components.nmt.speed.summarize_rounds``: per variant and phase the median over
+each; then ``learnable_sparsity.nmt.speed.summarize_rounds``: per variant and phase the median over
 rounds of tokens/s ÷ softmax's tokens/s *of the same round*, quartiles, range, relative spread
 and the noisy flag. Tokens: non-pad target tokens (training) and generated target tokens
-(inference); see ``components.nmt.speed``.
+(inference); see ``learnable_sparsity.nmt.speed``.
 
     python benchmarks/gpu/transformer.py [--device cuda|cpu] [--quick] [--rounds 3] [--out FILE]
 """
@@ -45,10 +45,10 @@ from pathlib import Path
 import torch
 from common import device_of, log, machine, ours_path, write_json
 
-from components.nmt.batching import Example
-from components.nmt.model import TransformerConfig
-from components.nmt.search import DecodeSettings
-from components.nmt.speed import (
+from learnable_sparsity.nmt.batching import Example
+from learnable_sparsity.nmt.model import TransformerConfig
+from learnable_sparsity.nmt.search import DecodeSettings
+from learnable_sparsity.nmt.speed import (
     PHASES,
     SpeedSettings,
     interleaved_variants,

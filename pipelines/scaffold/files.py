@@ -12,8 +12,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from components.data.atomic import atomic_write_text
-from components.errors import LearnableSparsityError, MissingInputError
+from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
 
 _FIGURE_DPI = 110
 

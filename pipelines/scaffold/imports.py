@@ -12,7 +12,7 @@ too, unless it holds nothing but a docstring. Imports inside functions count as 
 third-party and standard-library modules do not.
 
 ``python -m pipelines.scaffold.imports pipelines.train_nmt`` prints the ``deps`` entries of a
-stage for ``dvc.yaml``: whole folders for sub-packages (``components/nmt``,
+stage for ``dvc.yaml``: whole folders for sub-packages (``learnable_sparsity/nmt``,
 ``pipelines/scaffold``), single files elsewhere.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Top-level folders whose Python files belong to the project.
-PACKAGES = ("components", "pipelines", "benchmarks")
+PACKAGES = ("learnable_sparsity", "pipelines", "benchmarks")
 
 
 def _module_file(name: str, root: Path) -> Path | None:
@@ -121,7 +121,7 @@ def code_digest(entry: str | Path, root: Path = ROOT) -> str:
 
 def dvc_deps(entry: str | Path, root: Path = ROOT) -> list[str]:
     """The code ``deps`` of a stage running ``entry``: the sub-packages it imports from as whole
-    folders (``components/nmt``, ``pipelines/scaffold``), other files one by one."""
+    folders (``learnable_sparsity/nmt``, ``pipelines/scaffold``), other files one by one."""
     return sorted({"/".join(Path(f).parts[:2]) for f in code_files(entry, root)})
 
 

@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping
 from statistics import fmean
 from typing import Any
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 
 SEED = "/seed"
 

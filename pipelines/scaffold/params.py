@@ -1,7 +1,7 @@
 """Reading ``params.yaml``: dotted keys, sections as settings dataclasses, errors naming the key.
 
 Every section a stage reads becomes the frozen settings dataclass of the component that uses it
-(``components.settings``), built and validated once in the driver before any work starts:
+(``learnable_sparsity.settings``), built and validated once in the driver before any work starts:
 ``params.settings("nmt", NmtSettings)``. Errors name the file and the full key, e.g.
 ``params.yaml: nmt.train.peak_lr must be > 0, got -0.001``.
 """
@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from components.errors import LearnableSparsityError
-from components.settings import Settings, SettingsError, build
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import Settings, SettingsError, build
 
 PARAMS_FILE = Path("params.yaml")
 S = TypeVar("S", bound=Settings)

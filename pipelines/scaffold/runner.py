@@ -2,15 +2,15 @@
 
 A *task* is a function ``task(cell) -> dict``; cells are picklable objects and results plain
 picklable dicts. The task must be a **top-level function of an importable module** (e.g.
-``pipelines.scaffold.stage.execute_cell``): Ray pickles it by reference and each worker imports
-its module, so lambdas, closures and bound methods are not supported.
+``pipelines.scaffold.stage.execute_cell``): Ray pickles it by reference and each worker
+imports its module, so lambdas, closures and bound methods are not supported.
 
 Where the workers find the project's code: a local Ray (started by :func:`connect`) starts its
 workers in the driver's working directory with that directory first on their ``sys.path``, so
-``components`` / ``pipelines`` are imported from the same checkout as in the driver (also in a DVC
-experiment's temporary copy), with the editable install as fall-back. On a cluster, submit the
-driver with ``ray job submit --working-dir . -- python -m pipelines.<stage>`` so that the code
-travels with the job.
+``learnable_sparsity`` / ``pipelines`` are imported from the same checkout as in the driver
+(also in a DVC experiment's temporary copy), with the editable install as fall-back. On a cluster,
+submit the driver with ``ray job submit --working-dir . -- python -m pipelines.<stage>`` so
+that the code travels with the job.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import ray
 import torch
 from tqdm import tqdm
 
-from components.errors import LearnableSparsityError
-from components.settings import Settings, setting
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import Settings, setting
 
 log = logging.getLogger(__name__)
 

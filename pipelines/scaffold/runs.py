@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold.provenance import source_tags, system_tags
 from pipelines.scaffold.store import prepare, retry
 

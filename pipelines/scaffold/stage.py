@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 
 from matplotlib.figure import Figure
 
-from components.data.atomic import atomic_write_bytes, atomic_write_text
-from components.errors import LearnableSparsityError
-from components.settings import Settings, params_of
+from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import Settings, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import (
     CellRun,

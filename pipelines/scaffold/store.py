@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from components.errors import LearnableSparsityError
-from components.settings import Settings, SettingsError
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from components.analysis.figures import (
+from learnable_sparsity.analysis.figures import (
     FLAGGED_LABEL,
     alpha_histograms,
     alpha_trajectory_figures,
@@ -17,7 +17,7 @@ from components.analysis.figures import (
     head_colours,
     js_per_layer,
 )
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 
 KINDS = ("encoder.self", "decoder.context", "decoder.self")
 LAYERS, HEADS = 2, 3

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from components.analysis.alpha import (
+from learnable_sparsity.analysis.alpha import (
     FLAT_TAIL_ALPHAS,
     STEEPEST_SLOPE,
     alpha_movement,
@@ -23,8 +23,8 @@ from components.analysis.alpha import (
     modality,
     softmax_then_sparser,
 )
-from components.analysis.blocks import split_block
-from components.analysis.heads import (
+from learnable_sparsity.analysis.blocks import split_block
+from learnable_sparsity.analysis.heads import (
     AnalysisSettings,
     HeadAnalysis,
     analyze,
@@ -34,14 +34,19 @@ from components.analysis.heads import (
     pooled_within_sd,
     summary,
 )
-from components.analysis.roles import QUESTION_MARKS, roles, source_word_features
-from components.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit, logit_of_alpha
-from components.data.bpe import BpeModel, train_joint_bpe
-from components.data.generated import SOURCE_LANGUAGE, WH_ADVERBS, WH_PRONOUNS, generate_splits
-from components.data.registry import CORPORA
-from components.errors import LearnableSparsityError
-from components.nmt.model import Transformer
-from components.settings import SettingsError, build
+from learnable_sparsity.analysis.roles import QUESTION_MARKS, roles, source_word_features
+from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit, logit_of_alpha
+from learnable_sparsity.data.bpe import BpeModel, train_joint_bpe
+from learnable_sparsity.data.generated import (
+    SOURCE_LANGUAGE,
+    WH_ADVERBS,
+    WH_PRONOUNS,
+    generate_splits,
+)
+from learnable_sparsity.data.registry import CORPORA
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.model import Transformer
+from learnable_sparsity.settings import SettingsError, build
 from tests.tiny_transformer import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]

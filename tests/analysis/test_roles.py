@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from components.analysis.heads import HeadAnalysis, summary
-from components.analysis.roles import (
+from learnable_sparsity.analysis.heads import HeadAnalysis, summary
+from learnable_sparsity.analysis.roles import (
     QUESTION_MARKS,
     argmax_share,
     best_heads,

@@ -13,12 +13,17 @@ import torch
 from huggingface_hub import constants as hub_constants
 from transformers import BertForMaskedLM, BertModel
 
-from components.ape.bert import load_bert, load_bert_tokenizer
-from components.ape.pretrain import IGNORE_INDEX, PretrainSettings, mask_tokens, pretrain_mlm
-from components.ape.wordpiece import SPECIAL_TOKENS, train_wordpiece
-from components.errors import LearnableSparsityError
-from components.hf.attention import register
-from components.settings import SettingsError
+from learnable_sparsity.ape.bert import load_bert, load_bert_tokenizer
+from learnable_sparsity.ape.pretrain import (
+    IGNORE_INDEX,
+    PretrainSettings,
+    mask_tokens,
+    pretrain_mlm,
+)
+from learnable_sparsity.ape.wordpiece import SPECIAL_TOKENS, train_wordpiece
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.hf.attention import register
+from learnable_sparsity.settings import SettingsError
 
 torch.set_num_threads(1)
 
@@ -95,7 +100,7 @@ def test_wordpiece_ids_are_the_same_in_every_process(tmp_path) -> None:
     # The tokenizers trainer numbers pieces differently from process to process.
     script = (
         "import json, sys\n"
-        "from components.ape.wordpiece import train_wordpiece\n"
+        "from learnable_sparsity.ape.wordpiece import train_wordpiece\n"
         f"texts = {TEXTS!r}\n"
         "print(json.dumps(train_wordpiece(texts * 3, 200).get_vocab(), sort_keys=True))\n"
     )

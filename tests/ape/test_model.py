@@ -1,4 +1,4 @@
-"""Tests for ``components.ape.model``: the APE encoder-decoder and the dual-source baseline.
+"""Tests for ``learnable_sparsity.ape.model``: the APE encoder-decoder and the dual-source baseline.
 
 A tiny random BERT (2 layers, hidden 32, 4 heads, feed-forward 64, 16 positions) over a
 hand-made WordPiece vocabulary (BERT's five special tokens, letters a–j, their "##" pieces and
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from components.ape.model import (
+from learnable_sparsity.ape.model import (
     MT_SIDE,
     PAD_SIDE,
     SRC_SIDE,
@@ -27,14 +27,14 @@ from components.ape.model import (
     segments_and_positions,
     target_ids,
 )
-from components.ape.wordpiece import SPECIAL_TOKENS
-from components.core.attention import NORMALIZERS
-from components.errors import LearnableSparsityError
-from components.nmt.batching import pad
-from components.nmt.search import DecodeSettings, beam_search, translate
-from components.nmt.seq2seq import Seq2Seq
-from components.nmt.training import TrainingSettings, train
-from components.settings import SettingsError, build
+from learnable_sparsity.ape.wordpiece import SPECIAL_TOKENS
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.batching import pad
+from learnable_sparsity.nmt.search import DecodeSettings, beam_search, translate
+from learnable_sparsity.nmt.seq2seq import Seq2Seq
+from learnable_sparsity.nmt.training import TrainingSettings, train
+from learnable_sparsity.settings import SettingsError, build
 
 torch.set_num_threads(1)
 

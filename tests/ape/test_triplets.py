@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from components.ape.triplets import (
+from learnable_sparsity.ape.triplets import (
     DROP_REASONS,
     TER_EDGES,
     FilterSettings,
@@ -21,8 +21,8 @@ from components.ape.triplets import (
     ter_summary,
     unseen_check,
 )
-from components.errors import LearnableSparsityError
-from components.settings import SettingsError, build
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import SettingsError, build
 
 KEEP_ALL = FilterSettings(max_length_ratio=3.0, max_unchanged_share=1.0)
 

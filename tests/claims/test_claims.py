@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from components.analysis.alpha import DENSE_THEN_SPARSE_DIP, DENSE_THEN_SPARSE_REBOUND
-from components.claims import (
+from learnable_sparsity.analysis.alpha import DENSE_THEN_SPARSE_DIP, DENSE_THEN_SPARSE_REBOUND
+from learnable_sparsity.claims import (
     NOT_MEASURABLE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -26,9 +26,9 @@ from components.claims import (
     nmt_checks,
     out_of_scope,
 )
-from components.claims.report import claims_markdown, claims_record
-from components.core.attention import alpha_of_logit
-from components.errors import LearnableSparsityError
+from learnable_sparsity.claims.report import claims_markdown, claims_record
+from learnable_sparsity.core.attention import alpha_of_logit
+from learnable_sparsity.errors import LearnableSparsityError
 
 FLAT = [(100, 2.0), (200, 1.5), (300, 1.4), (400, 1.39), (500, 1.39)]  # converged
 FALLING = [(100, 3.0), (200, 2.0), (300, 1.5), (400, 1.2), (500, 1.0)]  # still improving

@@ -11,9 +11,15 @@ import re
 import pytest
 import yaml
 
-from components.claims import CHECKS, Results, load_claims, results_from_json, results_to_json
-from components.claims.preregistered import parse_claims, threshold_changes
-from components.errors import LearnableSparsityError
+from learnable_sparsity.claims import (
+    CHECKS,
+    Results,
+    load_claims,
+    results_from_json,
+    results_to_json,
+)
+from learnable_sparsity.claims.preregistered import parse_claims, threshold_changes
+from learnable_sparsity.errors import LearnableSparsityError
 
 CLAIM = {
     "id": "c",

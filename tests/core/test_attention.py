@@ -1,4 +1,4 @@
-"""Tests for ``components.core.attention.MultiHeadAttention``.
+"""Tests for ``learnable_sparsity.core.attention.MultiHeadAttention``.
 
 Shapes: batch B = 3, model width D = 16, H = 4 heads. For "entmax_alpha" the heads get different
 α (1.1, 1.4, 1.6, 1.9) so that per-head broadcasting is exercised; "topk" uses k = 3.
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.core.attention import (
+from learnable_sparsity.core.attention import (
     ALPHA_MAX,
     ALPHA_MIN,
     NORMALIZERS,

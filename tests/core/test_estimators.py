@@ -18,8 +18,8 @@ import math
 import pytest
 import torch
 
-from components.core import estimators
-from components.core.estimators import (
+from learnable_sparsity.core import estimators
+from learnable_sparsity.core.estimators import (
     GumbelTemperature,
     MovingAverageBaseline,
     NVILBaseline,

@@ -1,4 +1,5 @@
-"""The fused CPU kernels (``components.core.fused``): dispatch, threads, fall-backs, the build.
+"""The fused CPU kernels (``learnable_sparsity.core.fused``): dispatch, threads, fall-backs, the
+build.
 
 The mappings themselves are held to the ``entmax`` package and to brute force by
 ``test_normalizers.py``, which runs every test on the kernels and on the eager solvers.
@@ -17,7 +18,7 @@ import torch
 from entmax import entmax15 as ref_entmax15
 from entmax import sparsemax as ref_sparsemax
 
-from components.core import fused, normalizers
+from learnable_sparsity.core import fused, normalizers
 from tests.core.conftest import needs_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 CHECK = """
     import torch
     from entmax import sparsemax as reference
-    from components.core import fused, normalizers
+    from learnable_sparsity.core import fused, normalizers
     x = torch.randn(4, 9, dtype=torch.float64)
     assert (normalizers.sparsemax(x) - reference(x)).abs().max() < 1e-12
     print("available:", fused.available())

@@ -1,4 +1,5 @@
-"""Fused α-entmax attention (``components.core.fused_attention``) against the materialised path.
+"""Fused α-entmax attention (``learnable_sparsity.core.fused_attention``) against the materialised
+path.
 
 The oracle is the same function computed from the stored scores by ``normalizers.entmax`` (itself
 held to the ``entmax`` package and finite differences in ``test_normalizers``). With a GPU the
@@ -15,8 +16,8 @@ from contextlib import ExitStack
 import pytest
 import torch
 
-from components.core import fused, fused_attention, fused_triton
-from components.core.fused_attention import entmax_attention
+from learnable_sparsity.core import fused, fused_attention, fused_triton
+from learnable_sparsity.core.fused_attention import entmax_attention
 
 pytest.importorskip("triton", reason="Triton is not installed (a test-only dependency on CPU)")
 

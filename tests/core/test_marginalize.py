@@ -13,7 +13,7 @@ import pytest
 import torch
 from entmax import Entmax15Loss, SparsemaxLoss
 
-from components.core.marginalize import (
+from learnable_sparsity.core.marginalize import (
     MAPPINGS,
     BitVectorDistribution,
     entmax15_loss,
@@ -24,7 +24,7 @@ from components.core.marginalize import (
     sparsemax_loss,
     topk_sparsemax,
 )
-from components.core.normalizers import sparsemax
+from learnable_sparsity.core.normalizers import sparsemax
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""Correctness tests for ``components.core.normalizers``.
+"""Correctness tests for ``learnable_sparsity.core.normalizers``.
 
 Oracle: the ``entmax`` package (v1.3, test-only dependency). Every oracle reference is computed in
 float64 from the *same* inputs upcast, so the fp32 tolerances (1e-5) measure the module's own error
@@ -10,14 +10,14 @@ it returns the uniform distribution: softmax is the reference there.
 
 Threshold convention throughout: p_i = [(α−1) x_i − τ]_+^{1/(α−1)}.
 
-Every test runs on the CPU, on the fused C++ kernels (``components.core.fused``) and on the eager
-solvers (the fall-back), and where PyTorch sees a GPU also on CUDA, on the Triton kernels
-(``components.core.fused_triton``) and on the eager solvers; those marked ``eager_solvers``, which
-look at the eager solvers' internals (candidate packing, the iteration cap), on the eager solvers
-only. Inputs are drawn on the CPU from seeded generators and moved to the solvers' device (the
-``device`` fixture), so that every device sees the same numbers. ``oracle`` and ``masked_oracle``
-compute on the CPU and return on the input's device; the tests that need the package's autograd
-run it on the device.
+Every test runs on the CPU, on the fused C++ kernels (``learnable_sparsity.core.fused``) and on the
+eager solvers (the fall-back), and where PyTorch sees a GPU also on CUDA, on the Triton kernels
+(``learnable_sparsity.core.fused_triton``) and on the eager solvers; those marked ``eager_solvers``,
+which look at the eager solvers' internals (candidate packing, the iteration cap), on the eager
+solvers only. Inputs are drawn on the CPU from seeded generators and moved to the solvers' device
+(the ``device`` fixture), so that every device sees the same numbers. ``oracle`` and
+``masked_oracle`` compute on the CPU and return on the input's device; the tests that need the
+package's autograd run it on the device.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from entmax import entmax15 as ref_entmax15
 from entmax import entmax_bisect as ref_entmax_bisect
 from entmax import sparsemax as ref_sparsemax
 
-from components.core import fused, fused_triton
-from components.core import normalizers as normalizers_module
-from components.core.normalizers import (
+from learnable_sparsity.core import fused, fused_triton
+from learnable_sparsity.core import normalizers as normalizers_module
+from learnable_sparsity.core.normalizers import (
     entmax,
     entmax15,
     entmax_threshold,

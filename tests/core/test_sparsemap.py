@@ -13,8 +13,8 @@ import itertools
 import pytest
 import torch
 
-from components.core.marginalize import marginalize_bits
-from components.core.sparsemap import bernoulli_map, budget_map, sparsemap
+from learnable_sparsity.core.marginalize import marginalize_bits
+from learnable_sparsity.core.sparsemap import bernoulli_map, budget_map, sparsemap
 
 F64 = torch.float64
 

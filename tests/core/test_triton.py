@@ -1,4 +1,5 @@
-"""The Triton kernels (``components.core.fused_triton``) against the oracles, on any machine.
+"""The Triton kernels (``learnable_sparsity.core.fused_triton``) against the oracles, on any
+machine.
 
 With a GPU the kernels run compiled on CUDA tensors; without one, Triton's interpreter runs the
 same kernels on CPU tensors (the root conftest sets ``TRITON_INTERPRET=1``), so CI checks their
@@ -24,8 +25,8 @@ from entmax import entmax15 as ref_entmax15
 from entmax import entmax_bisect as ref_entmax_bisect
 from entmax import sparsemax as ref_sparsemax
 
-from components.core import fused, fused_triton
-from components.core.normalizers import entmax, entmax15, sparsemax
+from learnable_sparsity.core import fused, fused_triton
+from learnable_sparsity.core.normalizers import entmax, entmax15, sparsemax
 
 pytest.importorskip("triton", reason="Triton is not installed (a test-only dependency on CPU)")
 
@@ -166,7 +167,7 @@ def test_rows_longer_than_the_kernels_hold_go_to_the_eager_solvers() -> None:
 HOPPER_COMPILE = """
 import triton, torch
 from triton.backends.compiler import GPUTarget
-from components.core import fused_triton, triton_kernels as K
+from learnable_sparsity.core import fused_triton, triton_kernels as K
 for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
     for kind in (0, 1, 2):
         constants = dict(KIND=kind, BLOCK=128, **fused_triton._solver_constants(dtype))
@@ -181,7 +182,7 @@ for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
                          **dict.fromkeys(constants, "constexpr")}
             triton.compile(triton.compiler.ASTSource(K.backward, signature, constants),
                            target=GPUTarget("cuda", 90, 32))
-from components.core import triton_attention as A
+from learnable_sparsity.core import triton_attention as A
 tensors = ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "do_ptr", "dq_ptr", "dk_ptr", "dv_ptr")
 arguments = {
     A.forward: ("q_ptr k_ptr v_ptr o_ptr alpha_ptr lengths_ptr stats_ptr tile_max_ptr",

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from components.data.atomic import atomic_write_text, atomic_writer, remove_partial_writes
+from learnable_sparsity.data.atomic import atomic_write_text, atomic_writer, remove_partial_writes
 
 KILLED_WRITER = """
 import os, sys
-from components.data.atomic import atomic_writer
+from learnable_sparsity.data.atomic import atomic_writer
 with atomic_writer(sys.argv[1]) as handle:
     handle.write(b"half")
     handle.flush()

@@ -1,4 +1,4 @@
-"""Tests for ``components.data.bpe``: joint BPE on the generated corpus, round trips, word ids."""
+"""Tests for ``learnable_sparsity.data.bpe``: joint BPE on the generated corpus, round trips, word ids."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.data.bpe import (
+from learnable_sparsity.data.bpe import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -16,8 +16,8 @@ from components.data.bpe import (
     train_joint_bpe,
     word_ids,
 )
-from components.data.generated import generate_corpus
-from components.errors import LearnableSparsityError
+from learnable_sparsity.data.generated import generate_corpus
+from learnable_sparsity.errors import LearnableSparsityError
 
 VOCAB = 500
 
@@ -100,7 +100,7 @@ def test_vocab_size_too_large_shrinks_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tiny = [("the dog walked .", "kuma le zifazo .")] * 20
-    with caplog.at_level(logging.WARNING, logger="components.data.bpe"):
+    with caplog.at_level(logging.WARNING, logger="learnable_sparsity.data.bpe"):
         path = train_joint_bpe(tiny, tmp_path / "tiny", 32000)
     assert 4 < BpeModel(path).vocab_size < 100
     assert "fewer than vocab_size=32000" in caplog.text

@@ -1,4 +1,4 @@
-"""Tests for ``components.data.fetch``: :func:`download` against the loopback HTTP server of
+"""Tests for ``learnable_sparsity.data.fetch``: :func:`download` against the loopback HTTP server of
 tests/loopback.py (checksums, resume, cache, the offline error, web pages)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from components.data.fetch import download
-from components.errors import LearnableSparsityError
+from learnable_sparsity.data.fetch import download
+from learnable_sparsity.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackServer

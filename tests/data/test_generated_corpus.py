@@ -1,4 +1,4 @@
-"""Tests for ``components.data.generated``: determinism, splits, coverage and the translation."""
+"""Tests for ``learnable_sparsity.data.generated``: determinism, splits, coverage and the translation."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from components.data.corpora import corpus_settings, load_corpus
-from components.data.generated import (
+from learnable_sparsity.data.corpora import corpus_settings, load_corpus
+from learnable_sparsity.data.generated import (
     ADJECTIVES,
     ADVERBS,
     COMPOUND_STEMS,
@@ -27,7 +27,7 @@ from components.data.generated import (
     generate_splits,
     render,
 )
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 
 N = 2000
 

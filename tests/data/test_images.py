@@ -1,4 +1,4 @@
-"""Tests for ``components.data.images``: digits splits, idx parsing, downloads from the loopback
+"""Tests for ``learnable_sparsity.data.images``: digits splits, idx parsing, downloads from the loopback
 HTTP server of tests/loopback.py, the train/valid
 split, binarisation, quantisation and the labelled split."""
 
@@ -17,10 +17,10 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from components.data import datasets, idx_images
-from components.data.images import binarize, digits_splits, labelled_split, quantize
-from components.data.idx_images import IDX_FILES, IMAGE_DATASETS, ImageArrays, ImageDatasetSpec, fetch_images, read_idx, released_ssvae_split, split_images
-from components.errors import LearnableSparsityError
+from learnable_sparsity.data import datasets, idx_images
+from learnable_sparsity.data.images import binarize, digits_splits, labelled_split, quantize
+from learnable_sparsity.data.idx_images import IDX_FILES, IMAGE_DATASETS, ImageArrays, ImageDatasetSpec, fetch_images, read_idx, released_ssvae_split, split_images
+from learnable_sparsity.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackServer

@@ -1,4 +1,4 @@
-"""Tests for ``components.data.local``: loading and validating the user's parallel files."""
+"""Tests for ``learnable_sparsity.data.local``: loading and validating the user's parallel files."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from components.data.local import load_local_corpus, read_lines
-from components.errors import LearnableSparsityError
+from learnable_sparsity.data.local import load_local_corpus, read_lines
+from learnable_sparsity.errors import LearnableSparsityError
 
 
 def _write_corpus(root: Path, **overrides: bytes) -> dict[str, tuple[Path, Path]]:

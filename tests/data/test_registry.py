@@ -1,5 +1,5 @@
-"""Tests for ``components.data.registry``: :func:`fetch_corpus` on each archive layout of
-``components.data.extractors`` (files served by the loopback HTTP server of conftest.py), the
+"""Tests for ``learnable_sparsity.data.registry``: :func:`fetch_corpus` on each archive layout of
+``learnable_sparsity.data.extractors`` (files served by the loopback HTTP server of conftest.py), the
 APE triplet corpora end to end (download, cache, resume, digests, prepared files) and the
 completeness of :data:`CORPORA`."""
 
@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from components.data.corpora import corpus_fields, corpus_settings, source_language
-from components.data.extractors import AlignedMembers
-from components.data.local import (
+from learnable_sparsity.data.corpora import corpus_fields, corpus_settings, source_language
+from learnable_sparsity.data.extractors import AlignedMembers
+from learnable_sparsity.data.local import (
     PAIR_FIELDS,
     SPLITS,
     TRIPLET_FIELDS,
     read_triplets,
     write_corpus,
 )
-from components.data.registry import CORPORA, CorpusSpec, fetch_corpus
-from components.errors import LearnableSparsityError
+from learnable_sparsity.data.registry import CORPORA, CorpusSpec, fetch_corpus
+from learnable_sparsity.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackServer
@@ -319,7 +319,7 @@ def test_fetch_wmt_ape_triplets_and_write_them(
     archives = _wmt_ape_archives()
     spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
     _saved_by_hand(spec, tmp_path / "cache", archives)
-    with caplog.at_level(logging.INFO, logger="components.data.extractors"):
+    with caplog.at_level(logging.INFO, logger="learnable_sparsity.data.extractors"):
         corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
     expected = {
         "train": _rows("train", "train", 3) + _rows("wmt17", "train", 2),

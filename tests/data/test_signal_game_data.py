@@ -1,4 +1,4 @@
-"""Tests for ``components.data.signal_game``: the EGG feature/label loader on HDF5 + pickle files
+"""Tests for ``learnable_sparsity.data.signal_game``: the EGG feature/label loader on HDF5 + pickle files
 written by the tests, EGG's released folders (downloaded from the loopback server of
 tests/loopback.py) and the digits stand-in."""
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from components.data import datasets
-from components.data.signal_game import (
+from learnable_sparsity.data import datasets
+from learnable_sparsity.data.signal_game import (
     GameData,
     digits_game_features,
     fetch_egg_folders,
@@ -24,7 +24,7 @@ from components.data.signal_game import (
     released_egg_games,
     split_game_data,
 )
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackServer

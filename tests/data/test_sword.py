@@ -1,4 +1,4 @@
-"""The SWORD reader (``components.data.sword``) on modules written in the packages' byte format
+"""The SWORD reader (``learnable_sparsity.data.sword``) on modules written in the packages' byte format
 (:mod:`tests.data.sword_fixture`), its Debian-package download on the loopback server, and, where
 Debian's ``sword-text-web`` / ``sword-text-sparv`` are installed (``make test`` installs them
 where apt-get can), the real translations."""
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from components.data import sword
-from components.data.corpora import corpus_settings, load_corpus, source_language
-from components.data.sword import (
+from learnable_sparsity.data import sword
+from learnable_sparsity.data.corpora import corpus_settings, load_corpus, source_language
+from learnable_sparsity.data.sword import (
     SYSTEM_LIBRARY,
     DebianPackage,
     Module,
@@ -25,8 +25,8 @@ from components.data.sword import (
     read_module,
     split_by_chapter,
 )
-from components.errors import LearnableSparsityError
-from components.settings import SettingsError
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import SettingsError
 from tests.data.sword_fixture import debian_package, slots_of, write_module
 
 if TYPE_CHECKING:

@@ -5,11 +5,11 @@ CUDA they run the Triton kernels, and a tensor made without ``device=``, a CPU
 generator asked to sample on the GPU or optimizer state left on the host only shows up there.
 One step per model and variant catches those, and is cheap enough to run on every machine.
 
-Each step is the project's own: :func:`components.nmt.training.train_step` (with
-:func:`~components.nmt.training.build_optimizer`) for the NMT Transformer, under every normalizer
-of ``NORMALIZERS`` (α-entmax with its learned α per head), and for the APE model;
-:func:`components.lvm.training.fit` over one step of each latent-variable experiment's ``loss``.
-After the step: the loss is finite; every parameter got a finite gradient, non-zero except
+Each step is the project's own: :func:`learnable_sparsity.nmt.training.train_step` (with
+:func:`~learnable_sparsity.nmt.training.build_optimizer`) for the NMT Transformer, under every
+normalizer of ``NORMALIZERS`` (α-entmax with its learned α per head), and for the APE model;
+:func:`learnable_sparsity.lvm.training.fit` over one step of each latent-variable experiment's
+``loss``. After the step: the loss is finite; every parameter got a finite gradient, non-zero except
 where the model makes it zero (below), and every parameter with a required non-zero gradient
 changed; parameters, gradients, buffers, optimizer state and the model's output are on the
 device.
@@ -40,19 +40,19 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from components.ape.model import ApeConfig, build_ape_model, joint_input, target_ids
-from components.ape.wordpiece import SPECIAL_TOKENS
-from components.core.attention import NORMALIZERS
-from components.data.images import binarize, quantize
-from components.data.signal_game import GameData
-from components.lvm import bitvector_vae, signal_game, ssvae
-from components.lvm.bitvector_vae import BitVectorVaeSettings
-from components.lvm.methods import Method, build_method
-from components.lvm.signal_game import Games, SignalGameSettings
-from components.lvm.ssvae import SsvaeSettings
-from components.lvm.training import StepFn, fit
-from components.nmt.batching import Batch, Example, collate_examples
-from components.nmt.training import TrainingSettings, build_optimizer, train, train_step
+from learnable_sparsity.ape.model import ApeConfig, build_ape_model, joint_input, target_ids
+from learnable_sparsity.ape.wordpiece import SPECIAL_TOKENS
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.data.images import binarize, quantize
+from learnable_sparsity.data.signal_game import GameData
+from learnable_sparsity.lvm import bitvector_vae, signal_game, ssvae
+from learnable_sparsity.lvm.bitvector_vae import BitVectorVaeSettings
+from learnable_sparsity.lvm.methods import Method, build_method
+from learnable_sparsity.lvm.signal_game import Games, SignalGameSettings
+from learnable_sparsity.lvm.ssvae import SsvaeSettings
+from learnable_sparsity.lvm.training import StepFn, fit
+from learnable_sparsity.nmt.batching import Batch, Example, collate_examples
+from learnable_sparsity.nmt.training import TrainingSettings, build_optimizer, train, train_step
 from tests.conftest import DEVICES
 from tests.tiny_transformer import VOCAB, tiny_model
 
@@ -176,7 +176,7 @@ class _InterruptedError(Exception):
 
 
 def test_nmt_training_resumes_identically(device: torch.device, tmp_path: Path) -> None:
-    """``components.nmt.training.train`` of α-entmax on the device, stopped after its first
+    """``learnable_sparsity.nmt.training.train`` of α-entmax on the device, stopped after its first
     checkpoint and resumed from it (loaded onto the device, its random states restored —
     the CPU's and, on a GPU, every CUDA device's, which dropout draws from there), ends with the
     weights of the straight run."""

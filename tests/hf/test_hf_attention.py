@@ -1,4 +1,5 @@
-"""Tests for ``components.hf.attention``: the core normalizers inside a ``transformers`` BERT.
+"""Tests for ``learnable_sparsity.hf.attention``: the core normalizers inside a ``transformers``
+BERT.
 
 A tiny random ``BertModel`` (2 layers, hidden 32, 4 heads of 8, vocabulary 50) is built from a
 config with ``attn_implementation=<name>``. Its ``initializer_range`` is 0.2 rather than BERT's
@@ -27,9 +28,9 @@ from transformers import (
 )
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
-from components.core.attention import ALPHA_MIN, NORMALIZERS, alpha_of_logit
-from components.errors import LearnableSparsityError
-from components.hf.attention import (
+from learnable_sparsity.core.attention import ALPHA_MIN, NORMALIZERS, alpha_of_logit
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.hf.attention import (
     ATTENTION_FUNCTIONS,
     ATTENTION_NAMES,
     add_head_alphas,

@@ -14,15 +14,15 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from components.data.images import ImageSet, ImageSplits
-from components.data.signal_game import GameData, GameSplits
-from components.lvm.bitvector_vae import BitVectorVaeSettings
-from components.lvm.methods import Method
-from components.lvm.settings import LvmSettings
-from components.lvm.signal_game import SignalGameSettings
-from components.lvm.ssvae import SsvaeSettings
-from components.lvm.training import fit
-from components.settings import build
+from learnable_sparsity.data.images import ImageSet, ImageSplits
+from learnable_sparsity.data.signal_game import GameData, GameSplits
+from learnable_sparsity.lvm.bitvector_vae import BitVectorVaeSettings
+from learnable_sparsity.lvm.methods import Method
+from learnable_sparsity.lvm.settings import LvmSettings
+from learnable_sparsity.lvm.signal_game import SignalGameSettings
+from learnable_sparsity.lvm.ssvae import SsvaeSettings
+from learnable_sparsity.lvm.training import fit
+from learnable_sparsity.settings import build
 
 WINDOW = 8
 # step_loss(model, method, step, generator) -> (loss, metrics)

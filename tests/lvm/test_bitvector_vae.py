@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from components.errors import LearnableSparsityError
-from components.lvm import bitvector_vae
-from components.lvm.methods import METHODS, build_method
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.lvm import bitvector_vae
+from learnable_sparsity.lvm.methods import METHODS, build_method
 
 P, LEVELS, D = 16, 4, 6
 

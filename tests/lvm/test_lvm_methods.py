@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from components.core.normalizers import sparsemax
-from components.errors import LearnableSparsityError
-from components.lvm.methods import (
+from learnable_sparsity.core.normalizers import sparsemax
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.lvm.methods import (
     METHODS,
     bernoulli_entropy,
     build_method,

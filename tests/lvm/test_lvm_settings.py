@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components.lvm.bitvector_vae import BitVectorVaeSettings
-from components.lvm.settings import LvmCell, LvmSettings
-from components.lvm.signal_game import SignalGameSettings, method_and_reward
-from components.lvm.ssvae import SsvaeSettings
-from components.settings import SettingsError, build
+from learnable_sparsity.lvm.bitvector_vae import BitVectorVaeSettings
+from learnable_sparsity.lvm.settings import LvmCell, LvmSettings
+from learnable_sparsity.lvm.signal_game import SignalGameSettings, method_and_reward
+from learnable_sparsity.lvm.ssvae import SsvaeSettings
+from learnable_sparsity.settings import SettingsError, build
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS: dict[str, type[LvmSettings]] = {

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import torch
 
-from components.checkpoints import LAST, PREVIOUS
-from components.data.images import ImageSplits
-from components.data.signal_game import GameSplits
-from components.errors import LearnableSparsityError
-from components.lvm import bitvector_vae, signal_game, ssvae
-from components.lvm.methods import build_method
-from components.lvm.settings import LvmCell, LvmSettings
-from components.lvm.training import Result, Setup, WarmStart, fit, train_and_evaluate
+from learnable_sparsity.checkpoints import LAST, PREVIOUS
+from learnable_sparsity.data.images import ImageSplits
+from learnable_sparsity.data.signal_game import GameSplits
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.lvm import bitvector_vae, signal_game, ssvae
+from learnable_sparsity.lvm.methods import build_method
+from learnable_sparsity.lvm.settings import LvmCell, LvmSettings
+from learnable_sparsity.lvm.training import Result, Setup, WarmStart, fit, train_and_evaluate
 from tests.conftest import DEVICES
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.errors import LearnableSparsityError
-from components.lvm import signal_game
-from components.lvm.methods import METHODS, build_method
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.lvm import signal_game
+from learnable_sparsity.lvm.methods import METHODS, build_method
 
 F, CONCEPTS, PER_CONCEPT, CANDIDATES, VOCAB = 8, 6, 10, 4, 8
 

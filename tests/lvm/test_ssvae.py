@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from components.core.marginalize import sparsemax_loss
-from components.core.normalizers import softmax
-from components.lvm import ssvae
-from components.lvm.methods import METHODS, build_method
+from learnable_sparsity.core.marginalize import sparsemax_loss
+from learnable_sparsity.core.normalizers import softmax
+from learnable_sparsity.lvm import ssvae
+from learnable_sparsity.lvm.methods import METHODS, build_method
 
 K, P = 4, 16
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sacrebleu.metrics import TER
 
-from components.metrics.translation import ape_metrics, sentence_ter, ter, tokenized_bleu
+from learnable_sparsity.metrics.translation import ape_metrics, sentence_ter, ter, tokenized_bleu
 
 # Tokenized, mixed-case post-editing output: case errors ("berlin", "The"), punctuation as its
 # own token, an empty hypothesis and a block shift.

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 import sacrebleu
 
-from components.errors import LearnableSparsityError
-from components.metrics.translation import (
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.metrics.translation import (
     corpus_bleu,
     corpus_chrf,
     empty_hypotheses,

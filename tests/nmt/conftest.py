@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from components.nmt.model import Transformer, TransformerConfig
+from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from tests.tiny_transformer import random_tokens, tiny_config, tiny_model
 
 

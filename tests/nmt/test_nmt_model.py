@@ -1,4 +1,5 @@
-"""Tests for ``components.nmt.model``: config validation, masks, incremental decoding, α, probs.
+"""Tests for ``learnable_sparsity.nmt.model``: config validation, masks, incremental decoding, α,
+probs.
 
 Every behavioural test runs for each of the five normalizers on tiny random models in eval mode.
 """
@@ -8,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from components.core.attention import NORMALIZERS
-from components.errors import LearnableSparsityError
-from components.nmt.model import DecoderCache
-from components.nmt.seq2seq import Seq2Seq
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.model import DecoderCache
+from learnable_sparsity.nmt.seq2seq import Seq2Seq
 
 TOL = 1e-5
 

@@ -1,4 +1,4 @@
-"""Tests for ``components.nmt.search``.
+"""Tests for ``learnable_sparsity.nmt.search``.
 
 Oracle: an independent greedy loop that re-runs the full (non-incremental) model on the whole
 prefix at every step, one sentence at a time (so without source padding). It follows the search's
@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
-from components.core.attention import NORMALIZERS
-from components.errors import LearnableSparsityError
-from components.nmt.model import Transformer
-from components.nmt.search import beam_search, greedy_decode, length_penalty
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.model import Transformer
+from learnable_sparsity.nmt.search import beam_search, greedy_decode, length_penalty
 
 PAD, BOS, EOS = 0, 2, 3
 

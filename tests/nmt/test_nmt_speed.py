@@ -1,4 +1,4 @@
-"""Tests for ``components.nmt.speed``: token counting, model state, rounds and ratios."""
+"""Tests for ``learnable_sparsity.nmt.speed``: token counting, model state, rounds and ratios."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import random
 import pytest
 import torch
 
-from components.core.attention import NORMALIZERS
-from components.errors import LearnableSparsityError
-from components.nmt import speed
-from components.nmt.batching import collate
-from components.nmt.search import DecodeSettings, beam_search
-from components.nmt.speed import (
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt import speed
+from learnable_sparsity.nmt.batching import collate
+from learnable_sparsity.nmt.search import DecodeSettings, beam_search
+from learnable_sparsity.nmt.speed import (
     SpeedSettings,
     Throughput,
     inference_throughput,
@@ -22,7 +22,7 @@ from components.nmt.speed import (
     training_round,
     training_throughput,
 )
-from components.settings import SettingsError, build
+from learnable_sparsity.settings import SettingsError, build
 
 PAD, BOS, EOS = 0, 2, 3
 SPECIALS = {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS}

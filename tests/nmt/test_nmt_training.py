@@ -1,5 +1,5 @@
-"""Tests for ``components.nmt.training`` (loss, schedule, train step, averaging) and
-``components.nmt.batching`` (collate, token batches)."""
+"""Tests for ``learnable_sparsity.nmt.training`` (loss, schedule, train step, averaging) and
+``learnable_sparsity.nmt.batching`` (collate, token batches)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from components.core.attention import NORMALIZERS
-from components.errors import LearnableSparsityError
-from components.nmt.batching import Batch, collate, token_batches
-from components.nmt.training import (
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.batching import Batch, collate, token_batches
+from learnable_sparsity.nmt.training import (
     average_checkpoints,
     build_optimizer,
     label_smoothed_nll,
@@ -24,7 +24,7 @@ from components.nmt.training import (
     update_average,
     with_average,
 )
-from components.schedules import inverse_sqrt_schedule, linear_schedule
+from learnable_sparsity.schedules import inverse_sqrt_schedule, linear_schedule
 
 PAD, BOS, EOS = 0, 2, 3
 

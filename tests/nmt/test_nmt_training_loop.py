@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.errors import LearnableSparsityError
-from components.nmt import training
-from components.nmt.model import Transformer
-from components.nmt.training import TrainingSettings, load_weights, train, validation_nll
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt import training
+from learnable_sparsity.nmt.model import Transformer
+from learnable_sparsity.nmt.training import TrainingSettings, load_weights, train, validation_nll
 from tests.tiny_transformer import tiny_model
 
 

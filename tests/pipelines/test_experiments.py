@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from components.claims import load_claims
-from components.lvm.settings import LvmSettings
+from learnable_sparsity.claims import load_claims
+from learnable_sparsity.lvm.settings import LvmSettings
 from pipelines.experiments import LVM
 from pipelines.scaffold import layout
 from pipelines.scaffold.imports import ROOT

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.evaluate_ape import ape_metrics_summary
 from pipelines.heads_cells import head_metrics
 from pipelines.scaffold.metrics import (

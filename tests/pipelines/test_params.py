@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.analysis.heads import AnalysisSettings
-from components.data.corpora import corpus_settings
-from components.data.datasets import dataset_settings
-from components.errors import LearnableSparsityError
-from components.nmt.grid import NmtSettings
-from components.nmt.model import TransformerConfig
-from components.nmt.speed import SpeedSettings
-from components.nmt.training import TrainingSettings
+from learnable_sparsity.analysis.heads import AnalysisSettings
+from learnable_sparsity.data.corpora import corpus_settings
+from learnable_sparsity.data.datasets import dataset_settings
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.nmt.model import TransformerConfig
+from learnable_sparsity.nmt.speed import SpeedSettings
+from learnable_sparsity.nmt.training import TrainingSettings
 from pipelines.preflight import settings_checks
 from pipelines.profile import apply_profile
 from pipelines.scaffold.params import Params, deep_merge, load_params

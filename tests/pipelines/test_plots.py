@@ -18,7 +18,7 @@ import pytest
 import yaml
 from dvc_render.vega import VegaRenderer
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines import plots_page
 from pipelines.heads_cells import js_csv
 from pipelines.scaffold.plots import curves_csv, read_curves

@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from components.claims import Results, results_to_json
-from components.data import sword
-from components.data.registry import CORPORA
+from learnable_sparsity.claims import Results, results_to_json
+from learnable_sparsity.data import sword
+from learnable_sparsity.data.registry import CORPORA
 from pipelines import corpora, preflight
 from pipelines.preflight import Check
 from pipelines.scaffold.params import Params, deep_merge, load_params, with_profile

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from components.claims import Results, evaluate, load_claims, results_from_json, results_to_json
-from components.claims.preregistered import threshold_changes
-from components.data.atomic import atomic_write_text
-from components.errors import LearnableSparsityError
+from learnable_sparsity.claims import Results, evaluate, load_claims, results_from_json, results_to_json
+from learnable_sparsity.claims.preregistered import threshold_changes
+from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines import rejudge
 from pipelines.record import FIGURE_WIDTH, keep, relative_links
 from pipelines.scaffold import layout

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import pipelines
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold.runner import Resources, run_grid
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +138,7 @@ def test_invalid_resources_are_refused(field: str, value: float) -> None:
 def test_an_unreachable_cluster_is_a_clear_error() -> None:
     # A fresh process: connect() reuses a Ray that is already initialised.
     script = (
-        "from components.errors import LearnableSparsityError\n"
+        "from learnable_sparsity.errors import LearnableSparsityError\n"
         "from pipelines.scaffold.runner import connect\n"
         "for address in ('127.0.0.1:1', None):\n"
         "    try:\n"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold import cells as grid_cells
 from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.layout import done

@@ -32,7 +32,7 @@ def _stages() -> dict[str, tuple[str, list[str]]]:
 
 
 STAGES = _stages()
-CODE = ("components/", "pipelines/", "benchmarks/")
+CODE = ("learnable_sparsity/", "pipelines/", "benchmarks/")
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -61,7 +61,7 @@ def test_no_stage_imports_another() -> None:
 
 
 def _copy_tree(tmp_path: Path) -> Path:
-    for folder in ("components", "pipelines", "benchmarks"):
+    for folder in ("learnable_sparsity", "pipelines", "benchmarks"):
         shutil.copytree(
             ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -71,34 +71,40 @@ def _copy_tree(tmp_path: Path) -> Path:
 def test_a_changed_import_changes_the_code_digest(tmp_path: Path) -> None:
     root = _copy_tree(tmp_path)
     before = {e: code_digest(e, root) for e in ("pipelines.train_nmt", "pipelines.tables")}
-    batching = root / "components/nmt/batching.py"
+    batching = root / "learnable_sparsity/nmt/batching.py"
     batching.write_text(batching.read_text() + "\nPADDING_NOTE = 1\n")
     assert code_digest("pipelines.train_nmt", root) != before["pipelines.train_nmt"]
     assert code_digest("pipelines.tables", root) == before["pipelines.tables"]
 
 
 def test_imports_are_followed_transitively_and_scripts_see_their_siblings(tmp_path: Path) -> None:
-    (tmp_path / "components" / "pkg").mkdir(parents=True)
-    (tmp_path / "components" / "__init__.py").write_text('"""Docstring only: runs nothing."""\n')
-    (tmp_path / "components" / "pkg" / "__init__.py").write_text("VALUE = 1\n")
-    (tmp_path / "components" / "pkg" / "a.py").write_text("from components.pkg import b\n")
-    (tmp_path / "components" / "pkg" / "b.py").write_text("def f():\n    import components.pkg.c\n")
-    (tmp_path / "components" / "pkg" / "c.py").write_text("import torch\n")
+    (tmp_path / "learnable_sparsity" / "pkg").mkdir(parents=True)
+    (tmp_path / "learnable_sparsity" / "__init__.py").write_text(
+        '"""Docstring only: runs nothing."""\n'
+    )
+    (tmp_path / "learnable_sparsity" / "pkg" / "__init__.py").write_text("VALUE = 1\n")
+    (tmp_path / "learnable_sparsity" / "pkg" / "a.py").write_text(
+        "from learnable_sparsity.pkg import b\n"
+    )
+    (tmp_path / "learnable_sparsity" / "pkg" / "b.py").write_text(
+        "def f():\n    import learnable_sparsity.pkg.c\n"
+    )
+    (tmp_path / "learnable_sparsity" / "pkg" / "c.py").write_text("import torch\n")
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "run.py").write_text(
-        "from helper import x\nimport components.pkg.a\n"
+        "from helper import x\nimport learnable_sparsity.pkg.a\n"
     )
     (tmp_path / "benchmarks" / "helper.py").write_text("x = 1\n")
     assert code_files("benchmarks/run.py", tmp_path) == [
         "benchmarks/helper.py",
         "benchmarks/run.py",
-        "components/pkg/__init__.py",
-        "components/pkg/a.py",
-        "components/pkg/b.py",
-        "components/pkg/c.py",
+        "learnable_sparsity/pkg/__init__.py",
+        "learnable_sparsity/pkg/a.py",
+        "learnable_sparsity/pkg/b.py",
+        "learnable_sparsity/pkg/c.py",
     ]
     assert dvc_deps("benchmarks/run.py", tmp_path) == [
         "benchmarks/helper.py",
         "benchmarks/run.py",
-        "components/pkg",
+        "learnable_sparsity/pkg",
     ]

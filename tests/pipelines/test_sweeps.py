@@ -13,8 +13,8 @@ from mlflow import MlflowClient
 from ray.train._internal.storage import StorageContext
 from ray.tune.experiment import Trial
 
-from components.errors import LearnableSparsityError, MissingInputError
-from components.settings import SettingsError
+from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
+from learnable_sparsity.settings import SettingsError
 from pipelines.scaffold.runs import stage_run, start_stage_run
 from pipelines.scaffold.store import MlflowSettings
 from pipelines.sweep import REPORTS, fetch_reports

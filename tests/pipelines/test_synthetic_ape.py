@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.ape.triplets import SyntheticApeSettings
-from components.data.bpe import train_joint_bpe
-from components.data.generated import generate_splits
-from components.data.local import read_triplets, write_corpus
-from components.errors import LearnableSparsityError
-from components.nmt.grid import NmtSettings
-from components.settings import build
+from learnable_sparsity.ape.triplets import SyntheticApeSettings
+from learnable_sparsity.data.bpe import train_joint_bpe
+from learnable_sparsity.data.generated import generate_splits
+from learnable_sparsity.data.local import read_triplets, write_corpus
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.grid import NmtSettings
+from learnable_sparsity.settings import build
 from pipelines.scaffold.params import load_params
 from pipelines.translation_cells import check_unseen, leave_out_seen
 

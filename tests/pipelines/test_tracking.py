@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
-from components.errors import LearnableSparsityError
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold.provenance import system_metrics
 from pipelines.scaffold.runner import Resources, run_grid
 from pipelines.scaffold.runs import (

@@ -1,5 +1,5 @@
-"""Tests for ``components.reporting.ape_tables``: thesis Tables 3.1 and 3.2 beside the reproduced
-APE scores."""
+"""Tests for ``learnable_sparsity.reporting.ape_tables``: thesis Tables 3.1 and 3.2 beside the
+reproduced APE scores."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import io
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.reporting.ape_tables import (
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.reporting.ape_tables import (
     DO_NOTHING,
     SYSTEM_LABELS,
     ape_ablation_table,
     ape_results_table,
 )
-from components.reporting.render import to_csv, to_markdown
+from learnable_sparsity.reporting.render import to_csv, to_markdown
 
 SYSTEMS = list(SYSTEM_LABELS)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.reporting.figures import metric_against_decoder_calls, support_over_training
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.reporting.figures import metric_against_decoder_calls, support_over_training
 
 
 def test_one_marker_per_method_and_seed_on_a_log_axis() -> None:

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "components" / "reporting"
+PACKAGE = ROOT / "learnable_sparsity" / "reporting"
 
 
 def test_no_reporting_module_imports_torch() -> None:
-    modules = sorted(f"components.reporting.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE)]))
+    modules = sorted(
+        f"learnable_sparsity.reporting.{m.name}" for m in pkgutil.iter_modules([str(PACKAGE)])
+    )
     assert {"table", "published", "render", "nmt_tables", "lvm_tables", "figures"} <= {
         name.rsplit(".", 1)[1] for name in modules
     }

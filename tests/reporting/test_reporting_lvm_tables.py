@@ -1,5 +1,5 @@
-"""Tests for ``components.reporting.lvm_tables``: thesis Tables 5.1–5.3 beside the reproduced
-latent-variable results."""
+"""Tests for ``learnable_sparsity.reporting.lvm_tables``: thesis Tables 5.1–5.3 beside the
+reproduced latent-variable results."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import statistics
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.reporting.lvm_tables import lvm_table
-from components.reporting.published import paper_table
-from components.reporting.render import to_csv, to_markdown
-from components.reporting.table import ComparisonTable
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.reporting.lvm_tables import lvm_table
+from learnable_sparsity.reporting.published import paper_table
+from learnable_sparsity.reporting.render import to_csv, to_markdown
+from learnable_sparsity.reporting.table import ComparisonTable
 from pipelines.experiments import LVM
 
 

@@ -1,4 +1,4 @@
-"""Tests for ``components.reporting.nmt_tables``: the speed table (ratios given by the speed
+"""Tests for ``learnable_sparsity.reporting.nmt_tables``: the speed table (ratios given by the speed
 stage) and the attention-head summaries."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import math
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.reporting.nmt_tables import (
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.reporting.nmt_tables import (
     TOKENIZED_BLEU_LABEL,
     ast_bleu_table,
     head_summary_table,
     speed_comparison_table,
 )
-from components.reporting.render import to_csv, to_markdown
-from components.reporting.table import ComparisonTable
+from learnable_sparsity.reporting.render import to_csv, to_markdown
+from learnable_sparsity.reporting.table import ComparisonTable
 
 
 def _csv_rows(table: ComparisonTable) -> list[dict[str, str]]:
@@ -184,7 +184,8 @@ def test_speed_table_rejects_ratios_that_are_not_numbers_ge_0(ratio: object, mat
 
 
 def _role(count: int | None, confidences: tuple[float, ...] = ()) -> dict:
-    """One role of one seed as ``components.analysis.heads.summary`` writes it (None: n/m)."""
+    """One role of one seed as ``learnable_sparsity.analysis.heads.summary`` writes it (None:
+    n/m)."""
     heads = [
         {"block": "encoder.self.layer0", "head": h, "confidence": c}
         for h, c in enumerate(confidences)
@@ -220,7 +221,7 @@ ROLES = {
 
 
 def _best(block: str, head: int, score: float, alpha: float | None = None) -> dict:
-    """The strongest head of one role as ``components.analysis.heads.summary`` writes it."""
+    """The strongest head of one role as ``learnable_sparsity.analysis.heads.summary`` writes it."""
     return {"block": block, "head": head, "alpha": alpha, "score": score, "confidence": score}
 
 

@@ -1,4 +1,5 @@
-"""Tests for ``components.reporting.published``: the published numbers of ``paper_results.yaml``."""
+"""Tests for ``learnable_sparsity.reporting.published``: the published numbers of
+``paper_results.yaml``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.reporting.published import paper_table, published_row
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.reporting.published import paper_table, published_row
 
-PACKAGED_YAML = Path(__file__).resolve().parents[2] / "components/reporting/paper_results.yaml"
+PACKAGED_YAML = (
+    Path(__file__).resolve().parents[2] / "learnable_sparsity/reporting/paper_results.yaml"
+)
 # The SHA-256 of the project's reference file of published numbers (the task's shared
 # reference/paper_results.yaml, outside the repository), of which the packaged file is a copy.
 REFERENCE_SHA256 = "f2925e91648c2a3d71efae41ed212d0dbaaff1ef24759635c93a6f373a34f561"

@@ -1,5 +1,5 @@
-"""Tests for ``components.reporting.render`` and the comparability rules of
-``components.reporting.table``: Markdown, CSV and LaTeX output, not-comparable labels,
+"""Tests for ``learnable_sparsity.reporting.render`` and the comparability rules of
+``learnable_sparsity.reporting.table``: Markdown, CSV and LaTeX output, not-comparable labels,
 differences only where comparable, and the report index."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import statistics
 
 import pytest
 
-from components.errors import LearnableSparsityError
-from components.reporting.lvm_tables import lvm_table
-from components.reporting.nmt_tables import ast_bleu_table
-from components.reporting.render import (
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.reporting.lvm_tables import lvm_table
+from learnable_sparsity.reporting.nmt_tables import ast_bleu_table
+from learnable_sparsity.reporting.render import (
     latex_escape,
     render_report,
     table_files,
@@ -21,7 +21,7 @@ from components.reporting.render import (
     to_latex,
     to_markdown,
 )
-from components.reporting.table import (
+from learnable_sparsity.reporting.table import (
     NOT_COMPARABLE,
     ComparisonTable,
     Metric,

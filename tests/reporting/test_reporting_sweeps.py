@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from components.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
+from learnable_sparsity.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
 
 ROWS = [
     {"trial": "a", "name": "lr=0.001 m=sfe", "status": "finished", "lr": 0.001, "m": "sfe",

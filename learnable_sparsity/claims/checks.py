@@ -1,0 +1,510 @@
+r"""The tests behind the papers' qualitative claims, each on plain numbers (no files, no torch).
+
+A check returns a :class:`Verdict`: ``reproduced``, ``not reproduced`` or ``not measurable``
+(the results cannot decide: too few seeds, a method missing, runs still improving, collapsed
+runs), with the evidence a reader needs to judge it (numbers, seeds, spread, the test used).
+
+Comparative claims are tested over seeds with Welch's t-test (unequal variances), one-sided, at
+:data:`SIGNIFICANCE`:
+
+* *at least as good as* ("within seed noise of"): the candidate is **not** significantly worse
+  than the baseline, and its mean is within a stated ``margin`` of it — with three seeds the
+  test alone has little power, so the margin keeps a large gap from passing as noise;
+* *below* / *above*: the difference in the stated direction is significant.
+
+A comparison needs :data:`MIN_SEEDS` seeds per method. Training length must not decide it:
+
+* :func:`unsettled` — the *gap* between the compared methods' validation curves (seed means)
+  still moves by more than :data:`STILL_IMPROVING` over the last :data:`CONVERGENCE_WINDOW` of
+  the steps (one method is still catching up). Two models that improve in parallel compare
+  settled: on a learnable task the NLL heads to 0 and never plateaus, but the ranking does;
+* :func:`unconverged` — a run's own curve still improves by more than that (for a claim about
+  one model's final state, or curves of different losses that cannot be subtracted).
+
+Either makes the comparison "not measurable in this profile".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scipy import stats
+
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.timing import quartiles, spreads_overlap
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+NOT_MEASURABLE = "not measurable"
+Status = Literal["reproduced", "not reproduced", "not measurable"]
+
+# One-sided level of every comparison over seeds.
+SIGNIFICANCE = 0.05
+# Fewest seeds per method for a comparison: a spread needs 2, a test with any power needs 3.
+MIN_SEEDS = 3
+# A curve "still improves" when the mean of its last 20% of steps is more than 2% better than
+# the mean of the 20% before: the result would still move with a longer run.
+CONVERGENCE_WINDOW = 0.2
+STILL_IMPROVING = 0.02
+
+Curve = Sequence[tuple[float, float]]  # (step, value) pairs of a lower-is-better curve
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict: ``status``, the ``evidence`` in words and its ``numbers``."""
+
+    status: Status
+    evidence: str
+    numbers: dict[str, object] = field(default_factory=dict)
+
+
+def not_measurable(reason: str, **numbers: object) -> Verdict:
+    return Verdict(NOT_MEASURABLE, reason, dict(numbers))
+
+
+def missing_results(missing: Mapping[str, str], *names: str) -> Verdict | None:
+    """ "Not measurable", naming each of ``names`` that ``missing`` (result → why it is absent)
+    holds; None when none is missing."""
+    absent = [f"{name} ({missing[name]})" for name in names if name in missing]
+    return not_measurable(f"no results: {'; '.join(absent)}") if absent else None
+
+
+def verdict(holds: bool, evidence: str, **numbers: object) -> Verdict:
+    return Verdict(REPRODUCED if holds else NOT_REPRODUCED, evidence, dict(numbers))
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def describe(values: Sequence[float], digits: int = 2) -> str:
+    """``mean ± sd (n=…)``; the sd is the sample standard deviation over seeds."""
+    if not values:
+        return "no values"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f} (n=1)"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
+
+
+def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
+    """p-value of Welch's t-test of mean(a) − mean(b) with H1 ``less`` or ``greater``.
+
+    When both samples have no spread the test is undefined; the difference of the means then
+    decides (p = 0 when it lies in the direction of H1, else 1). When one has none, Welch's
+    statistic and degrees of freedom are those of a one-sample t-test of the other against its
+    constant, which is computed as such (the same p, without scipy's precision warning on a
+    constant sample).
+    """
+    if alternative not in ("less", "greater"):
+        raise LearnableSparsityError(
+            f"alternative must be 'less' or 'greater', got {alternative!r}"
+        )
+    if len(a) < 2 or len(b) < 2:
+        raise LearnableSparsityError(
+            f"Welch's test needs 2+ values per side, got {len(a)}, {len(b)}"
+        )
+    constant_a, constant_b = statistics.pvariance(a) == 0, statistics.pvariance(b) == 0
+    if constant_a and constant_b:
+        difference = statistics.fmean(a) - statistics.fmean(b)
+        toward = difference < 0 if alternative == "less" else difference > 0
+        return 0.0 if toward else 1.0
+    if constant_b:
+        return float(stats.ttest_1samp(a, b[0], alternative=alternative).pvalue)
+    if constant_a:
+        flipped = "greater" if alternative == "less" else "less"
+        return float(stats.ttest_1samp(b, a[0], alternative=flipped).pvalue)
+    return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
+
+
+def too_few_seeds(groups: Mapping[str, Sequence[float]]) -> Verdict | None:
+    """ "Not measurable" when a method is missing or has fewer than :data:`MIN_SEEDS` seeds."""
+    short = {name: len(values) for name, values in groups.items() if len(values) < MIN_SEEDS}
+    if not short:
+        return None
+    counts = ", ".join(f"{name}: {n}" for name, n in short.items())
+    return not_measurable(
+        f"not measurable in this profile: seeds per method {counts}; the test over seeds needs "
+        f"{MIN_SEEDS}",
+        seeds=short,
+    )
+
+
+def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = False) -> float:
+    """Relative improvement (a lower-is-better curve) of the mean of the last
+    :data:`CONVERGENCE_WINDOW` of the steps over the mean of the window before it (positive:
+    still improving); 0 for a curve too short to tell. ``curve`` is (step, value) pairs.
+
+    ``log_loss``: the values are a log-loss per token (NLL in nats), compared as perplexities,
+    exp(old − new) − 1: the NLL of a learnable task heads to 0, where its relative change never
+    settles, while its perplexity does.
+    """
+    windows = _window_means(curve)
+    if windows is None:
+        return 0.0
+    old, new = windows
+    if log_loss:
+        return math.expm1(old - new)
+    return (old - new) / max(abs(old), 1e-12)
+
+
+def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(mean of the window before the last, mean of the last :data:`CONVERGENCE_WINDOW` of the
+    steps); None for a curve too short to tell."""
+    if len(curve) < 2:
+        return None
+    last_step = curve[-1][0]
+    width = CONVERGENCE_WINDOW * last_step
+    recent = [v for s, v in curve if s > last_step - width]
+    before = [v for s, v in curve if last_step - 2 * width < s <= last_step - width]
+    if not before:  # sparse curves (validation every k steps): the point just before the window
+        earlier = [v for s, v in curve if s <= last_step - width]
+        before = earlier[-1:]
+    if not recent or not before:
+        return None
+    return statistics.fmean(before), statistics.fmean(recent)
+
+
+def gap_shift(
+    candidate: Sequence[Sequence[tuple[float, float]]],
+    baseline: Sequence[Sequence[tuple[float, float]]],
+    *,
+    log_loss: bool = False,
+) -> float:
+    """How far the gap between two methods' curves (seed means of the window means) moved from
+    the window before the last to the last one: |Δ gap| relative to the baseline's last window,
+    or, for ``log_loss`` (NLLs, whose difference is the log of a perplexity ratio),
+    exp(|Δ gap|) − 1. 0 when a curve is too short to tell."""
+    means = [[_window_means(curve) for curve in seeds] for seeds in (candidate, baseline)]
+    if not all(means) or any(w is None for seeds in means for w in seeds):
+        return 0.0
+    (cand_old, cand_new), (base_old, base_new) = (
+        (statistics.fmean(w[0] for w in seeds), statistics.fmean(w[1] for w in seeds))
+        for seeds in means
+    )
+    shift = abs((cand_new - base_new) - (cand_old - base_old))
+    if log_loss:
+        return math.expm1(shift)
+    return shift / max(abs(base_new), 1e-12)
+
+
+def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
+    """The first step at which a lower-is-better curve is at or below ``target`` (None: never)."""
+    return next((step for step, value in curve if value <= target), None)
+
+
+def _still_moving(amounts: Mapping[str, float]) -> tuple[dict[str, float], str]:
+    """The amounts above :data:`STILL_IMPROVING` and the name of the largest ("" if none)."""
+    moving = {name: amount for name, amount in amounts.items() if amount > STILL_IMPROVING}
+    return moving, max(moving, key=moving.__getitem__, default="")
+
+
+def unconverged(
+    curves: Mapping[str, Sequence[tuple[float, float]]], what: str, *, log_loss: bool = False
+) -> Verdict | None:
+    """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`
+    (:func:`still_improving`; ``log_loss``: as a perplexity)."""
+    gains = {name: still_improving(curve, log_loss=log_loss) for name, curve in curves.items()}
+    moving, worst = _still_moving(gains)
+    if not moving:
+        return None
+    return not_measurable(
+        f"not measurable in this profile: {len(moving)} of {len(gains)} runs still improve "
+        f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
+        f"in {worst}); a longer profile decides it",
+        still_improving=moving,
+    )
+
+
+def unsettled(
+    comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]],
+    what: str,
+    *,
+    log_loss: bool = False,
+) -> Verdict | None:
+    """ "Not measurable" when, in a comparison (name → candidate's curves, baseline's curves),
+    the gap still moves by more than :data:`STILL_IMPROVING` (:func:`gap_shift`)."""
+    shifts = {
+        name: gap_shift(candidate, baseline, log_loss=log_loss)
+        for name, (candidate, baseline) in comparisons.items()
+    }
+    moving, worst = _still_moving(shifts)
+    if not moving:
+        return None
+    return not_measurable(
+        f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
+        f"{len(shifts)} comparisons ({moving[worst]:.1%} over the last {CONVERGENCE_WINDOW:.0%} "
+        f"of the steps in {worst}): training length, not the method, decides it",
+        gap_still_moving=moving,
+    )
+
+
+# ------------------------------------------------------------------------------ comparisons
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate against a baseline over seeds: ``better_by`` the difference of the means in
+    the metric's good direction (> 0: the candidate is better), ``p_worse`` the one-sided Welch
+    p-value of "the candidate is worse", ``text`` both as mean ± sd (n)."""
+
+    better_by: float
+    p_worse: float
+    text: str
+
+
+def compare(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Comparison | Verdict:
+    """The :class:`Comparison`, or "not measurable" when a side has too few seeds."""
+    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
+    if short:
+        return short
+    sign = 1 if higher_is_better else -1
+    return Comparison(
+        better_by=sign * (statistics.fmean(candidate) - statistics.fmean(baseline)),
+        p_worse=welch_p(candidate, baseline, "less" if higher_is_better else "greater"),
+        text=f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}",
+    )
+
+
+def at_least_as_good(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    margin: float,
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """Reproduced when the candidate is not significantly worse than the baseline (one-sided
+    Welch) and its mean is no more than ``margin`` worse."""
+    c = compare(candidate, baseline, higher_is_better=higher_is_better, names=names)
+    if isinstance(c, Verdict):
+        return c
+    evidence = (
+        f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {abs(c.better_by):.2f} "
+        f"(margin {margin}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
+    )
+    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= -margin
+    return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, margin=margin)
+
+
+def nearly_as_good(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    margin: float,
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """ "Nearly as good": the candidate may trail the baseline by up to ``margin`` (a gap the
+    publication itself reports). Reproduced when its mean trails by at most ``margin`` and it is
+    not significantly further behind (one-sided Welch against the baseline moved ``margin`` in
+    the candidate's favour)."""
+    toward_candidate = -margin if higher_is_better else margin
+    handicapped = [value + toward_candidate for value in baseline]
+    c = compare(candidate, handicapped, higher_is_better=higher_is_better, names=names)
+    if isinstance(c, Verdict):
+        return c
+    gap = c.better_by - margin  # the candidate's advantage over the baseline itself
+    evidence = (
+        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
+        f"{'better' if gap >= 0 else 'worse'} by {abs(gap):.2f} (nearly: at most {margin} worse); "
+        f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin} worse'"
+    )
+    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= 0
+    return verdict(holds, evidence, gap=gap, p=c.p_worse, margin=margin)
+
+
+def worse_by_at_most(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    largest_gap: float,
+    *,
+    higher_is_better: bool = True,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """ "A little below": the candidate is significantly worse (one-sided Welch), by no more than
+    ``largest_gap`` in the mean."""
+    c = compare(candidate, baseline, higher_is_better=higher_is_better, names=names)
+    if isinstance(c, Verdict):
+        return c
+    evidence = (
+        f"{c.text}: {'worse' if c.better_by <= 0 else 'better'} by {abs(c.better_by):.2f} "
+        f"(a little: at most {largest_gap}); Welch one-sided p = {c.p_worse:.3f} for "
+        f"'{names[0]} worse'"
+    )
+    holds = c.p_worse < SIGNIFICANCE and -c.better_by <= largest_gap
+    return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, largest_gap=largest_gap)
+
+
+def significantly_below(
+    candidate: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    names: tuple[str, str] = ("candidate", "baseline"),
+) -> Verdict:
+    """The candidate's mean is significantly below the baseline's (one-sided Welch)."""
+    c = compare(candidate, baseline, names=names)
+    if isinstance(c, Verdict):
+        return c
+    evidence = f"{c.text}: Welch one-sided p = {c.p_worse:.3f} for '{names[0]} below {names[1]}'"
+    return verdict(c.p_worse < SIGNIFICANCE, evidence, p=c.p_worse)
+
+
+def _against_value(
+    values: Sequence[float], value: float, *, below: bool, names: tuple[str, str]
+) -> Verdict:
+    """One-sided one-sample t-test of the mean of ``values`` (seeds) against a number without
+    seed variance (a deterministic baseline), below it or above it; with no spread among the
+    seeds the mean's side of the value decides (p = 0 or 1)."""
+    short = too_few_seeds({names[0]: values})
+    if short:
+        return short
+    side = "below" if below else "above"
+    if statistics.pvariance(values) == 0:
+        mean = statistics.fmean(values)
+        p = 0.0 if (mean < value if below else mean > value) else 1.0
+    else:
+        alternative = "less" if below else "greater"
+        p = float(stats.ttest_1samp(values, value, alternative=alternative).pvalue)
+    evidence = (
+        f"{names[0]} {describe(values)} vs {names[1]} {value:.2f}: one-sample t-test one-sided "
+        f"p = {p:.3f} for '{names[0]} {side} {names[1]}'"
+    )
+    return verdict(p < SIGNIFICANCE, evidence, p=p)
+
+
+def significantly_below_value(
+    values: Sequence[float], value: float, *, names: tuple[str, str] = ("candidate", "value")
+) -> Verdict:
+    """The mean of ``values`` (seeds) significantly below ``value``, a number without seed
+    variance (:func:`_against_value`)."""
+    return _against_value(values, value, below=True, names=names)
+
+
+def significantly_above_value(
+    values: Sequence[float], value: float, *, names: tuple[str, str] = ("candidate", "value")
+) -> Verdict:
+    """The mean of ``values`` (seeds) significantly above ``value`` (:func:`_against_value`)."""
+    return _against_value(values, value, below=False, names=names)
+
+
+def mean_at_most(values: Sequence[float], bound: float, what: str) -> Verdict:
+    """The mean of ``values`` (seeds) at most ``bound``: a published level the claim must not
+    exceed (a cost such as decoder calls); no values: not measurable."""
+    if not values:
+        return not_measurable(f"no {what}")
+    mean = statistics.fmean(values)
+    return verdict(
+        mean <= bound,
+        f"{what} {describe(values)} ({'at most' if mean <= bound else 'above'} {bound:g})",
+        values=list(values),
+        bound=bound,
+    )
+
+
+def all_of(parts: Mapping[str, Verdict]) -> Verdict:
+    """One verdict from several: not reproduced if any part is (a decided failure outranks a
+    part the results cannot decide), else not measurable if any part is, else reproduced."""
+    if not parts:
+        raise LearnableSparsityError("all_of needs at least one part")
+    lines = "; ".join(f"{name}: {part.evidence}" for name, part in parts.items())
+    numbers = {name: {"status": part.status, **part.numbers} for name, part in parts.items()}
+    failed = [name for name, part in parts.items() if part.status == NOT_REPRODUCED]
+    if failed:
+        return Verdict(NOT_REPRODUCED, f"fails for {', '.join(failed)} — {lines}", numbers)
+    blocked = [name for name, part in parts.items() if part.status == NOT_MEASURABLE]
+    if blocked:
+        return Verdict(NOT_MEASURABLE, lines, numbers)
+    return Verdict(REPRODUCED, lines, numbers)
+
+
+def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verdict:
+    """The rounds' ratio lies within 1 ± ``tolerance``: reproduced when the interquartile range
+    of the rounds (:func:`learnable_sparsity.timing.quartiles`) lies inside the band, not reproduced
+    when it lies wholly outside; where it straddles an edge the rounds cannot tell, as in
+    :func:`lowest`: not measurable."""
+    if not rounds:
+        return not_measurable(f"no measurement of {name}")
+    median = statistics.median(rounds)
+    q1, q3 = quartiles(rounds)
+    low, high = 1 - tolerance, 1 + tolerance
+    evidence = (
+        # three digits: at two, a quartile of 0.847 would read as 0.85, inside a band it is not
+        f"{name} median {median:.2f} (IQR {q1:.3f}–{q3:.3f}) over {len(rounds)} rounds; near 1 "
+        f"means within ±{tolerance} ({low:.2f}–{high:.2f})"
+    )
+    numbers = {"median": median, "quartiles": [q1, q3], "rounds": list(rounds)}
+    inside, outside = low <= q1 and q3 <= high, q3 < low or q1 > high
+    if not (inside or outside):
+        edge = low if q1 < low else high
+        return not_measurable(
+            f"{evidence}; the rounds' interquartile range straddles {edge:.2f}: the rounds "
+            "cannot tell whether the ratio is within the band",
+            **numbers,
+        )
+    return verdict(inside, evidence, **numbers)
+
+
+def ratio_at_least(rounds: Sequence[float], floor: float, name: str) -> Verdict:
+    """The per-round ratio is at least ``floor``: reproduced when the interquartile range of the
+    rounds lies at or above it, not reproduced when it lies wholly below, not measurable when it
+    straddles it (as :func:`ratio_near_one`)."""
+    if not rounds:
+        return not_measurable(f"no measurement of {name}")
+    median = statistics.median(rounds)
+    q1, q3 = quartiles(rounds)
+    evidence = (
+        f"{name} median {median:.2f} (IQR {q1:.3f}–{q3:.3f}) over {len(rounds)} rounds; "
+        f"at least {floor:g} needed"
+    )
+    numbers = {"median": median, "quartiles": [q1, q3], "rounds": list(rounds), "floor": floor}
+    if q1 < floor <= q3:
+        return not_measurable(
+            f"{evidence}; the rounds' interquartile range straddles {floor:g}: the rounds cannot "
+            "tell on which side the ratio lies",
+            **numbers,
+        )
+    return verdict(q1 >= floor, evidence, **numbers)
+
+
+def lowest(rounds: Mapping[str, Sequence[float]], name: str, what: str) -> Verdict:
+    """``name`` has the lowest median of the per-round ``rounds`` (e.g. ratios to softmax in
+    each round), and the interquartile ranges of its rounds and of the nearest other's do not
+    overlap (:func:`learnable_sparsity.timing.spreads_overlap`). Where they overlap the rounds
+    cannot order the two: not measurable (a tie within noise is neither reproduced nor refuted)."""
+    rounds = {key: values for key, values in rounds.items() if values}
+    if name not in rounds or len(rounds) < 2:
+        return not_measurable(f"{what}: needs {name} and at least one other variant")
+    medians = {key: statistics.median(values) for key, values in rounds.items()}
+    order = sorted(medians, key=medians.__getitem__)
+    listing = ", ".join(_with_quartiles(k, medians[k], rounds[k]) for k in order)
+    evidence = f"{what} (median ratio to softmax over the rounds, IQR): {listing}"
+    nearest = order[1] if order[0] == name else order[0]
+    if spreads_overlap(rounds[name], rounds[nearest]):
+        return not_measurable(
+            f"{evidence}; {name} and {nearest} are within the rounds' spread (their "
+            "interquartile ranges overlap): the rounds cannot tell which is slower",
+            order=order,
+            tie=[name, nearest],
+        )
+    return verdict(order[0] == name, evidence, order=order)
+
+
+def _with_quartiles(key: str, median: float, values: Sequence[float]) -> str:
+    q1, q3 = quartiles(values)
+    return f"{key} {median:.2f} ({q1:.2f}–{q3:.2f})"
+
+
+def finite(values: Sequence[float]) -> list[float]:
+    """The finite values (a diverged run's NaN would poison every mean)."""
+    return [v for v in values if isinstance(v, int | float) and math.isfinite(v)]

@@ -1,0 +1,479 @@
+"""The claim checks of the NMT works: BLEU, speed, learned α, head diversity, roles, sparsity.
+
+Each check is a function ``(results, **args, **thresholds) ->
+:class:`~learnable_sparsity.claims.checks.Verdict``` registered in :data:`CHECKS` (collected by
+:mod:`learnable_sparsity.claims.catalog`) under the name ``claims.yaml`` uses.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from learnable_sparsity.analysis.alpha import (
+    MIN_MODALITY_VALUES,
+    alpha_movement,
+    modality,
+    softmax_then_sparser,
+)
+from learnable_sparsity.claims import checks
+from learnable_sparsity.claims.checks import (
+    SIGNIFICANCE,
+    Verdict,
+    all_of,
+    missing_results,
+    not_measurable,
+    verdict,
+)
+from learnable_sparsity.claims.results import Results
+
+# Learned α has settled when its heads moved by at most 0.02 on average over the last window of
+# the steps — read in the logit (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) —: 2% of
+# the range (1, 2] it lives in, well below the gap between the modes it reads.
+ALPHA_SETTLED = 0.02
+
+
+NmtPair = tuple[str, str, list[float], list[float]]
+
+
+def _nmt_pairs(
+    results: Results, variants: Sequence[str], baseline: str
+) -> dict[str, NmtPair] | Verdict:
+    """corpus/variant → (corpus, variant, variant's BLEU, baseline's BLEU), or a verdict."""
+    missing = missing_results(results.missing, "bleu")
+    if missing:
+        return missing
+    if not results.bleu:
+        return not_measurable("no NMT results")
+    pairs = {}
+    for corpus, by_variant in results.bleu.items():
+        for variant in variants:
+            absent = [v for v in (variant, baseline) if v not in by_variant]
+            if absent:
+                return not_measurable(f"{corpus}: no {', '.join(absent)} in the NMT grid")
+            pairs[f"{corpus}/{variant}"] = (
+                corpus,
+                variant,
+                by_variant[variant],
+                by_variant[baseline],
+            )
+    return pairs
+
+
+def matched_nll_steps(
+    results: Results, baseline: str = "softmax"
+) -> dict[str, dict[str, list[float | None]]]:
+    """Corpus → variant → the step at which each seed's validation NLL first reached the
+    baseline's final validation NLL (its mean over seeds); None where it never did. Comparing
+    variants at matched validation NLL shows how much of a gap is training length."""
+    matched: dict[str, dict[str, list[float | None]]] = {}
+    for corpus, curves in results.valid_nll.items():
+        finals = [curve[-1][1] for curve in curves.get(baseline, []) if curve]
+        if not finals:
+            continue
+        target = statistics.fmean(finals)
+        matched[corpus] = {
+            variant: [checks.steps_to_reach(curve, target) for curve in seeds]
+            for variant, seeds in curves.items()
+        }
+    return matched
+
+
+def _catching_up(
+    results: Results, variant: str, baseline: str, corpora: Sequence[str] | None = None
+) -> Verdict | None:
+    """ "Not measurable" while ``variant`` and ``baseline`` still close (or open) the gap between
+    their validation perplexities, on ``corpora`` (None: every corpus)."""
+    return checks.unsettled(
+        {
+            f"{corpus}/{variant}": (curves.get(variant, []), curves.get(baseline, []))
+            for corpus, curves in results.valid_nll.items()
+            if corpora is None or corpus in corpora
+        },
+        "validation perplexity",
+        log_loss=True,
+    )
+
+
+def bleu_at_least_as_good(
+    results: Results, variants: Sequence[str], baseline: str, margin: float
+) -> Verdict:
+    """Each variant's BLEU within seed noise of the baseline's (:func:`checks.at_least_as_good`),
+    on every corpus, once every run has converged."""
+    pairs = _nmt_pairs(results, variants, baseline)
+    if isinstance(pairs, Verdict):
+        return pairs
+    parts = {}
+    for name, (corpus, variant, bleu, base) in pairs.items():
+        parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
+            checks.at_least_as_good(bleu, base, margin, names=(variant, baseline))
+        )
+    return all_of(parts)
+
+
+def bleu_a_little_below(
+    results: Results, variant: str, baseline: str, largest_gap: float
+) -> Verdict:
+    """The variant's BLEU significantly below the baseline's, by at most ``largest_gap``."""
+    pairs = _nmt_pairs(results, [variant], baseline)
+    if isinstance(pairs, Verdict):
+        return pairs
+    parts = {}
+    for name, (corpus, _, bleu, base) in pairs.items():
+        parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
+            checks.worse_by_at_most(bleu, base, largest_gap, names=(variant, baseline))
+        )
+    return all_of(parts)
+
+
+def speed_near_softmax(
+    results: Results, variant: str, train_tolerance: float, inference_tolerance: float
+) -> Verdict:
+    """Training and inference tokens/s of the variant within 1 ± the phase's tolerance of
+    softmax's (:func:`checks.ratio_near_one` on the rounds' ratios)."""
+    missing = missing_results(results.missing, "speed")
+    if missing:
+        return missing
+    if variant not in results.speed:
+        return not_measurable(f"{variant} was not timed")
+    rounds = results.speed[variant]
+    tolerances = {"train": train_tolerance, "inference": inference_tolerance}
+    return all_of(
+        {
+            phase: checks.ratio_near_one(rounds[phase], tolerance, f"{phase} tokens/s ratio")
+            for phase, tolerance in tolerances.items()
+        }
+    )
+
+
+def decodes_faster(results: Results, variant: str, other: str, at_least: float) -> Verdict:
+    """The variant's inference tokens/s over the other's, round by round (both ratios to the
+    softmax of the same round), at least ``at_least`` (:func:`checks.ratio_at_least`)."""
+    missing = missing_results(results.missing, "speed")
+    if missing:
+        return missing
+    absent = [v for v in (variant, other) if not results.speed.get(v, {}).get("inference")]
+    if absent:
+        return not_measurable(f"{', '.join(absent)} not timed at inference")
+    ratios = [
+        mine / theirs
+        for mine, theirs in zip(
+            results.speed[variant]["inference"], results.speed[other]["inference"], strict=True
+        )
+    ]
+    return checks.ratio_at_least(ratios, at_least, f"{variant}/{other} inference tokens/s")
+
+
+def slowest(results: Results, variant: str) -> Verdict:
+    """The variant has the lowest tokens/s ratio to softmax in training and in inference, by
+    more than the rounds' spread (:func:`checks.lowest`: a tie within it is not measurable)."""
+    missing = missing_results(results.missing, "speed")
+    if missing:
+        return missing
+    return all_of(
+        {
+            phase: checks.lowest(
+                {v: r[phase] for v, r in results.speed.items()}, variant, f"{phase} speed"
+            )
+            for phase in ("train", "inference")
+        }
+    )
+
+
+def alpha_modes(
+    results: Results,
+    bimodal: Sequence[str],
+    unimodal: Sequence[str],
+    upper_mode_at_least: float,
+    lower_mode_at_most: float,
+) -> Verdict:
+    """The learned α pooled over layers and seeds, per attention type (:func:`modality`): in the
+    ``bimodal`` types Hartigan's dip test rejects one mode (p < :data:`SIGNIFICANCE`) and the
+    two modes lie where the claim puts them (the upper at least ``upper_mode_at_least``, the
+    lower at most ``lower_mode_at_most``); in the ``unimodal`` types it does not reject one
+    mode. Judged once α has settled and the α-entmax models no longer catch up with softmax."""
+    blocked = (
+        missing_results(results.missing, "alphas")
+        or _alpha_still_moving(results)
+        or _catching_up(results, "entmax_alpha", "softmax")
+    )
+    if blocked:
+        return blocked
+    parts = {}
+    for kind, expect in [(k, True) for k in bimodal] + [(k, False) for k in unimodal]:
+        alphas = results.final_alphas.get(kind, [])
+        if len(alphas) < MIN_MODALITY_VALUES or max(alphas) == min(alphas):
+            parts[kind] = not_measurable(f"{len(alphas)} learned α in {kind}")
+            continue
+        found = modality(alphas)
+        multimodal = found.p_unimodal < SIGNIFICANCE
+        low, high = found.modes
+        text = (
+            f"dip test over {found.n} heads: dip {found.dip:.3f}, p = {found.p_unimodal:.3f} "
+            f"for one mode ({'rejected' if multimodal else 'not rejected'} at {SIGNIFICANCE}); "
+            f"two-component modes {low:.2f} and {high:.2f}"
+        )
+        numbers = {"dip": found.dip, "p_unimodal": found.p_unimodal, "modes": [low, high]}
+        if expect:
+            placed = high >= upper_mode_at_least and low <= lower_mode_at_most
+            where = (
+                f"; expected two modes, the upper at least {upper_mode_at_least:g} and the "
+                f"lower at most {lower_mode_at_most:g}"
+            )
+            parts[kind] = verdict(multimodal and placed, text + where, **numbers)
+        else:
+            parts[kind] = verdict(not multimodal, text + "; expected one mode", **numbers)
+    return all_of(parts)
+
+
+def _alpha_still_moving(results: Results) -> Verdict | None:
+    """ "Not measurable" while the learned α still moves: the mean over heads of
+    :func:`alpha_movement` between the α logged last and the α logged
+    :data:`checks.CONVERGENCE_WINDOW` of the steps earlier is above :data:`ALPHA_SETTLED` in
+    some seed."""
+    drifts = []
+    for trajectory in results.alpha_trajectories:
+        if len(trajectory) < 2:
+            continue
+        last_step, last = trajectory[-1]
+        start = last_step * (1 - checks.CONVERGENCE_WINDOW)
+        earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
+        moves = [alpha_movement(a, b, ALPHA_SETTLED) for a, b in zip(earlier, last, strict=True)]
+        drifts.append(statistics.fmean(moves))
+    moving = [d for d in drifts if d > ALPHA_SETTLED]
+    if not moving:
+        return None
+    return not_measurable(
+        f"not measurable in this profile: α still moves by {max(moving):.3f} on average per "
+        f"head over the last {checks.CONVERGENCE_WINDOW:.0%} of the steps (read in its logit; "
+        f"settled: at most {ALPHA_SETTLED}); a longer profile decides it",
+        alpha_drift=drifts,
+    )
+
+
+def _too_short(steps: Sequence[float], judged_after_steps: float, what: str) -> Verdict | None:
+    """ "Not measurable" while a run is shorter than the pre-registered length after which the
+    claim is judged — found or not: a verdict that waits only when it goes one way is biased."""
+    short = [s for s in steps if s < judged_after_steps]
+    if not short:
+        return None
+    return not_measurable(
+        f"not measurable in this profile: {what} trained {min(short):g} steps; the claim is "
+        f"judged, either way, after {judged_after_steps:g}",
+        steps=list(steps),
+    )
+
+
+def heads_dense_then_sparse(
+    results: Results, min_dip: float, min_rebound: float, judged_after_steps: float
+) -> Verdict:
+    """Some head's α first falls toward softmax by at least ``min_dip`` and then rises by at
+    least ``min_rebound`` (:func:`softmax_then_sparser`), in any seed, once every α-entmax model
+    trained ``judged_after_steps``."""
+    missing = missing_results(results.missing, "alphas")
+    if missing:
+        return missing
+    trajectories = [t for t in results.alpha_trajectories if t]
+    if not trajectories:
+        return not_measurable("no α-entmax model with an α trajectory")
+    blocked = _too_short([t[-1][0] for t in trajectories], judged_after_steps, "the α-entmax")
+    if blocked:
+        return blocked
+    counts = [
+        sum(
+            softmax_then_sparser(list(head), min_dip=min_dip, min_rebound=min_rebound)
+            for head in zip(*(alphas for _, alphas in trajectory), strict=True)
+        )
+        for trajectory in trajectories
+    ]
+    return verdict(
+        sum(counts) > 0,
+        f"heads whose α fell by ≥ {min_dip:g} and then rose by ≥ {min_rebound:g}, per seed: "
+        f"{counts}",
+        per_seed=counts,
+    )
+
+
+def _mean_over_blocks(per_seed: list[dict[str, float | None]]) -> list[float]:
+    """Per seed, the mean over blocks of the blocks' mean JS (blocks without a value left out)."""
+    means = [[value for value in blocks.values() if value is not None] for blocks in per_seed]
+    return [statistics.fmean(values) for values in means if values]
+
+
+def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baseline: str) -> Verdict:
+    """Mean Jensen–Shannon divergence between the heads of a block, averaged over blocks, per
+    seed: each sparse variant's significantly above the baseline's (one-sided Welch), once
+    neither still catches up with the other in validation perplexity."""
+    blocked = missing_results(results.missing, "heads")
+    if blocked:
+        return blocked
+    parts = {}
+    for variant in variants:
+        if variant not in results.js or baseline not in results.js:
+            parts[variant] = not_measurable(f"no head analysis of {variant} and {baseline}")
+            continue
+        parts[variant] = _catching_up(results, variant, baseline) or checks.significantly_below(
+            _mean_over_blocks(results.js[baseline]),
+            _mean_over_blocks(results.js[variant]),
+            names=(baseline, variant),
+        )
+    return all_of(parts)
+
+
+def _trained_steps(results: Results, variants: Sequence[str]) -> dict[str, set[float]]:
+    """Variant → the last validation step of its runs (the length each trained)."""
+    return {
+        variant: {curve[-1][0] for c in results.valid_nll.values() for curve in c.get(variant, [])}
+        for variant in variants
+    }
+
+
+def head_roles_exist(
+    results: Results, variant: str, roles: Sequence[str], baselines: Sequence[str]
+) -> Verdict:
+    """Each role has a head in some seed of the variant, judged against the ``baselines``
+    (the other attention variants) the grid trained as long: a role the variant has is
+    reproduced; one it lacks while a baseline has it is not (the corpus and the length can grow
+    the role); one no model has is not measurable (the corpus or the length cannot show it), as
+    is a role the corpus has no query for. Baselines the grid did not train are left out (a
+    profile of softmax, 1.5-entmax and α-entmax is judged against the first two); with none
+    trained there is nothing to judge against."""
+    blocked = missing_results(results.missing, "heads")
+    if blocked:
+        return blocked
+    if variant not in results.roles:
+        return not_measurable(f"no head analysis of {variant}")
+    baselines = [b for b in baselines if b in results.roles]
+    if not baselines:
+        return not_measurable(f"no head analysis of another attention variant than {variant}")
+    lengths = _trained_steps(results, [variant, *baselines])
+    if len(set().union(*lengths.values())) > 1:
+        return not_measurable(f"the models trained for different lengths: {lengths}")
+    parts = {}
+    for role in roles:
+        counts = {v: results.roles[v].get(role, []) for v in (variant, *baselines)}
+        if any(not c or any(n is None for n in c) for c in counts.values()):
+            parts[role] = not_measurable("the corpus cannot show this role")
+            continue
+        listing = ", ".join(f"{v} {c}" for v, c in counts.items())
+        holders = [v for v, c in counts.items() if sum(c) > 0]
+        if not holders:
+            parts[role] = not_measurable(
+                f"no model has such a head at these steps (heads per seed: {listing}): the "
+                "corpus or the training length cannot show the role"
+            )
+            continue
+        parts[role] = verdict(
+            variant in holders,
+            f"heads per seed: {listing}",
+            counts=counts,
+        )
+    return all_of(parts)
+
+
+def roles_more_confident(
+    results: Results, variant: str, baseline: str, roles: Sequence[str]
+) -> Verdict:
+    """Per role, the confidence of the variant's strongest head for it (per seed) significantly
+    above the baseline's (one-sided Welch), once neither catches up with the other.
+
+    A role that no head of either model holds (at the role's threshold, in any seed) has no
+    confidence to compare: the strongest heads are then heads without the role."""
+    blocked = missing_results(results.missing, "heads") or missing_results(
+        results.missing, "role_confidence"
+    )
+    if blocked:
+        return blocked
+    absent = [v for v in (variant, baseline) if v not in results.role_confidence]
+    if absent:
+        return not_measurable(f"no role confidences of {', '.join(absent)}")
+    gate = _catching_up(results, variant, baseline)
+    if gate:
+        return gate
+    parts = {}
+    for role in roles:
+        mine, theirs = (results.role_confidence[v].get(role, []) for v in (variant, baseline))
+        if not mine or not theirs or None in mine or None in theirs:
+            parts[role] = not_measurable("the corpus cannot show this role")
+            continue
+        held = {v: results.roles.get(v, {}).get(role) or [] for v in (variant, baseline)}
+        if not any(count for counts in held.values() for count in counts):
+            parts[role] = not_measurable(
+                f"no head of {variant} or {baseline} holds it at its threshold (heads per seed: "
+                + ", ".join(f"{v} {counts}" for v, counts in held.items())
+                + "): no role confidence to compare"
+            )
+            continue
+        parts[role] = checks.significantly_below(theirs, mine, names=(baseline, variant))
+    return all_of(parts)
+
+
+def adaptive_sparsity(
+    results: Results, variant: str, fixed_alpha: str, fixed_support: str, density_below: float
+) -> Verdict:
+    """The variant's attention is sparse and adapts per head and per input, per seed:
+
+    * sparse: its mean density over heads significantly below ``density_below`` (softmax's 1);
+    * per head: the spread (population sd) of its heads' densities significantly above
+      ``fixed_alpha``'s, whose α is the same in every head;
+    * per input: its heads' mean density spread between inputs of one length significantly above
+      ``fixed_support``'s, whose support is fixed by k at each length. Where the grid did not
+      train ``fixed_support``, its closed form: top-k keeps min(k, n) of the n keys of every
+      query, so its density is a function of the length and spreads by 0 within one.
+
+    Each comparison with a trained model waits until neither catches up with the other."""
+    blocked = missing_results(results.missing, "heads") or missing_results(
+        results.missing, "density"
+    )
+    if blocked:
+        return blocked
+    absent = [v for v in (variant, fixed_alpha) if v not in results.density]
+    if absent:
+        return not_measurable(f"no attention densities of {', '.join(absent)}")
+
+    def per_seed(name: str, statistic: Callable[[list[float]], float], key: str) -> list[float]:
+        return [
+            statistic([v for v in seed[key] if v is not None]) for seed in results.density[name]
+        ]
+
+    mean, spread = statistics.fmean, statistics.pstdev
+    parts = {
+        "sparse": checks.significantly_below_value(
+            per_seed(variant, mean, "heads"), density_below, names=(variant, "dense")
+        ),
+        "per head": _catching_up(results, variant, fixed_alpha)
+        or checks.significantly_below(
+            per_seed(fixed_alpha, spread, "heads"),
+            per_seed(variant, spread, "heads"),
+            names=(f"{fixed_alpha} head-density sd", f"{variant} head-density sd"),
+        ),
+        "per input": _catching_up(results, variant, fixed_support)
+        or checks.significantly_below(
+            per_seed(fixed_support, mean, "within_length_sd"),
+            per_seed(variant, mean, "within_length_sd"),
+            names=(f"{fixed_support} within-length sd", f"{variant} within-length sd"),
+        )
+        if fixed_support in results.density
+        else checks.significantly_above_value(
+            per_seed(variant, mean, "within_length_sd"),
+            0.0,
+            names=(f"{variant} within-length sd", f"{fixed_support} (closed form, untrained)"),
+        ),
+    }
+    return all_of(parts)
+
+
+# The checks of the NMT works, in the order of claims.yaml's families.
+CHECKS = (
+    bleu_at_least_as_good,
+    bleu_a_little_below,
+    speed_near_softmax,
+    decodes_faster,
+    slowest,
+    alpha_modes,
+    heads_dense_then_sparse,
+    sparse_heads_more_diverse,
+    head_roles_exist,
+    roles_more_confident,
+    adaptive_sparsity,
+)

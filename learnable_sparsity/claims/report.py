@@ -1,0 +1,146 @@
+"""The claims as the report shows them: one Markdown table (claim, source, pre-registered
+thresholds, verdict, evidence), the claims left out of scope with their reasons, and a JSON-ready
+record of every verdict."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from learnable_sparsity.claims.catalog import ClaimResult, out_of_scope
+from learnable_sparsity.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
+from learnable_sparsity.claims.nmt_checks import matched_nll_steps
+from learnable_sparsity.claims.preregistered import Claim
+from learnable_sparsity.claims.results import Results
+
+STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _jsonable(value: Any) -> Any:
+    """Dates as ISO strings, everything else as it is (dataclasses already turned into dicts)."""
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def counts(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """How many claims have each verdict (every status listed, 0 included), and how many claims
+    of the seed documents are out of scope."""
+    tally = Counter(result.verdict.status for result in results)
+    return {
+        **{status.replace(" ", "_"): tally[status] for status in STATUSES},
+        "out_of_scope": len(out_of_scope()),
+    }
+
+
+def thresholds_text(claim: Claim) -> str:
+    """The claim's pre-registered thresholds, one ``name = value unit (source)`` each with its
+    earlier values; "—" for a claim decided by the statistics alone."""
+    return "; ".join(t.describe(name) for name, t in claim.thresholds.items()) or "—"
+
+
+def claims_record(
+    results: Sequence[ClaimResult],
+    profile: str,
+    measured: Results,
+    judged_by: Mapping[str, str] | None = None,
+) -> dict[str, object]:
+    """Every claim with its thresholds, verdict, evidence and numbers, the claims out of scope,
+    the steps each NMT variant needed to reach softmax's final validation NLL and ``judged_by``
+    (the code that gave the verdicts) — ``claims.json``."""
+    return {
+        "profile": profile,
+        **({"judged_by": dict(judged_by)} if judged_by else {}),
+        "counts": counts(results),
+        "steps_to_softmax_valid_nll": matched_nll_steps(measured),
+        "claims": [
+            _jsonable({**asdict(result.claim), **asdict(result.verdict)}) for result in results
+        ],
+        "out_of_scope": [asdict(claim) for claim in out_of_scope()],
+    }
+
+
+def _matched_lines(measured: Results) -> list[str]:
+    """A table per corpus: the steps each variant needed to reach softmax's final NLL."""
+    lines = []
+    for corpus, variants in matched_nll_steps(measured).items():
+        lines += [
+            "",
+            f"Training length ({corpus}): the step at which each seed's validation NLL first "
+            "reached softmax's final one (— never): where a variant needs more steps, a BLEU gap "
+            "at equal steps is partly training length.",
+            "",
+            "| Variant | Steps, per seed |",
+            "|---|---|",
+        ]
+        for variant, steps in variants.items():
+            shown = ", ".join("—" if s is None else f"{s:g}" for s in steps)
+            lines.append(f"| {variant} | {shown} |")
+    return lines
+
+
+def _out_of_scope_lines() -> list[str]:
+    excluded = out_of_scope()
+    if not excluded:
+        return []
+    lines = [
+        "",
+        f"Out of scope: {len(excluded)} claims of the publications that no check tests, and why.",
+        "",
+        "| Claim | Source | Why it is not checked |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {_cell(claim.text)} | {claim.work}: {_cell(claim.source)} | {_cell(claim.reason)} |"
+        for claim in excluded
+    ]
+    return lines
+
+
+def claims_markdown(
+    results: Sequence[ClaimResult], profile: str, measured: Results, note: str = ""
+) -> str:
+    """The claims section of a report: a summary line (and ``note``, e.g. where a kept record
+    came from), one row per claim with its pre-registered thresholds, the claims out of scope,
+    then the training length each NMT variant needed to match softmax's validation NLL."""
+    tally = counts(results)
+    lines = [
+        f"## The papers' claims, checked on these results ({profile} profile)",
+        "",
+        *([note, ""] if note else []),
+        f"{tally['reproduced']} reproduced, {tally['not_reproduced']} not reproduced, "
+        f"{tally['not_measurable']} not measurable in this profile, of {len(results)} claims "
+        f"checked; {tally['out_of_scope']} more are out of scope (listed below, with why). "
+        "Comparisons are tested over seeds (Welch's t-test, one-sided, p < 0.05; mean ± sd over "
+        "seeds) against thresholds fixed before the run, each derived from the publication "
+        "(`learnable_sparsity/claims/claims.yaml` gives its source and reason; a changed one shows "
+        "its earlier values). A claim is not measurable when training length would still decide it "
+        "(one method still catching up with the other, α still moving, a run still improving "
+        "or shorter than the claim's pre-registered length), when its runs collapsed or have "
+        "too few seeds; a part that is not reproduced decides the claim whatever the other "
+        "parts say.",
+        "",
+        "| Claim | Source | Thresholds (pre-registered) | Verdict | Evidence |",
+        "|---|---|---|---|---|",
+    ]
+    for result in results:
+        claim, verdict = result.claim, result.verdict
+        lines.append(
+            f"| {_cell(claim.text)} | {claim.work}: {_cell(claim.source)} | "
+            f"{_cell(thresholds_text(claim))} | **{verdict.status}** | "
+            f"{_cell(verdict.evidence)} |"
+        )
+    lines += _out_of_scope_lines()
+    lines += _matched_lines(measured)
+    return "\n".join(lines) + "\n"

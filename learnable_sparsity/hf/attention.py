@@ -1,0 +1,348 @@
+r"""The core normalizers as ``transformers`` attention implementations, selected by name.
+
+After :func:`register`, any ``transformers`` model whose attention modules dispatch through
+``ALL_ATTENTION_FUNCTIONS`` (BERT and its relatives, and most 5.x models) runs with
+
+    BertConfig(..., attn_implementation=name)    or    model.set_attn_implementation(name)
+
+for ``name`` in :data:`ATTENTION_NAMES`: "softmax", "sparsemax", "entmax15", "entmax_alpha" and
+"topk" (the keys of ``learnable_sparsity.core.attention.NORMALIZERS``). An ``EncoderDecoderModel``
+built from a config resets its sub-configs' attention to the default unless the joint config names
+it: ``EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec, attn_implementation=name)``.
+
+Per head h, with the query, key and value states Q_h, K_h, V_h the model has projected (and
+cached) and its ``scaling`` c (1/√d_head for BERT):
+
+    S_h = c · Q_h K_hᵀ + B,    P_h = π(S_h; visible),    O_h = Dropout(P_h) V_h
+
+where π is the named normalizer applied to each query's row of scores, ``visible`` the keys the
+model's mask lets the query see and B the finite part of an additive mask (zero for the masks
+registered here). Masked keys get exactly zero probability, a query with no visible key gets an
+all-zero row, and π never sees the masking values themselves: a float mask's −inf or
+``finfo.min`` entries are turned into a boolean mask before normalizing, so they cannot move a
+sparsemax/entmax threshold (or overflow (α−1)·(x − max x)).
+
+The contract, read from ``transformers`` 5.23 (``eager_attention_forward`` and its callers in
+``models/bert/modeling_bert.py``, ``masking_utils.py``):
+
+* ``fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs)`` with
+  query [B, H, q, d], key and value [B, H_kv, k, d] (H_kv < H: grouped-query attention) and
+  ``dropout`` already 0 in eval mode; it returns (attn_output [B, q, H, d], attn_weights
+  [B, H, q, k]). The weights are what ``output_attentions=True`` records.
+* The mask the model passes is built by the *mask* function registered under the same name in
+  ``AttentionMaskInterface``; for a name with none, ``create_causal_mask`` and
+  ``create_bidirectional_mask`` silently return None, dropping padding and causality. So
+  :func:`register` also registers :func:`boolean_attention_mask`: a boolean [B, 1, q, k] mask,
+  True = may attend, or None when every key is visible (no padding, no causality). BERT's encoder
+  self-attention and a decoder's cross-attention get padding masks, a decoder's
+  (``is_decoder=True``) self-attention the causal mask (∧ padding), never skipped: transformers'
+  "sdpa" mask returns None for a plain causal mask and relies on SDPA's ``is_causal`` flag.
+* A model may pass a ready 4D mask instead (a caller's own 4D ``attention_mask`` reaches the
+  attention function unchanged): boolean (True = attend) or additive float, where entries at or
+  below half the dtype's most negative value (``finfo.min``, as transformers' eager masks, or
+  −inf) mark masked keys and other entries are added to the scores like a bias.
+* With no mask at all, the keys are all visible unless the query is causal (the ``is_causal``
+  keyword, else the module's ``is_causal`` attribute, as SDPA decides) and q > 1: then query i
+  of the last q positions sees keys j ≤ i + (k − q).
+
+Learned α per head ("entmax_alpha") and k ("topk") live on the model, not in the registry:
+
+* α: :func:`add_head_alphas` adds a parameter ``alpha_logit`` [n_heads] to each attention module
+  (α = ``alpha_of_logit`` (w) ∈ (1.01, 2), as in the core and NMT models; a fixed initial α or
+  AST's random one), which the attention function reads from ``module``.
+* k: ``module.topk_k`` when the module has it, else ``module.config.topk_k`` (the model config,
+  e.g. ``BertConfig(topk_k=8)``, so k is saved with the config; the per-module attribute can
+  give one layer a different k). Ties at the k-th score are kept, as in the core.
+
+Not supported: attention variants whose eager path does more than softmax(c·QKᵀ + mask)·V
+(logit soft-capping, attention sinks, relative-position terms computed inside the attention
+function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from learnable_sparsity.core.attention import (
+    ALPHA_MAX,
+    ALPHA_MIN,
+    NORMALIZERS,
+    alpha_of_logit,
+    logit_of_alpha,
+    random_alpha_logit,
+)
+from learnable_sparsity.errors import LearnableSparsityError
+
+# The names registered with transformers: one per core normalizer.
+ATTENTION_NAMES: tuple[str, ...] = tuple(NORMALIZERS)
+
+# An additive float mask entry v marks a masked key when v ≤ _MASKED_FRACTION_OF_MIN · finfo.min.
+# transformers' eager masks use exactly finfo(dtype).min (and a sum of two such masks, −inf); no
+# real score bias comes within a factor of 2 of the most negative float, so the cut separates the
+# two without depending on how a model spelt "masked".
+_MASKED_FRACTION_OF_MIN = 0.5
+
+AttentionFunction = Callable[..., tuple[Tensor, Tensor]]
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def boolean_attention_mask(**kwargs: Any) -> Tensor | None:
+    """transformers' boolean mask ([B, 1, q, k], True = may attend) that keeps causal masks.
+
+    The mask function registered for every name in :data:`ATTENTION_NAMES`: ``sdpa_mask`` with
+    ``allow_is_causal_skip=False``, since the attention functions here have no ``is_causal``
+    kernel flag to fall back on. A bidirectional mask without padding is still None.
+    """
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(**kwargs)
+
+
+def _visible_and_bias(
+    attention_mask: Tensor | None, k_len: int
+) -> tuple[Tensor | None, Tensor | None]:
+    """(boolean mask True = visible, finite additive bias or None) from the model's mask."""
+    if attention_mask is None:
+        return None, None
+    if not isinstance(attention_mask, Tensor):
+        raise LearnableSparsityError(
+            "attention_mask must be a boolean or float tensor or None, got "
+            f"{type(attention_mask).__name__} (block masks are not supported)"
+        )
+    # A static cache's mask can be longer than the keys seen so far (as eager attention slices).
+    attention_mask = attention_mask[..., :k_len]
+    if attention_mask.dtype == torch.bool:
+        return attention_mask, None
+    if not attention_mask.is_floating_point():
+        raise LearnableSparsityError(
+            f"attention_mask must be boolean (True = attend) or additive float, got "
+            f"{attention_mask.dtype}"
+        )
+    floor = _MASKED_FRACTION_OF_MIN * torch.finfo(attention_mask.dtype).min
+    visible = attention_mask > floor
+    return visible, attention_mask.masked_fill(~visible, 0.0)
+
+
+def _is_causal(module: nn.Module, is_causal: bool | None) -> bool:
+    return bool(getattr(module, "is_causal", False) if is_causal is None else is_causal)
+
+
+def _causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
+    """[q, k]: the q queries are the last q of the k positions; query i sees j ≤ i + (k − q)."""
+    visible = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    return visible.tril(diagonal=k_len - q_len)
+
+
+# --------------------------------------------------------------------------- per-module settings
+
+
+def _head_alpha(module: nn.Module, n_heads: int) -> Tensor:
+    """α per head, shaped [1, H, 1, 1], from the module's ``alpha_logit`` parameter."""
+    alpha_logit = getattr(module, "alpha_logit", None)
+    if not isinstance(alpha_logit, Tensor):
+        raise LearnableSparsityError(
+            f"entmax_alpha attention needs a learnable α per head on {type(module).__name__}: "
+            "call learnable_sparsity.hf.attention.add_head_alphas(model) after building the model"
+        )
+    if alpha_logit.shape != (n_heads,):
+        raise LearnableSparsityError(
+            f"{type(module).__name__}.alpha_logit has shape {tuple(alpha_logit.shape)}, "
+            f"expected ({n_heads},): one α per query head"
+        )
+    return alpha_of_logit(alpha_logit).view(1, n_heads, 1, 1)
+
+
+def _topk_k(module: nn.Module) -> int:
+    """k for top-k attention: ``module.topk_k``, else ``module.config.topk_k``."""
+    k = getattr(module, "topk_k", None)
+    if k is None:
+        k = getattr(getattr(module, "config", None), "topk_k", None)
+    if k is None:
+        raise LearnableSparsityError(
+            f"topk attention needs k: set topk_k in the model config (e.g. BertConfig(topk_k=8)) "
+            f"or as an attribute of {type(module).__name__}"
+        )
+    return k
+
+
+def _normalize(module: nn.Module, normalizer: str, scores: Tensor, mask: Tensor | None) -> Tensor:
+    fn = NORMALIZERS[normalizer]
+    if normalizer == "entmax_alpha":
+        return fn(scores, _head_alpha(module, scores.shape[1]), mask=mask)
+    if normalizer == "topk":
+        return fn(scores, _topk_k(module), mask=mask)
+    return fn(scores, mask=mask)
+
+
+# --------------------------------------------------------------------------- attention function
+
+
+def sparse_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    *,
+    normalizer: str,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor]:
+    """Attention with the core ``normalizer``: (output [B, q, H, d], probabilities [B, H, q, k]).
+
+    S = scaling · Q Kᵀ (+ the finite part of an additive mask), P = π(S; visible keys),
+    output = Dropout_p(P) V with p = ``dropout`` when ``module.training`` (eager attention's
+    placement). The returned probabilities are P before dropout (the core's convention; eager
+    attention returns them after dropout, which differs in training mode only). Keys and values
+    with fewer heads than the query (grouped-query attention) are repeated per group. Other
+    keyword arguments from the model (``position_ids``, ``output_attentions``, ...) are unused.
+    """
+    if normalizer not in NORMALIZERS:
+        raise LearnableSparsityError(
+            f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}"
+        )
+    n_heads, q_len, k_len = query.shape[1], query.shape[2], key.shape[2]
+    if n_heads != key.shape[1]:
+        if n_heads % key.shape[1] != 0:
+            raise LearnableSparsityError(
+                f"{n_heads} query heads cannot share {key.shape[1]} key/value heads"
+            )
+        groups = n_heads // key.shape[1]
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    visible, bias = _visible_and_bias(attention_mask, k_len)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    if visible is None and q_len > 1 and _is_causal(module, is_causal):
+        visible = _causal_mask(q_len, k_len, scores.device)
+    probs = _normalize(module, normalizer, scores, visible)
+    dropped = F.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(dropped.to(value.dtype), value)
+    return output.transpose(1, 2).contiguous(), probs
+
+
+def _attention_function(normalizer: str) -> AttentionFunction:
+    """The registered function for one normalizer (a named function, for tracebacks)."""
+
+    def attention(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        return sparse_attention_forward(*args, normalizer=normalizer, **kwargs)
+
+    attention.__name__ = attention.__qualname__ = f"{normalizer}_attention_forward"
+    attention.__doc__ = f"{sparse_attention_forward.__doc__}\n\n    Normalizer: {normalizer}."
+    return attention
+
+
+ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {
+    name: _attention_function(name) for name in ATTENTION_NAMES
+}
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def _register_once(interface: type, name: str, fn: Callable[..., Any]) -> None:
+    """Register ``fn`` under ``name`` unless it is there; refuse to replace another's function."""
+    current = interface().get(name)
+    if current is fn:
+        return
+    if current is not None and getattr(current, "__module__", None) != __name__:
+        raise LearnableSparsityError(
+            f"{interface.__name__} already has a {name!r} that is not this module's "
+            f"({getattr(current, '__module__', '?')}.{getattr(current, '__qualname__', '?')})"
+        )
+    interface.register(name, fn)
+
+
+def register() -> None:
+    """Register every name in :data:`ATTENTION_NAMES` with transformers; idempotent.
+
+    Each name gets its attention function (``AttentionInterface``) and
+    :func:`boolean_attention_mask` (``AttentionMaskInterface``), without which the model would
+    build no mask at all for the name. Explicit rather than at import: it changes transformers'
+    process-wide registries, so a caller (a model builder, a test) says when, and importing the
+    module for its helpers changes nothing. Calling it again is a no-op; a name already taken
+    by a function from elsewhere raises LearnableSparsityError rather than being overwritten.
+    """
+    for name in ATTENTION_NAMES:
+        _register_once(AttentionInterface, name, ATTENTION_FUNCTIONS[name])
+        _register_once(AttentionMaskInterface, name, boolean_attention_mask)
+
+
+# --------------------------------------------------------------------------- learnable α
+
+
+def attention_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """The attention modules of ``model`` by name: those with an int ``num_attention_heads``.
+
+    In BERT (and RoBERTa, ELECTRA, ...) these are the modules that call the attention function:
+    ``BertSelfAttention`` in every layer and, in a decoder with cross-attention,
+    ``BertCrossAttention``.
+    """
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(getattr(module, "num_attention_heads", None), int)
+    }
+
+
+def add_head_alphas(
+    model: nn.Module,
+    alpha_init: float | None = 1.5,
+    *,
+    generator: torch.Generator | None = None,
+) -> dict[str, nn.Parameter]:
+    """Add a learnable α per head (``alpha_logit`` [n_heads]) to every attention module.
+
+    α = ALPHA_MIN + (ALPHA_MAX − ALPHA_MIN)·sigmoid(w) ∈ (1.01, 2) as in the core attention;
+    w starts at ``logit_of_alpha(alpha_init)`` for every head, or, with ``alpha_init=None``, at
+    AST's random α = 1 + sigmoid(a), a ~ N(0, 1) truncated to ±3 (drawn from ``generator`` or
+    the global RNG, one draw per module in ``named_modules`` order). The parameters are fp32 on
+    the device of each module's other parameters; create the optimizer afterwards. Returns the
+    new parameters by module name. Raises LearnableSparsityError if the model has no attention
+    module (see :func:`attention_modules`) or one already has an ``alpha_logit``.
+    """
+    if alpha_init is not None and not ALPHA_MIN < alpha_init < ALPHA_MAX:
+        raise LearnableSparsityError(
+            f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {alpha_init!r}"
+        )
+    modules = attention_modules(model)
+    if not modules:
+        raise LearnableSparsityError(
+            f"{type(model).__name__} has no attention module with an int num_attention_heads"
+        )
+    added: dict[str, nn.Parameter] = {}
+    for name, module in modules.items():
+        if hasattr(module, "alpha_logit"):
+            raise LearnableSparsityError(f"{name} already has an alpha_logit")
+        device = next(module.parameters(), torch.empty(0)).device
+        w = torch.empty(module.num_attention_heads, dtype=torch.float32, device=device)
+        if alpha_init is None:
+            w = random_alpha_logit(w, generator)
+        else:
+            w.fill_(float(logit_of_alpha(torch.tensor(float(alpha_init), dtype=torch.float64))))
+        module.alpha_logit = nn.Parameter(w)
+        added[name] = module.alpha_logit
+    return added
+
+
+def head_alphas(model: nn.Module) -> dict[str, Tensor]:
+    """Current α per head ([n_heads], detached) of every module with an ``alpha_logit``."""
+    return {
+        name: alpha_of_logit(module.alpha_logit).detach()
+        for name, module in model.named_modules()
+        if isinstance(getattr(module, "alpha_logit", None), Tensor)
+    }

@@ -1,0 +1,475 @@
+r"""Training and inference throughput of the attention variants (EST, Zhao et al. 2019, Table 4).
+
+Zhao et al. (2019, Table 4) compare the Transformer with softmax, sparsemax, 1.5-entmax,
+α-entmax and top-k attention at one model size: training speed and inference speed (beam search,
+128 sentences per batch) in tokens per second. Here every variant is the same
+``learnable_sparsity.nmt.model.Transformer`` with a different ``normalizer``, so the comparison
+isolates the attention normalizer; α-entmax runs with the model's own per-head α (its parameters).
+
+What is counted:
+
+* training — tokens = non-pad target tokens (y + eos, the tokens the loss is averaged over) of
+  the timed updates; each update is ``train_step`` (forward, label-smoothed loss, backward,
+  gradient clipping, Adam step). ``source_tokens`` counts the non-pad source tokens too.
+* inference — tokens = generated target tokens, excluding bos and eos (the lengths of the
+  hypotheses ``beam_search`` returns); ``source_tokens`` counts the non-pad source tokens. The
+  search runs with ``fixed_length``: every hypothesis has the length limit of its sentence, so
+  every variant generates the same tokens. Free-length search of the untrained models timed here
+  let their lengths decide the ratio: on the smoke corpus α-entmax generated 3156 tokens where
+  softmax generated 2117, and its 1.35× longer decoding read as 1.11× *more* tokens/s.
+
+Throughput = tokens / seconds of wall-clock time (``time.perf_counter``), with
+``torch.cuda.synchronize`` at both ends of the timed region when the model is on CUDA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.nmt.batching import Batch, Example, batches_of, collate_examples, pad
+from learnable_sparsity.nmt.model import Transformer, TransformerConfig
+from learnable_sparsity.nmt.search import DecodeSettings
+from learnable_sparsity.nmt.training import build_optimizer, train_step
+from learnable_sparsity.settings import Settings, SettingsError, setting
+from learnable_sparsity.timing import summarize
+
+PHASES = ("train", "inference")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Tokens processed in ``seconds`` of wall-clock time.
+
+    ``tokens`` are the counted target tokens (see the module docstring), ``source_tokens`` the
+    non-pad source tokens, ``steps`` the timed updates (training) or ``beam_search`` calls
+    (inference), ``sentences`` the sentence pairs (training) or source sentences (inference)
+    processed in the timed region.
+    """
+
+    tokens: int
+    source_tokens: int
+    sentences: int
+    steps: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Counted target tokens per second."""
+        return self.tokens / self.seconds
+
+    @property
+    def total_tokens_per_second(self) -> float:
+        """Source plus counted target tokens per second."""
+        return (self.source_tokens + self.tokens) / self.seconds
+
+    @property
+    def sentences_per_second(self) -> float:
+        """Sentences per second."""
+        return self.sentences / self.seconds
+
+    def to_dict(self) -> dict[str, float | int]:
+        """The fields and the three rates as a JSON-ready dict."""
+        return {
+            **dataclasses.asdict(self),
+            "tokens_per_second": self.tokens_per_second,
+            "total_tokens_per_second": self.total_tokens_per_second,
+            "sentences_per_second": self.sentences_per_second,
+        }
+
+
+def _device(model: Transformer) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def _timer(device: torch.device) -> Iterator[list[float]]:
+    """Yields a one-element list that holds the elapsed seconds once the block has run."""
+    elapsed: list[float] = []
+    _synchronize(device)
+    start = time.perf_counter()
+    yield elapsed
+    _synchronize(device)
+    elapsed.append(time.perf_counter() - start)
+
+
+def _check_count(key: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise LearnableSparsityError(f"{key} must be an integer >= {minimum}, got {value!r}")
+
+
+@contextmanager
+def _training_session(
+    model: Transformer,
+    batches: Sequence[Batch],
+    peak_lr: float,
+    warmup: int,
+    label_smoothing: float,
+    clip_norm: float,
+) -> Iterator[Callable[[int], Batch]]:
+    """Yields ``update(step)``: one ``train_step`` on ``batches[step % len(batches)]`` (moved to
+    the model's device beforehand) with a fresh ``build_optimizer(model, peak_lr, warmup)``
+    optimizer, returning the batch. Afterwards the model is as it was found: parameters and
+    buffers restored, gradients cleared, train/eval mode kept."""
+    device, was_training = _device(model), model.training
+    on_device = [Batch(*(t.to(device) for t in batch)) for batch in batches]
+    saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    optimizer, scheduler = build_optimizer(model, peak_lr, warmup)
+    variant = model.config.normalizer
+
+    def update(step: int) -> Batch:
+        batch = on_device[step % len(on_device)]
+        train_step(
+            model,
+            batch,
+            optimizer,
+            scheduler,
+            clip_norm,
+            label_smoothing,
+            step=step,
+            variant=variant,
+        )
+        return batch
+
+    try:
+        yield update
+    finally:
+        model.load_state_dict(saved)
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+
+
+def _throughput(timed: Sequence[Batch], seconds: float, pad_id: int) -> Throughput:
+    """The training throughput of the timed updates on ``timed`` batches."""
+    return Throughput(
+        tokens=sum(int((b.tgt_out != pad_id).sum()) for b in timed),
+        source_tokens=sum(int((b.src != pad_id).sum()) for b in timed),
+        sentences=sum(b.src.shape[0] for b in timed),
+        steps=len(timed),
+        seconds=seconds,
+    )
+
+
+def training_round(
+    models: Mapping[str, Transformer],
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    warmup_steps: int,
+    rng: random.Random | None = None,
+    peak_lr: float = 5e-4,
+    warmup: int = 4000,
+    label_smoothing: float = 0.1,
+    clip_norm: float = 0.0,
+) -> dict[str, Throughput]:
+    """Training throughput of every model, interleaved step by step.
+
+    Each model first makes ``warmup_steps`` untimed updates; then, for each of ``steps`` steps,
+    every model makes one timed update, in an order shuffled by ``rng`` at every step (None: the
+    given order). Timing single steps side by side (tens of milliseconds apart) cancels changes
+    of the machine's speed that last longer than a step; timing each model's steps in one block
+    let a shared host's slow phase land on one model. The updates cycle over ``batches``, each
+    with its own fresh optimizer (:func:`_training_session`); tokens = non-pad target tokens
+    (y + eos) of the timed updates. Every model is restored afterwards.
+    """
+    _check_count("steps", steps, 1)
+    _check_count("warmup_steps", warmup_steps, 0)
+    if not batches:
+        raise LearnableSparsityError("training throughput needs at least one batch")
+    order = list(models)
+    seconds = dict.fromkeys(order, 0.0)
+    timed: dict[str, list[Batch]] = {name: [] for name in order}
+    with ExitStack() as stack:
+        updates = {
+            name: stack.enter_context(
+                _training_session(model, batches, peak_lr, warmup, label_smoothing, clip_norm)
+            )
+            for name, model in models.items()
+        }
+        for step in range(warmup_steps):
+            for update in updates.values():
+                update(step)
+        for step in range(warmup_steps, warmup_steps + steps):
+            if rng is not None:
+                rng.shuffle(order)
+            for name in order:
+                with _timer(_device(models[name])) as elapsed:
+                    timed[name].append(updates[name](step))
+                seconds[name] += elapsed[0]
+    return {
+        name: _throughput(timed[name], seconds[name], models[name].config.pad_id) for name in models
+    }
+
+
+def training_throughput(
+    model: Transformer,
+    batches: Sequence[Batch],
+    *,
+    steps: int,
+    warmup_steps: int,
+    peak_lr: float = 5e-4,
+    warmup: int = 4000,
+    label_smoothing: float = 0.1,
+    clip_norm: float = 0.0,
+) -> Throughput:
+    """Training throughput of one model: ``warmup_steps`` untimed, then ``steps`` timed
+    ``train_step`` updates (:func:`training_round` of this model alone)."""
+    return training_round(
+        {"model": model},
+        batches,
+        steps=steps,
+        warmup_steps=warmup_steps,
+        peak_lr=peak_lr,
+        warmup=warmup,
+        label_smoothing=label_smoothing,
+        clip_norm=clip_norm,
+    )["model"]
+
+
+def inference_throughput(
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    decode: DecodeSettings,
+    *,
+    batch_size: int = 128,
+    warmup_batches: int = 1,
+) -> Throughput:
+    """Inference throughput of batched beam search (``decode``) in eval mode without gradients.
+
+    ``sources`` (source ids without padding) are sorted by length (stable) and cut into batches
+    of ``batch_size`` sentences (128 in Zhao et al.), padded and moved to the model's device
+    before timing; the first ``warmup_batches`` batches are decoded once untimed, all with
+    fixed-length search (see the module docstring). tokens = the generated target tokens,
+    excluding bos and eos: the summed lengths of the hypotheses ``beam_search`` returns. The
+    model's train/eval mode is restored afterwards.
+    """
+    _check_count("batch_size", batch_size, 1)
+    _check_count("warmup_batches", warmup_batches, 0)
+    if not sources:
+        raise LearnableSparsityError("inference_throughput needs at least one source sentence")
+    for i, source in enumerate(sources):
+        if not source:
+            raise LearnableSparsityError(f"source sentence {i} is empty")
+    device, pad_id, was_training = _device(model), model.config.pad_id, model.training
+    ordered = sorted(sources, key=len)
+    padded = [
+        pad(ordered[i : i + batch_size], pad_id).to(device)
+        for i in range(0, len(ordered), batch_size)
+    ]
+
+    model.eval()
+    try:
+        for src in padded[:warmup_batches]:
+            decode.search(model, src, fixed_length=True)
+        with _timer(device) as elapsed:
+            hypotheses = [
+                hyp for src in padded for hyp in decode.search(model, src, fixed_length=True).tokens
+            ]
+    finally:
+        model.train(was_training)
+    return Throughput(
+        tokens=sum(map(len, hypotheses)),
+        source_tokens=sum(map(len, sources)),
+        sentences=len(sources),
+        steps=len(padded),
+        seconds=elapsed[0],
+    )
+
+
+def _comparable(model: Transformer) -> TransformerConfig:
+    """The config with the attention-only settings blanked: equal for equally sized models."""
+    return dataclasses.replace(model.config, normalizer="softmax", topk_k=1, alpha_init=1.5)
+
+
+def _check_variants(models: Mapping[str, Transformer]) -> None:
+    """``models`` maps variant names (``NORMALIZERS``, "softmax" required) to models whose
+    normalizer is that variant and whose configs agree in everything else except top-k's k and
+    the initial α, on one device."""
+    if "softmax" not in models:
+        raise LearnableSparsityError(f"the softmax baseline is missing, got {sorted(models)}")
+    reference = _comparable(models["softmax"])
+    devices = {str(_device(model)) for model in models.values()}
+    if len(devices) != 1:
+        raise LearnableSparsityError(f"all variants must be on one device, got {sorted(devices)}")
+    for name, model in models.items():
+        if model.config.normalizer != name:
+            raise LearnableSparsityError(
+                f"variant {name!r} has normalizer {model.config.normalizer!r}"
+            )
+        if _comparable(model) != reference:
+            raise LearnableSparsityError(
+                f"variant {name!r} differs from softmax in more than the attention normalizer"
+            )
+
+
+def interleaved_variants(
+    models: Mapping[str, Transformer],
+    batches: Sequence[Batch],
+    sources: Sequence[Sequence[int]],
+    decode: DecodeSettings,
+    *,
+    rounds: int,
+    train_steps: int,
+    warmup_steps: int,
+    batch_size: int = 128,
+    seed: int = 0,
+    on_round: Callable[[int], None] | None = None,
+) -> list[dict[str, dict[str, Throughput]]]:
+    """``rounds`` rounds of training and inference throughput of every variant on identical
+    inputs (``models`` as :func:`_check_variants` describes). Each round times the variants'
+    training interleaved step by step (:func:`training_round`, the order shuffled afresh at
+    every step; ``training_throughput``'s optimizer defaults, no clipping), then each variant's
+    beam search (:func:`inference_throughput`) in an order shuffled afresh every round; every
+    measurement warms up on its own. All orders come from ``random.Random(seed)``; the ratio of
+    a variant to softmax is taken within a round (:func:`summarize_rounds`). ``on_round(i)`` is
+    called after round ``i``. Returns per round {variant: {"train": …, "inference": …}}.
+    """
+    _check_count("rounds", rounds, 1)
+    _check_variants(models)
+    rng = random.Random(seed)
+    measured = []
+    for index in range(rounds):
+        train = training_round(
+            models, batches, steps=train_steps, warmup_steps=warmup_steps, rng=rng
+        )
+        order = list(models)
+        rng.shuffle(order)
+        inference = {
+            name: inference_throughput(models[name], sources, decode, batch_size=batch_size)
+            for name in order
+        }
+        measured.append(
+            {name: {"train": train[name], "inference": inference[name]} for name in models}
+        )
+        if on_round is not None:
+            on_round(index)
+    return measured
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeedSettings(Settings):
+    """The speed table's protocol (params ``speed``): every variant of ``variants`` (softmax
+    included, the baseline) is timed once per round, train (step by step side by side) and
+    inference, ``rounds`` rounds in orders shuffled with ``seed``, with ``threads`` torch threads:
+    ``train_steps`` updates (after ``warmup_steps`` untimed ones) on token batches of
+    ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
+    of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes. ``model``:
+    the architecture timed, or None for the trained models' (``nmt.model``): EST timed its
+    IWSLT architecture, not the Transformer-Base of its WMT runs."""
+
+    corpus: str
+    variants: tuple[str, ...] = setting(distinct=True)
+    rounds: int = setting(3, at_least=1)
+    seed: int = setting(0, at_least=0)
+    threads: int = setting(2, at_least=1)
+    train_steps: int = setting(10, at_least=1)
+    warmup_steps: int = setting(3, at_least=0)
+    max_tokens: int = setting(2500, at_least=1)
+    infer_sentences: int = setting(128, at_least=1)
+    batch_sentences: int = setting(128, at_least=1)
+    model: TransformerConfig | None = None
+
+    def validate(self) -> None:
+        unknown = [v for v in self.variants if v not in NORMALIZERS]
+        if unknown or "softmax" not in self.variants:
+            raise SettingsError(
+                "variants", f"must include softmax and only name {list(NORMALIZERS)}"
+            )
+
+
+def speed_inputs(
+    config: TransformerConfig,
+    train: Sequence[Example],
+    test: Sequence[Example],
+    settings: SpeedSettings,
+    device: torch.device | str = "cpu",
+) -> tuple[dict[str, Transformer], list[Batch], list[list[int]]]:
+    """What :func:`measure_speed` times: one model per variant of ``settings`` — ``config``
+    (vocabulary set) with the variant's normalizer and the same initial weights (seed 0) — on
+    ``device``, the first token batches of ``train`` (seed 0) and the sources of the first
+    ``settings.infer_sentences`` of ``test``. Untrained weights suffice: throughput depends on the
+    shapes, and the fixed-length search generates the same tokens with every variant."""
+    models = {}
+    for variant in settings.variants:
+        torch.manual_seed(0)  # the same initial weights for every variant
+        models[variant] = Transformer(dataclasses.replace(config, normalizer=variant)).to(device)
+    needed = settings.train_steps + settings.warmup_steps
+    indices = batches_of(train, settings.max_tokens, seed=0)[:needed]
+    batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
+    sources = [source for source, _ in test[: settings.infer_sentences]]
+    return models, batches, sources
+
+
+def measure_speed(
+    config: TransformerConfig,
+    train: Sequence[Example],
+    test: Sequence[Example],
+    settings: SpeedSettings,
+    decode: DecodeSettings,
+    on_round: Callable[[int], None] | None = None,
+    device: torch.device | str = "cpu",
+) -> list[dict[str, dict[str, Throughput]]]:
+    """``settings.rounds`` interleaved rounds (:func:`interleaved_variants`) of the variants of
+    ``settings`` on ``device``, on :func:`speed_inputs`: per round, every variant's train and
+    inference throughput. ``on_round(i)`` is called after each round.
+    """
+    models, batches, sources = speed_inputs(config, train, test, settings, device)
+    return interleaved_variants(
+        models,
+        batches,
+        sources,
+        decode,
+        rounds=settings.rounds,
+        train_steps=settings.train_steps,
+        warmup_steps=settings.warmup_steps,
+        batch_size=settings.batch_sentences,
+        seed=settings.seed,
+        on_round=on_round,
+    )
+
+
+def summarize_rounds(rounds: Sequence[Mapping[str, Mapping[str, Throughput]]]) -> list[dict]:
+    """JSON-ready rows, one per variant (in the rounds' order), of repeated measurements.
+
+    Each round measures every variant, so the ratio of a variant's tokens/s to softmax's *in the
+    same round* cancels what drifts between rounds (load, clock); per phase a row holds
+    ``tokens_per_second_each_round``, ``ratio_to_softmax_each_round``, the median round's
+    :class:`Throughput`, ``<phase>_ratio_to_softmax`` (the median of the per-round ratios) and,
+    from :class:`learnable_sparsity.timing.RatioSummary`, ``<phase>_ratio_quartiles``,
+    ``<phase>_ratio_range``, ``<phase>_relative_spread`` (IQR ÷ median) and ``<phase>_noisy``
+    (relative spread above ``learnable_sparsity.timing.NOISY_RELATIVE_SPREAD``, or too few rounds).
+    """
+    speeds = {
+        variant: {phase: [r[variant][phase].tokens_per_second for r in rounds] for phase in PHASES}
+        for variant in rounds[0]
+    }
+    summary = summarize(speeds, "softmax")
+    rows = []
+    for variant in rounds[0]:
+        row: dict = {"variant": variant}
+        for phase in PHASES:
+            per_round = summary[variant][phase]
+            order = sorted(range(len(rounds)), key=lambda i: per_round.values[i])
+            row[phase] = rounds[order[len(rounds) // 2]][variant][phase].to_dict()
+            row[f"{phase}_ratio_to_softmax"] = per_round.ratio
+            row[f"{phase}_ratio_quartiles"] = list(per_round.ratio_quartiles)
+            row[f"{phase}_ratio_range"] = list(per_round.ratio_range)
+            row[f"{phase}_relative_spread"] = per_round.relative_spread
+            row[f"{phase}_noisy"] = per_round.noisy
+            row.setdefault("tokens_per_second_each_round", {})[phase] = list(per_round.values)
+            row.setdefault("ratio_to_softmax_each_round", {})[phase] = list(per_round.ratios)
+        rows.append(row)
+    return rows
