@@ -24,28 +24,6 @@ if not torch.cuda.is_available() and "triton" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-def _interpreter_loop_bounds() -> None:
-    """Let the interpreter take a runtime scalar as a loop bound (``range(0, n, BLOCK)``).
-
-    Triton 3.6's interpreter turns a scalar into an int by ``int(array)``, which NumPy ≥ 2.3
-    refuses for the one-element arrays that hold its scalars; ``.item()`` works for both.
-    """
-    try:
-        from triton.runtime import interpreter
-    except ImportError:
-        return
-    patch = interpreter._patch_lang_tensor
-
-    def patched(tensor, scope) -> None:
-        patch(tensor, scope)
-        tensor.__index__ = lambda self: int(self.handle.data.item())
-
-    interpreter._patch_lang_tensor = patched
-
-
-if os.environ.get("TRITON_INTERPRET") == "1":
-    _interpreter_loop_bounds()
-
 # The unit tests use small tensors, for which intra-op threads cost more than they save (and CI
 # has 2 cores shared with other processes).
 torch.set_num_threads(1)

@@ -115,7 +115,9 @@ def forward(
         now_done = done | (tl.abs(err) <= ROOT_TOLERANCE) | (mass == 0.0)
         lo = tl.where(now_done | (err <= 0), lo, u)
         hi = tl.where(now_done | (err >= 0), hi, u)
-        now_done = now_done | (hi - lo <= 2.0 * EPS32 * hi)
+        # hi first: Triton 3.7's interpreter cannot compare with `constexpr * tensor` (the
+        # kernels' `_entmax_solve` says why).
+        now_done = now_done | (hi - lo <= hi * (2.0 * EPS32))
         log_mass = tl.log(mass)
         step = _expm1(beta * log_mass) * tl.exp((1.0 - beta) * log_mass)
         newton = u + step / t_sum

@@ -122,7 +122,10 @@ def _entmax_solve(
 ):
     """p of α = 1 + β for x − max = ``shifted`` (``normalizers._entmax_root``, then p/Σp)."""
     z = beta * shifted
-    tol = 4.0 * EPS * bits
+    # Tensors left of constexprs: Triton 3.7's interpreter turns `constexpr * tensor` into a
+    # constexpr wrapping a tensor, which a later comparison cannot convert (compiled code is not
+    # affected; the product is the same either way round).
+    tol = bits * (4.0 * EPS)
     inv_beta_m1 = 1.0 / beta - 1.0
     below_two = beta < 1.0
     lo = _scalar(0.0, z)
@@ -138,7 +141,7 @@ def _entmax_solve(
         done = (tl.abs(err) <= tol) | (mass == 0.0)
         lo = tl.where(done | (err <= 0), lo, u)
         hi = tl.where(done | (err >= 0), hi, u)
-        done = done | (hi - lo <= 2.0 * EPS * hi)
+        done = done | (hi - lo <= hi * (2.0 * EPS))
         # Newton on h(u) = (Σp)^β − 1, h' = −(Σp)^{β−1} Σ p^{1−β}.
         log_mass = tl.log(mass)
         step = _expm1(beta * log_mass) * tl.exp((1.0 - beta) * log_mass)
