@@ -1,23 +1,42 @@
-# The two commands of the README. Each creates (or updates, when pyproject.toml changed) the
-# virtual environment .venv on first use, so a fresh clone needs nothing else.
+# The two commands of the README. Each creates (or, when the lock changed, recreates) the virtual
+# environment .venv from the lock on first use, so a fresh clone needs nothing else.
 #   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline),
 #                after a preflight of everything the profile needs (python -m pipelines.preflight)
 #   make test    the tests, exactly as CI (.ci/run) runs them; installs Debian's chromium (the
 #                browser check of the MLflow UI) and the SWORD Bible modules sword-text-web and
 #                sword-text-sparv (the real-corpus reader) where missing and apt-get can (as root)
 #   make ui      the MLflow UI on the project's store, opened on the runs table
+#   make lock    re-resolves the locks (requirements/*.txt) from pyproject.toml on PyPI, with uv
 # The venv's Python: 3.11 as CI runs it; 3.12 and 3.13 are supported too (make PYTHON=python3.13).
 PYTHON ?= python3.11
 VENV := .venv
-INSTALLED := $(VENV)/.installed
+# torch's build: cuda (PyPI's torch, with NVIDIA's libraries) where nvidia-smi is found, else cpu
+# (the same release's CPU build, from PyTorch's CPU index); `make TORCH=cpu ...` chooses.
+TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
+LOCK := requirements/$(TORCH).txt
+INSTALLED := $(VENV)/.installed-$(TORCH)
+PIP := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # DVC runs the stages' `python -m pipelines.<stage>` with the environment's python.
 IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+STALE_LOCK := echo "$(LOCK) does not hold what pyproject.toml requires: run make lock" >&2
 
-.PHONY: repro test ui debian
+.PHONY: repro test ui debian lock
 
-$(INSTALLED): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet -e ".[dev]"
+# The environment is the lock's: every distribution at its version and hash (no resolution, no
+# unpinned download), made anew when the lock changes. Then the project itself, editable, built
+# without build isolation (its build requirements are locked too), again when pyproject.toml
+# changes; `pip check` holds the lock to what pyproject.toml requires.
+LOCKED := $(VENV)/.locked-$(TORCH)
+
+$(LOCKED): $(LOCK) requirements/torch-cpu.txt
+	$(PYTHON) -m venv --clear $(VENV)
+	$(PIP) install --require-hashes --no-deps -r $(LOCK)
+	$(if $(filter cpu,$(TORCH)),$(PIP) install --no-deps -r requirements/torch-cpu.txt)
+	touch $@
+
+$(INSTALLED): $(LOCKED) pyproject.toml
+	$(PIP) install --no-deps --no-build-isolation -e .
+	$(VENV)/bin/pip check || { $(STALE_LOCK); exit 1; }
 	touch $@
 
 repro: $(INSTALLED)
@@ -43,3 +62,25 @@ ui: $(INSTALLED)
 test: $(INSTALLED) debian
 	$(IN_VENV) python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
+
+# The locks: one universal resolution (Linux, Python 3.11-3.13) of the dev extra on PyPI, with every
+# wheel's hash; the CPU lock the same, at the same torch release, without torch and what only its
+# CUDA build requires. uv keeps the versions already locked unless pyproject.toml needs others
+# (UPGRADE=1 takes the newest allowed). uv runs from its own environment, so that a lock that no
+# longer installs can still be refreshed.
+UV_VERSION := 0.13.9
+UV := .uv/bin/uv
+UV_COMPILE = $(UV) pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+	--generate-hashes --quiet --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
+TORCH_RELEASE := .uv/torch-release.txt
+
+$(UV):
+	$(PYTHON) -m venv --clear .uv
+	.uv/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+lock: $(UV)
+	$(UV_COMPILE) -o requirements/cuda.txt
+	sed -n 's/^\(torch==[^ ;]*\).*/\1/p' requirements/cuda.txt > $(TORCH_RELEASE)
+	$(UV_COMPILE) --override requirements/cpu-overrides.txt --constraint $(TORCH_RELEASE) \
+		--no-emit-package torch -o requirements/cpu.txt
+	sed -i "s/^torch==.*+cpu$$/$$(cat $(TORCH_RELEASE))+cpu/" requirements/torch-cpu.txt

@@ -53,7 +53,7 @@ try:  # the reference implementation, a `dev` extra (never imported by learnable
     import entmax as reference
 except ImportError as error:
     raise SystemExit(
-        "the benchmark compares with the `entmax` package: pip install -e '.[dev]'"
+        "the benchmark compares with the `entmax` package: make test installs it (the lock)"
     ) from error
 
 HEADS = 8

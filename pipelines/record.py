@@ -6,8 +6,9 @@ A record is a run too long for ``make repro`` (the ``evidence`` profile's, say) 
 * ``results.json`` — the results the claims read (the claims stage's
   ``results/claims/results.json``);
 * ``record.json`` — the profile, when it was kept, the commit of the code that kept it (and
-  whether ``learnable_sparsity/`` or ``pipelines/`` had uncommitted changes), and every claim
-  threshold it was judged with;
+  whether ``learnable_sparsity/`` or ``pipelines/`` had uncommitted changes), the environment's
+  lock and digest (and whether the environment matched it: :mod:`pipelines.scaffold.lock`), and
+  every claim threshold it was judged with;
 * ``index.md``, ``tables.md``, ``tables/``, ``figures/`` — the report of the run, with every link
   relative and resolving inside the record (figures re-encoded as small PNGs, so that git holds
   them); its claims section points to ``claims.md``.
@@ -38,6 +39,7 @@ from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json, write_json
 from pipelines.scaffold.imports import ROOT
+from pipelines.scaffold.lock import locked_environment
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,7 @@ def keep(name: str) -> Path:
             "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": _git("rev-parse", "HEAD"),
             "uncommitted_code_changes": bool(changed) if changed is not None else None,
+            "environment": locked_environment().as_record(),
             "thresholds": {
                 claim.id: {key: t.value for key, t in claim.thresholds.items()}
                 for claim in load_claims()

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _ruff() -> list[str]:
     exe = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
-    assert exe, "ruff is not installed: pip install -e '.[dev]'"
+    assert exe, "ruff is not installed: make test installs it (the lock, requirements/)"
     return [exe]
 
 

@@ -3,13 +3,15 @@ from, and what the machine did while it ran.
 
 * :func:`source_tags` — the stage's entrypoint, git commit, branch and dirtiness, DVC experiment
   (the MLflow UI's Source, Version and User);
-* :func:`system_tags` — library versions and the CPU kernels torch and MKL pick;
+* :func:`system_tags` — library versions, the lock the environment was installed from (and whether
+  it still matches it) and the CPU kernels torch and MKL pick;
 * :func:`system_metrics` — CPU, memory, disk, network (and GPU) use sampled as ``system/...``
   metrics while a cell runs.
 """
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import platform
@@ -21,6 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+from pipelines.scaffold.lock import locked_environment
 
 if TYPE_CHECKING:
     from pipelines.scaffold.runs import RunLogger
@@ -75,9 +79,11 @@ def source_tags(stage: str) -> dict[str, str]:
 
 
 def system_tags() -> dict[str, str]:
-    """What decides the numbers besides code and settings: library versions and the CPU kernels
-    torch and MKL pick (results differ in the last digits between kernel choices)."""
+    """What decides the numbers besides code and settings: library versions, the environment's
+    lock (:mod:`pipelines.scaffold.lock`) and the CPU kernels torch and MKL pick (results differ
+    in the last digits between kernel choices)."""
     tags = {
+        **_environment_tags(),
         "system.python": platform.python_version(),
         "system.torch": torch.__version__,
         "system.numpy": np.__version__,
@@ -89,6 +95,12 @@ def system_tags() -> dict[str, str]:
     for variable in PORTABILITY_ENV:
         tags[f"system.{variable}"] = os.environ.get(variable, "unset")
     return tags
+
+
+@functools.cache
+def _environment_tags() -> dict[str, str]:
+    """The lock tags, read once per process (the installed distributions do not change)."""
+    return locked_environment().tags()
 
 
 @contextmanager

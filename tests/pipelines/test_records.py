@@ -1,6 +1,7 @@
-"""Evidence records: keeping a run (``pipelines.record``), judging it again with today's checks
-(stage ``rejudge``), and the kept ``reports/evidence`` record itself — its verdicts are today's,
-its links resolve, and every threshold moved since it was kept is in the threshold's history."""
+"""Evidence records: keeping a run (``pipelines.record``), judging it again with today's
+checks (stage ``rejudge``), and the kept ``reports/evidence`` record itself — its verdicts are
+today's, its links resolve, and every threshold moved since it was kept is in the threshold's
+history."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from learnable_sparsity.claims import Results, evaluate, load_claims, results_from_json, results_to_json
+from learnable_sparsity.claims import (
+    Results,
+    evaluate,
+    load_claims,
+    results_from_json,
+    results_to_json,
+)
 from learnable_sparsity.claims.preregistered import threshold_changes
 from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
@@ -73,6 +80,8 @@ def test_keep_copies_the_run_with_small_figures_and_no_verdicts(
     assert meta["profile"] == "evidence"
     assert datetime.datetime.fromisoformat(meta["recorded"]).tzinfo is not None
     assert meta["thresholds"]["ast_entmax_bleu"] == {"margin": 0.91}
+    assert meta["environment"]["lock"][0].startswith("requirements/")
+    assert re.fullmatch(r"[0-9a-f]{64}", meta["environment"]["lock_sha256"])
     assert json.loads((folder / "results.json").read_text())["format"] == 1
 
 
