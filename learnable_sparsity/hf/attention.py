@@ -285,17 +285,37 @@ def register() -> None:
 # --------------------------------------------------------------------------- learnable α
 
 
-def attention_modules(model: nn.Module) -> dict[str, nn.Module]:
-    """The attention modules of ``model`` by name: those with an int ``num_attention_heads``.
+def query_heads(module: nn.Module) -> int | None:
+    """The query heads of ``module`` if it is an attention module that calls the attention
+    function, else None.
 
-    In BERT (and RoBERTa, ELECTRA, ...) these are the modules that call the attention function:
-    ``BertSelfAttention`` in every layer and, in a decoder with cross-attention,
-    ``BertCrossAttention``.
+    transformers 5 writes such a module with a float ``scaling`` and an ``is_causal`` flag, and
+    keeps its head count in one of three places: ``num_attention_heads`` (BERT, RoBERTa, ELECTRA),
+    ``num_heads`` (BART, Whisper) or only in its config (``config.num_attention_heads``: Llama,
+    Mistral, Qwen, where grouped-query attention keeps fewer key/value heads, and α is per query
+    head).
+    """
+    if not isinstance(getattr(module, "scaling", None), float) or not hasattr(module, "is_causal"):
+        return None
+    config = getattr(module, "config", None)
+    for heads in (
+        getattr(module, "num_attention_heads", None),
+        getattr(module, "num_heads", None),
+        getattr(config, "num_attention_heads", None),
+    ):
+        if isinstance(heads, int):
+            return heads
+    return None
+
+
+def attention_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """The attention modules of ``model`` by name (those :func:`query_heads` knows).
+
+    In BERT these are ``BertSelfAttention`` in every layer and, in a decoder with
+    cross-attention, ``BertCrossAttention``; in Llama ``LlamaAttention``.
     """
     return {
-        name: module
-        for name, module in model.named_modules()
-        if isinstance(getattr(module, "num_attention_heads", None), int)
+        name: module for name, module in model.named_modules() if query_heads(module) is not None
     }
 
 
@@ -322,14 +342,16 @@ def add_head_alphas(
     modules = attention_modules(model)
     if not modules:
         raise LearnableSparsityError(
-            f"{type(model).__name__} has no attention module with an int num_attention_heads"
+            f"{type(model).__name__} has no attention module (a module with a float scaling, "
+            "is_causal and a head count: num_attention_heads, num_heads or "
+            "config.num_attention_heads)"
         )
     added: dict[str, nn.Parameter] = {}
     for name, module in modules.items():
         if hasattr(module, "alpha_logit"):
             raise LearnableSparsityError(f"{name} already has an alpha_logit")
         device = next(module.parameters(), torch.empty(0)).device
-        w = torch.empty(module.num_attention_heads, dtype=torch.float32, device=device)
+        w = torch.empty(query_heads(module), dtype=torch.float32, device=device)
         if alpha_init is None:
             w = random_alpha_logit(w, generator)
         else:

@@ -25,6 +25,8 @@ from transformers import (
     EncoderDecoderCache,
     EncoderDecoderConfig,
     EncoderDecoderModel,
+    LlamaConfig,
+    LlamaForCausalLM,
 )
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
@@ -37,6 +39,7 @@ from learnable_sparsity.hf.attention import (
     attention_modules,
     boolean_attention_mask,
     head_alphas,
+    query_heads,
     register,
     sparse_attention_forward,
 )
@@ -423,6 +426,109 @@ def test_encoder_decoder_model_keeps_the_name_only_when_its_config_carries_it() 
         assert torch.all(probs[~mask.bool()[:, None, None, :].expand_as(probs)] == 0)
     generated = model.generate(ids, attention_mask=mask, max_new_tokens=3, num_beams=2)
     assert generated.shape[0] == len(LENGTHS)
+
+
+# --------------------------------------------------------------------------- model families
+
+
+KV_HEADS = 2  # Llama's grouped-query attention: two query heads share each key/value head
+
+
+def _llama(name: str, seed: int = 0) -> LlamaForCausalLM:
+    """A tiny Llama whose attention modules keep their head count in the config only."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        max_position_embeddings=16,
+        initializer_range=0.2,
+        topk_k=K,
+        attn_implementation=name,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _encoder_decoder(name: str, seed: int = 0) -> EncoderDecoderModel:
+    config = EncoderDecoderConfig.from_encoder_decoder_configs(
+        _config(name),
+        _config(name, is_decoder=True, add_cross_attention=True),
+        attn_implementation=name,
+    )
+    config.decoder_start_token_id, config.pad_token_id = 1, 0
+    torch.manual_seed(seed)
+    return EncoderDecoderModel(config=config).eval()
+
+
+def _family_loss(family: str, model: nn.Module) -> Tensor:
+    ids, mask = _batch()
+    if family == "bert":
+        return model(ids, attention_mask=mask).last_hidden_state.square().sum()
+    if family == "encoder-decoder":
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :4])
+        return out.logits.logsumexp(-1).sum()
+    return model(ids, attention_mask=mask).logits.logsumexp(-1).sum()
+
+
+FAMILIES = {
+    # family: (model builder, attention modules it has: self-attention per layer, and in the
+    # decoder of the encoder-decoder also cross-attention)
+    "bert": (lambda name: BertModel(_config(name)).eval(), LAYERS),
+    "encoder-decoder": (_encoder_decoder, LAYERS + 2 * LAYERS),
+    "llama": (_llama, LAYERS),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_gets_one_learned_alpha_per_query_head_that_trains(family: str) -> None:
+    """BERT (heads on the module), BERT2BERT (encoder, decoder and cross-attention) and Llama
+    with grouped-query attention (heads in the config only): add_head_alphas finds every
+    attention module, gives it one α per query head, and each α gets a gradient."""
+    build, count = FAMILIES[family]
+    model = build("entmax_alpha")
+    added = add_head_alphas(model, alpha_init=1.5)
+    assert len(added) == count, sorted(added)
+    assert all(p.shape == (HEADS,) for p in added.values())
+    assert {query_heads(m) for m in attention_modules(model).values()} == {HEADS}
+    _family_loss(family, model).backward()
+    for name, parameter in added.items():
+        grad = parameter.grad
+        assert grad is not None and torch.isfinite(grad).all() and torch.all(grad != 0), name
+
+
+def test_grouped_query_softmax_equals_transformers_eager_llama() -> None:
+    """The key/value heads shared across query groups, checked against transformers' own eager
+    attention (its repeat_kv) on the same Llama weights: logits agree to fp32 rounding."""
+    ours, eager = _llama("softmax"), _llama("eager")
+    eager.load_state_dict(ours.state_dict())
+    ids, mask = _batch()
+    with torch.no_grad():
+        expected = eager(ids, attention_mask=mask).logits
+        got = ours(ids, attention_mask=mask).logits
+    visible = mask.bool()  # padded positions' outputs are not compared
+    assert torch.allclose(got[visible], expected[visible], rtol=0, atol=TOL)
+
+
+def test_llama_sparse_attention_is_causal_with_exact_zeros() -> None:
+    model = _llama("sparsemax")
+    ids, mask = _batch()
+    with torch.no_grad():
+        attentions = model(ids, attention_mask=mask, output_attentions=True).attentions
+    future = ~torch.ones(SEQ, SEQ, dtype=torch.bool).tril()
+    for probs in attentions:
+        assert probs.shape == (len(LENGTHS), HEADS, SEQ, SEQ)
+        assert torch.all(probs[..., future] == 0)
+        assert torch.all(probs[~mask.bool()[:, None, None, :].expand_as(probs)] == 0)
+        real = mask.bool()[:, None, :, None].expand_as(probs)[..., 0]
+        assert torch.allclose(probs.sum(-1)[real], torch.ones(()), atol=1e-6)
+
+
+def test_add_head_alphas_names_what_it_looks_for() -> None:
+    with pytest.raises(LearnableSparsityError, match="num_attention_heads, num_heads or config"):
+        add_head_alphas(nn.Sequential(nn.Linear(2, 2)))
 
 
 # --------------------------------------------------------------------------- direct calls
