@@ -118,3 +118,21 @@ def test_the_gpu_page_is_generated_from_the_committed_run() -> None:
     spec.loader.exec_module(report)
     page = (ROOT / "docs/gpu-benchmarks.md").read_text()
     assert page == report.render(ROOT / "results/benchmarks"), "run benchmarks/gpu/report.py"
+
+
+def test_the_footprint_probe_reads_an_environment() -> None:
+    """``library_footprint.py`` runs its probe in the environments it makes (minutes); here the
+    probe reads this one: torch's closure, what lies beyond it, and a distribution's own bytes."""
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/footprint_probe.py"), "learnable-sparsity"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    found = json.loads(completed.stdout)
+    assert {"torch", "learnable-sparsity", "mlflow"} <= set(found["distributions"])
+    assert "mlflow" in found["beyond_torch"] and "torch" not in found["beyond_torch"]
+    assert "filelock" not in found["beyond_torch"]  # torch requires it
+    assert 0 < found["own_bytes"] < found["torch_closure_bytes"]

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from tests.pythons import ROOT, RUNNING, newest_other_python
+from tests.installs import ROOT, RUNNING, library_source, newest_other_python
 
 REQUIREMENTS = ROOT / "requirements"
 LOCK_FILES = ("cuda.txt", "cpu.txt", "torch-cpu.txt", "cpu-overrides.txt")
@@ -64,20 +64,6 @@ def _plain_environment() -> dict[str, str]:
     return plain | {"PIP_CONFIG_FILE": os.devnull}
 
 
-def _library_source(destination: Path) -> Path:
-    """What building the distribution reads (pip builds a directory in place: a copy keeps the
-    checkout clean)."""
-    destination.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(ROOT / name, destination / name)
-    shutil.copytree(
-        ROOT / "learnable_sparsity",
-        destination / "learnable_sparsity",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    return destination
-
-
 def _resolve(python: str, requirement: str, workdir: Path) -> dict[str, str]:
     """Distribution name → version that a plain pip of ``python`` would install for
     ``requirement`` into an empty environment (``pip install --dry-run --report``)."""
@@ -104,7 +90,7 @@ if (other := newest_other_python()) is not None:
 @pytest.fixture(scope="module")
 def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, str]]:
     """(Python version, "light" | "dev") → what a plain pip resolves, all resolved at once."""
-    source = _library_source(tmp_path_factory.mktemp("install") / "source")
+    source = library_source(tmp_path_factory.mktemp("install") / "source")
     requirements = {"light": str(source), "dev": f"{source}[dev]"}
     jobs = [(python, version, name) for python, version in PYTHONS for name in requirements]
     with ThreadPoolExecutor(len(jobs)) as pool:

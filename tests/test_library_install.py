@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from tests.pythons import ROOT, RUNNING, newest_other_python
+from tests.installs import ROOT, RUNNING, library_source, newest_other_python
 from tests.test_install import PIPELINE_ONLY
 
 PYPROJECT = ROOT / "pyproject.toml"
@@ -56,17 +56,9 @@ def _run(command: list[str | Path], timeout: int, cwd: Path | None = None) -> st
     return output
 
 
-def _wheel(source: Path, destination: Path) -> Path:
-    """The project's wheel, built from a copy (pip builds a directory in place)."""
-    project = destination / "project"
-    project.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(source / name, project / name)
-    shutil.copytree(
-        source / "learnable_sparsity",
-        project / "learnable_sparsity",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+def _wheel(destination: Path) -> Path:
+    """The project's wheel, built from a copy of its source."""
+    project = library_source(destination / "project")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", destination, project], 600)
     (wheel,) = destination.glob("learnable_sparsity-*.whl")
     return wheel
@@ -110,7 +102,7 @@ class Library:
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory) -> Library:
-    wheel = _wheel(ROOT, tmp_path_factory.mktemp("wheel"))
+    wheel = _wheel(tmp_path_factory.mktemp("wheel"))
     return Library(_environment(wheel), wheel, tmp_path_factory.mktemp("outside"))
 
 

@@ -1,4 +1,5 @@
-"""The supported Pythons found on this machine, for the tests that install the project on them."""
+"""What the tests that install the project share: the supported Pythons found on this machine, and
+the library's source copied out of the checkout (pip builds a directory in place)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,17 @@ def newest_other_python() -> tuple[str, str] | None:
             if _version(python) == version:
                 return python, version
     return None
+
+
+def library_source(destination: Path) -> Path:
+    """What building the distribution reads, copied to ``destination``: a build there leaves
+    the checkout clean."""
+    destination.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, destination / name)
+    shutil.copytree(
+        ROOT / "learnable_sparsity",
+        destination / "learnable_sparsity",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    return destination
