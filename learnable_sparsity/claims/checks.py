@@ -106,6 +106,16 @@ def describe(values: Sequence[float], digits: int = 2) -> str:
     return f"{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
 
 
+def beside(value: float, bound: float) -> str:
+    """|``value``| with as many decimals (2 to 6) as show on which side of ``bound`` it lies:
+    0.0056 beside a margin of 0.0063, not 0.01."""
+    value = abs(value)
+    for decimals in range(2, 7):
+        if f"{value:.{decimals}f}" != f"{bound:.{decimals}f}":
+            break
+    return f"{value:.{decimals}f}"
+
+
 def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
     """p-value of Welch's t-test of mean(a) − mean(b) with H1 ``less`` or ``greater``.
 
@@ -367,7 +377,7 @@ def at_least_as_good(
     if isinstance(c, Verdict):
         return c
     evidence = (
-        f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {abs(c.better_by):.2f} "
+        f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {beside(c.better_by, margin)} "
         f"(margin {margin}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
     holds = c.p_worse >= SIGNIFICANCE and c.better_by >= -margin
@@ -394,7 +404,8 @@ def nearly_as_good(
     gap = c.better_by - margin  # the candidate's advantage over the baseline itself
     evidence = (
         f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
-        f"{'better' if gap >= 0 else 'worse'} by {abs(gap):.2f} (nearly: at most {margin} worse); "
+        f"{'better' if gap >= 0 else 'worse'} by {beside(gap, margin)} "
+        f"(nearly: at most {margin} worse); "
         f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin} worse'"
     )
     holds = c.p_worse >= SIGNIFICANCE and c.better_by >= 0
@@ -415,9 +426,9 @@ def worse_by_at_most(
     if isinstance(c, Verdict):
         return c
     evidence = (
-        f"{c.text}: {'worse' if c.better_by <= 0 else 'better'} by {abs(c.better_by):.2f} "
-        f"(a little: at most {largest_gap}); Welch one-sided p = {c.p_worse:.3f} for "
-        f"'{names[0]} worse'"
+        f"{c.text}: {'worse' if c.better_by <= 0 else 'better'} by "
+        f"{beside(c.better_by, largest_gap)} (a little: at most {largest_gap}); Welch one-sided "
+        f"p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
     holds = c.p_worse < SIGNIFICANCE and -c.better_by <= largest_gap
     return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, largest_gap=largest_gap)

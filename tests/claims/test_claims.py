@@ -93,6 +93,35 @@ def test_still_improving_measures_the_last_window() -> None:
     assert checks.still_improving(nll, log_loss=True) == pytest.approx(math.expm1(0.01))
 
 
+def test_a_mean_beyond_the_margin_is_not_as_good_even_when_welch_cannot_tell() -> None:
+    """Candidate 2 BLEU below with a wide spread: Welch is not significant (p ≈ 0.2, computed by
+    scipy here), so only the margin rule says "not as good"."""
+    candidate, baseline = [74.0, 80.0, 80.0], [80.0, 80.2, 79.8]
+    p = stats.ttest_ind(candidate, baseline, equal_var=False, alternative="less").pvalue
+    assert p > checks.SIGNIFICANCE
+    verdict = checks.at_least_as_good(candidate, baseline, margin=0.91)
+    assert verdict.status == NOT_REPRODUCED
+    assert "worse by 2.00 (margin 0.91)" in verdict.evidence
+
+
+def test_nearly_as_good_needs_the_mean_within_the_margin() -> None:
+    """Trailing by 1.5 with a margin of 0.5 (and a spread that keeps Welch non-significant
+    against the moved baseline) is not "nearly as good"."""
+    candidate, baseline = [74.5, 80.0, 81.0], [80.0, 80.2, 79.8]
+    moved = [b - 0.5 for b in baseline]
+    assert stats.ttest_ind(candidate, moved, equal_var=False, alternative="less").pvalue > 0.05
+    verdict = checks.nearly_as_good(candidate, baseline, margin=0.5)
+    assert verdict.status == NOT_REPRODUCED and "worse by 1.50" in verdict.evidence
+
+
+def test_a_gap_is_printed_with_the_digits_that_place_it_beside_its_margin() -> None:
+    """The evidence record printed "worse by 0.01 (margin 0.0063)" for a gap of 0.0056."""
+    candidate, baseline = [0.5056, 0.5046, 0.5066], [0.5, 0.499, 0.501]
+    verdict = checks.at_least_as_good(candidate, baseline, 0.0063, higher_is_better=False)
+    assert "worse by 0.0056 (margin 0.0063)" in verdict.evidence
+    assert checks.beside(0.905, 0.91) == "0.905" and checks.beside(2.0, 0.91) == "2.00"
+
+
 def test_all_of_lets_a_decided_failure_outrank_an_undecided_part() -> None:
     """Defect 4 of issue 24: a part that cannot be decided hid a decided failure."""
     ok, bad = checks.verdict(True, "a"), checks.verdict(False, "b")
