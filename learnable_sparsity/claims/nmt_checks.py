@@ -101,7 +101,6 @@ def _catching_up(
             if corpora is None or corpus in corpora
         },
         "validation perplexity",
-        log_loss=True,
     )
 
 

@@ -52,7 +52,7 @@ def _block_rate(closing: float, seed: int = 0) -> float:
     for _ in range(RUNS):
         candidate = _curves(rng, 0.15, closing)
         baseline = _curves(rng, 0.0, 0.0)
-        gate = checks.unsettled({"bible": (candidate, baseline)}, "validation NLL", log_loss=True)
+        gate = checks.unsettled({"bible": (candidate, baseline)}, "validation NLL")
         blocked += gate is not None
     return blocked / RUNS
 
@@ -130,3 +130,24 @@ def test_the_alpha_gate_holds_back_the_bible_records_drift() -> None:
     gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=trajectories))
     assert gate is not None and "71 of 72 heads fell" in gate.evidence
     assert "moves by" not in gate.evidence  # the magnitude alone would have let it pass
+
+
+def test_a_small_move_measured_precisely_does_not_block() -> None:
+    """A long run with little checkpoint noise measures a move of 0.5% in perplexity over the
+    last half as significant; it is below the 2% a single converged curve may still move, so
+    it does not hold the claim back, while a 5% move does."""
+    steps = range(250, 4001, 250)
+
+    def curves(closing: float) -> tuple[list, list]:
+        rng = random.Random(7)
+        candidate = [
+            [(s, 3.0 + closing * (1 - s / 4000) + rng.gauss(0, 0.002)) for s in steps]
+            for _ in range(SEEDS)
+        ]
+        baseline = [[(s, 3.0 + rng.gauss(0, 0.002)) for s in steps] for _ in range(SEEDS)]
+        return candidate, baseline
+
+    small = checks.gap_trend(*curves(0.01))
+    assert small is not None and small.p < checks.GAP_TREND_LEVEL  # significant, ...
+    assert checks.unsettled({"long": curves(0.01)}, "validation NLL") is None  # ... immaterial
+    assert checks.unsettled({"long": curves(0.1)}, "validation NLL") is not None
