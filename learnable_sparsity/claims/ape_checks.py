@@ -45,7 +45,7 @@ def _ape_gap_moving(results: Results, candidate: str, other: str) -> Verdict | N
     """ "Not measurable" while the gap between two systems' validation NLL still moves (one is
     still catching up): training length, not the system, would decide the comparison."""
     pair = (results.ape_valid_nll.get(candidate, []), results.ape_valid_nll.get(other, []))
-    return checks.unsettled({f"{candidate} vs {other}": pair}, "validation NLL", log_loss=True)
+    return checks.unsettled({f"{candidate} vs {other}": pair}, "validation NLL")
 
 
 def _against_do_nothing(

@@ -49,6 +49,7 @@ from pipelines.scaffold.cells import (
     training_run,
 )
 from pipelines.scaffold.files import file_digest, png, write_json
+from pipelines.scaffold.inputs import require_inputs
 from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.params import Params, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, check_ready, run_grid
@@ -256,6 +257,7 @@ def run_stage(
     signal.signal(signal.SIGTERM, _interrupt)
     stage = None
     try:
+        require_inputs(name.replace("/", "@"), Path.cwd())  # before a run or a cell is touched
         stage = Stage(name, params(), tracking_uri(Path.cwd()))
         main(stage)
     except LearnableSparsityError as error:

@@ -93,6 +93,35 @@ def test_still_improving_measures_the_last_window() -> None:
     assert checks.still_improving(nll, log_loss=True) == pytest.approx(math.expm1(0.01))
 
 
+def test_a_mean_beyond_the_margin_is_not_as_good_even_when_welch_cannot_tell() -> None:
+    """Candidate 2 BLEU below with a wide spread: Welch is not significant (p ≈ 0.2, computed by
+    scipy here), so only the margin rule says "not as good"."""
+    candidate, baseline = [74.0, 80.0, 80.0], [80.0, 80.2, 79.8]
+    p = stats.ttest_ind(candidate, baseline, equal_var=False, alternative="less").pvalue
+    assert p > checks.SIGNIFICANCE
+    verdict = checks.at_least_as_good(candidate, baseline, margin=0.91)
+    assert verdict.status == NOT_REPRODUCED
+    assert "worse by 2.00 (margin 0.91)" in verdict.evidence
+
+
+def test_nearly_as_good_needs_the_mean_within_the_margin() -> None:
+    """Trailing by 1.5 with a margin of 0.5 (and a spread that keeps Welch non-significant
+    against the moved baseline) is not "nearly as good"."""
+    candidate, baseline = [74.5, 80.0, 81.0], [80.0, 80.2, 79.8]
+    moved = [b - 0.5 for b in baseline]
+    assert stats.ttest_ind(candidate, moved, equal_var=False, alternative="less").pvalue > 0.05
+    verdict = checks.nearly_as_good(candidate, baseline, margin=0.5)
+    assert verdict.status == NOT_REPRODUCED and "worse by 1.50" in verdict.evidence
+
+
+def test_a_gap_is_printed_with_the_digits_that_place_it_beside_its_margin() -> None:
+    """The evidence record printed "worse by 0.01 (margin 0.0063)" for a gap of 0.0056."""
+    candidate, baseline = [0.5056, 0.5046, 0.5066], [0.5, 0.499, 0.501]
+    verdict = checks.at_least_as_good(candidate, baseline, 0.0063, higher_is_better=False)
+    assert "worse by 0.0056 (margin 0.0063)" in verdict.evidence
+    assert checks.beside(0.905, 0.91) == "0.905" and checks.beside(2.0, 0.91) == "2.00"
+
+
 def test_all_of_lets_a_decided_failure_outrank_an_undecided_part() -> None:
     """Defect 4 of issue 24: a part that cannot be decided hid a decided failure."""
     ok, bad = checks.verdict(True, "a"), checks.verdict(False, "b")
@@ -154,12 +183,35 @@ def test_one_seed_or_a_variant_still_catching_up_is_not_measurable() -> None:
     assert verdict.status == NOT_REPRODUCED and "Welch" in verdict.evidence
 
 
-def test_gap_shift_by_hand() -> None:
-    # window means (before, last): FLAT (1.39, 1.39), CATCHING_UP (1.8, 1.5): the gap 0.41 -> 0.11
-    assert checks.gap_shift([CATCHING_UP], [FLAT], log_loss=True) == pytest.approx(math.expm1(0.3))
-    assert checks.gap_shift([CATCHING_UP], [FLAT]) == pytest.approx(0.3 / 1.39)
-    assert checks.gap_shift([FALLING, FALLING], [FALLING]) == 0.0
-    assert checks.gap_shift([FLAT[:1]], [FLAT]) == 0.0  # too short to tell
+def test_gap_trend_against_least_squares_with_one_intercept_per_pair() -> None:
+    """The slope, its move over the window and its p-value against an independent fit: numpy's
+    least squares on a design of one indicator per seed pair and the step."""
+    rng = np.random.default_rng(3)
+    steps = [250 * k for k in range(1, 7)]  # the last half: 1000, 1250, 1500
+    candidate, baseline, rows, gaps = [], [], [], []
+    for pair in range(3):
+        base = [(s, 3.0 + rng.normal(0, 0.03)) for s in steps]
+        cand = [(s, v + 0.2 - 1e-4 * s + rng.normal(0, 0.03)) for s, v in base]
+        candidate.append(cand)
+        baseline.append(base)
+        for (s, c), (_, b) in zip(cand, base, strict=True):
+            if s > 750:
+                rows.append([*(float(pair == i) for i in range(3)), s])
+                gaps.append(c - b)
+    design, target = np.array(rows), np.array(gaps)
+    coef, residual, *_ = np.linalg.lstsq(design, target, rcond=None)
+    df = len(target) - design.shape[1]
+    cov = residual[0] / df * np.linalg.inv(design.T @ design)
+    p = 2 * stats.t.sf(abs(coef[-1] / math.sqrt(cov[-1, -1])), df)
+    trend = checks.gap_trend(candidate, baseline)
+    assert trend is not None and (trend.points, trend.pairs, trend.df) == (9, 3, 5)
+    assert trend.change == pytest.approx(coef[-1] * 750)
+    assert trend.p == pytest.approx(p)
+    # noise-free: parallel curves have no trend; a gap closing exactly linearly a certain one
+    assert checks.gap_trend([FALLING, FALLING], [FALLING, FALLING]).p == 1.0
+    closing = [(s, v - 0.001 * s) for s, v in FLAT]
+    assert checks.gap_trend([closing] * 2, [FLAT] * 2).p < 1e-12
+    assert checks.gap_trend([FLAT[:1]], [FLAT]) is None  # too short to tell
 
 
 def test_missing_variant_or_results_are_not_measurable() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from learnable_sparsity.claims import (
 from learnable_sparsity.claims.preregistered import threshold_changes
 from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines import rejudge
+from pipelines import record, rejudge
 from pipelines.record import FIGURE_WIDTH, keep, relative_links
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
@@ -83,6 +84,34 @@ def test_keep_copies_the_run_with_small_figures_and_no_verdicts(
     assert meta["environment"]["lock"][0].startswith("requirements/")
     assert re.fullmatch(r"[0-9a-f]{64}", meta["environment"]["lock_sha256"])
     assert json.loads((folder / "results.json").read_text())["format"] == 1
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_keep_records_the_commit_and_whether_the_code_had_uncommitted_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's commit and dirty flag, against git itself: clean after a commit, dirty once
+    a tracked file of the code changes (params.yaml, which a profile rewrites, does not count)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(record, "ROOT", tmp_path)  # the checkout whose code keeps the record
+    _git(tmp_path, "init", "-q")
+    for name in ("learnable_sparsity/x.py", "pipelines/y.py", "params.yaml"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("A = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "code")
+    _run(tmp_path)
+    (tmp_path / "params.yaml").write_text("A = 2\n")
+    meta = json.loads((tmp_path / keep("evidence") / "record.json").read_text())
+    assert meta["commit"] == _git(tmp_path, "rev-parse", "HEAD")
+    assert meta["uncommitted_code_changes"] is False
+    (tmp_path / "pipelines/y.py").write_text("A = 2\n")
+    meta = json.loads((tmp_path / keep("evidence") / "record.json").read_text())
+    assert meta["uncommitted_code_changes"] is True
 
 
 def test_keep_refuses_before_touching_anything(

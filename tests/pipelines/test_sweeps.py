@@ -18,7 +18,7 @@ from learnable_sparsity.settings import SettingsError
 from pipelines.scaffold.runs import stage_run, start_stage_run
 from pipelines.scaffold.store import MlflowSettings
 from pipelines.sweep import REPORTS, fetch_reports
-from pipelines.sweep_spec import apply_override, load_spec
+from pipelines.sweep_spec import apply_override, load_spec, parse_axis
 from pipelines.sweep_trials import (
     STOPPED_TAG,
     SWEEP_TAG,
@@ -312,3 +312,12 @@ def test_fetched_reports_are_the_latest_ended_sweeps_each_file_replaced(
     assert [path.name for path in REPORTS.iterdir()] == ["fetched"]
     with pytest.raises(LearnableSparsityError, match=r"no ended run sweep/fetched of Ray job x1 "):
         fetch_reports(spec, uri, "x1")
+
+
+def test_a_randint_axis_checks_the_values_ray_draws_at_its_ends() -> None:
+    """Ray's randint excludes ``high``: the checks try ``low`` and ``high − 1``, the extremes a
+    trial can get, found here by drawing (not from the code under test)."""
+    axis = parse_axis("lvm.ssvae.steps", {"randint": [2, 5]})
+    drawn = {axis.space().sample() for _ in range(400)}
+    assert drawn == {2, 3, 4}
+    assert axis.checked_values() == (min(drawn), max(drawn))
