@@ -301,7 +301,9 @@ def unsettled(
     window is larger than both one checkpoint's scatter and :data:`STILL_IMPROVING` in
     perplexity (the tolerance a single curve's improvement gets); or when too few validation
     points are there to test a trend. The NLL gap is the log of a perplexity ratio: its move is
-    shown as one."""
+    shown as one. What would decide it: if the gap closes as 1/step, its move over the last half
+    of T steps falls as 1/T, so the gate is expected to open after T·(move ÷ what it may move)
+    steps (``gate_opens_after_steps``), a longer profile's length to aim for."""
     level = GAP_TREND_LEVEL / max(len(comparisons), 1)
     trends = {
         name: gap_trend(candidate, baseline) for name, (candidate, baseline) in comparisons.items()
@@ -328,14 +330,18 @@ def unsettled(
         return None
     worst = min(moving, key=lambda name: moving[name].p)
     trend = moving[worst]
+    last_step = max(c[-1][0] for cs in comparisons[worst] for c in cs if c)
+    opens_after = last_step * abs(trend.change) / max(trend.noise, material)
     return not_measurable(
         f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
         f"{len(trends)} comparisons ({worst}: by {math.expm1(abs(trend.change)):.1%} in "
         f"perplexity over the last {TREND_WINDOW:.0%} of the steps, beyond "
         f"{STILL_IMPROVING:.0%} and a checkpoint's scatter of {trend.noise:.3f} nats; p = "
         f"{trend.p:.3f} < {level:.3g} for a constant gap, {trend.points} points): training "
-        "length, not the method, decides it",
+        "length, not the method, decides it. If the gap closes as 1/step (its move over the "
+        f"last half then falls as 1/T), the gate opens after about {opens_after:,.0f} steps",
         gap_trend=numbers,
+        gate_opens_after_steps=opens_after,
     )
 
 

@@ -151,3 +151,22 @@ def test_a_small_move_measured_precisely_does_not_block() -> None:
     assert small is not None and small.p < checks.GAP_TREND_LEVEL  # significant, ...
     assert checks.unsettled({"long": curves(0.01)}, "validation NLL") is None  # ... immaterial
     assert checks.unsettled({"long": curves(0.1)}, "validation NLL") is not None
+
+
+def test_the_gap_gate_says_when_a_gap_closing_as_one_over_step_would_let_it_open() -> None:
+    """Its estimate, checked against the model it assumes: curves whose gap closes as c/step
+    block at 1500 steps, are still blocked a little before the predicted step and pass a little
+    after it."""
+
+    def curves(last: int) -> tuple[list, list]:
+        rng = random.Random(5)
+        steps = range(250, last + 1, 250)
+        candidate = [[(s, 3.0 + 60.0 / s + rng.gauss(0, 1e-4)) for s in steps] for _ in range(3)]
+        baseline = [[(s, 3.0 + rng.gauss(0, 1e-4)) for s in steps] for _ in range(3)]
+        return candidate, baseline
+
+    gate = checks.unsettled({"bible": curves(1500)}, "validation NLL")
+    assert gate is not None
+    opens = gate.numbers["gate_opens_after_steps"]
+    assert checks.unsettled({"bible": curves(int(0.8 * opens) // 250 * 250)}, "NLL") is not None
+    assert checks.unsettled({"bible": curves(int(1.2 * opens) // 250 * 250 + 250)}, "NLL") is None
