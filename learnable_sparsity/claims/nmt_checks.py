@@ -34,11 +34,11 @@ from learnable_sparsity.claims.results import Results
 # the range (1, 2] it lives in, well below the gap between the modes it reads...
 ALPHA_SETTLED = 0.02
 # ... and when they did not move the same way more often than chance allows: heads that all drift
-# a little (the bible record: 215 of 216 fell over the last fifth, by 0.015-0.017 each, 10-12%
-# of their whole fall) are α still falling. A sign test over one seed's heads, two-sided at 5%
-# divided by the seeds: on simulated settled α (each head's move independent noise about 0) it
-# blocks 3.6% of 3-seed records, and it holds back a common drift of 0.2 / 0.5 / 1 sd of the
-# noise per head in 35% / 99% / 100% of them (72 heads per seed, 2000 simulated records;
+# a little (the bible record: 215 of 216 fell over the last fifth, 0.015-0.017 per head on
+# average, a median 9-11% of their whole fall) are α still falling. A sign test over one seed's
+# heads, two-sided at 5% divided by the seeds: on simulated settled α (each head's move independent
+# noise about 0) it blocks 3.6% of 3-seed records, and it holds back a common drift of 0.2 / 0.5 / 1
+# sd of the noise per head in 35% / 99% / 100% of them (72 heads per seed, 2000 simulated records;
 # tests/claims/test_gates.py). It assumes the heads' moves are independent given the drift.
 ALPHA_DRIFT_LEVEL = 0.05
 
