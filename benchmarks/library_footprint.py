@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--entmax", default="1.3", help="entmax release to compare with")
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
+    if args.rounds < 1:  # before minutes of installs
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     torch_version = metadata.version("torch")
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)

@@ -204,7 +204,7 @@ class Trend:
     ``change`` = slope × the window's width (the fitted move of the gap across it, in the
     curves' units), ``noise`` the residual sd (one checkpoint's scatter of a pair's gap about its
     line), ``p`` the two-sided p-value of "slope = 0", from ``points`` gaps of ``pairs`` seed
-    pairs with ``df`` residual degrees of freedom."""
+    pairs with ``df`` residual degrees of freedom, the curves ending at ``last_step``."""
 
     change: float
     noise: float
@@ -212,6 +212,7 @@ class Trend:
     points: int
     pairs: int
     df: int
+    last_step: float
 
 
 def gap_trend(
@@ -261,7 +262,7 @@ def gap_trend(
         t_stat = slope / math.sqrt(residual / df / spread)
         p = float(2 * stats.t.sf(abs(t_stat), df))
     noise = math.sqrt(residual / df)
-    return Trend(slope * window * last_step, noise, p, len(gaps), len(used), df)
+    return Trend(slope * window * last_step, noise, p, len(gaps), len(used), df, last_step)
 
 
 def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
@@ -330,8 +331,7 @@ def unsettled(
         return None
     worst = min(moving, key=lambda name: moving[name].p)
     trend = moving[worst]
-    last_step = max(c[-1][0] for cs in comparisons[worst] for c in cs if c)
-    opens_after = last_step * abs(trend.change) / max(trend.noise, material)
+    opens_after = trend.last_step * abs(trend.change) / max(trend.noise, material)
     return not_measurable(
         f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
         f"{len(trends)} comparisons ({worst}: by {math.expm1(abs(trend.change)):.1%} in "
