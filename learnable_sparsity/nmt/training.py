@@ -119,7 +119,10 @@ class TrainingSettings(Settings):
 
 @dataclass
 class TrainingHistory:
-    """Everything logged during training, kept in the checkpoint so that resume loses nothing."""
+    """Everything logged during training, kept in the checkpoint so that resume loses nothing:
+    ``train`` every ``log_every`` steps (step, the window's mean loss and NLL per target token,
+    lr, grad_norm, and ``target_tokens``, the non-pad target tokens trained so far), ``valid``
+    (step, valid_nll), ``alphas`` (step, every block's learned α)."""
 
     train: list[dict[str, float]]
     valid: list[dict[str, float]]
@@ -430,11 +433,15 @@ def train(
             if step % settings.log_every == 0 or step == settings.max_steps:
                 elapsed = time.perf_counter() - window_start
                 tokens = sum(m["tokens"] for m in window)
+                trained = history.train[-1]["target_tokens"] if history.train else 0.0
                 record = {
                     "loss": sum(m["loss"] * m["tokens"] for m in window) / tokens,
                     "nll": sum(m["nll"] * m["tokens"] for m in window) / tokens,
                     "lr": window[-1]["lr"],
                     "grad_norm": window[-1]["grad_norm"],
+                    # the length of a run in the unit papers compare (AST: 1K steps of 8,192
+                    # tokens), whatever this profile's batch
+                    "target_tokens": trained + tokens,
                 }
                 history.train.append({"step": step, **record})
                 metrics = {**record, "tokens_per_second": tokens / max(elapsed, 1e-9)}

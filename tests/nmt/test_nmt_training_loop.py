@@ -10,6 +10,7 @@ import torch
 
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.nmt import training
+from learnable_sparsity.nmt.batching import batches_of
 from learnable_sparsity.nmt.model import Transformer
 from learnable_sparsity.nmt.training import TrainingSettings, load_weights, train, validation_nll
 from tests.tiny_transformer import tiny_model
@@ -156,6 +157,21 @@ def test_history_checkpoints_and_averaging(tmp_path: Path) -> None:
     for name in final:
         if final[name].is_floating_point():
             torch.testing.assert_close(averaged[name], (final[name] + step8[name]) / 2)
+
+
+def test_the_history_counts_the_target_tokens_trained(tmp_path: Path) -> None:
+    """``target_tokens`` is the running count of non-pad target tokens (each target and its
+    end-of-sentence token) of the batches trained so far, epochs in the loop's batch order."""
+    history = train(
+        fresh_model("softmax"), TRAIN, VALID, settings(), checkpoint_dir=tmp_path, variant="v"
+    )
+    per_batch = [
+        sum(len(TRAIN[i][1]) + 1 for i in batch)
+        for epoch in range(3)
+        for batch in batches_of(TRAIN, 120, 3 * 100_003 + epoch)
+    ]
+    expected = {step: sum(per_batch[:step]) for step in (2, 4, 6, 8, 10, 12)}
+    assert {row["step"]: row["target_tokens"] for row in history.train} == expected
 
 
 def test_loss_decreases_on_the_copy_task(tmp_path: Path) -> None:
