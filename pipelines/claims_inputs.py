@@ -23,6 +23,7 @@ from pipelines.results import (
     load_lvm_curves,
     load_lvm_results,
     load_speed_rounds,
+    load_target_tokens,
     load_valid_nll,
 )
 from pipelines.scaffold import layout
@@ -52,6 +53,8 @@ def nmt_results(results: Results) -> None:
         _add(results.bleu, cell.corpus, cell.variant, value=scores["bleu"])
     for cell, curve in sorted(load_valid_nll().items()):
         _add(results.valid_nll, cell.corpus, cell.variant, value=curve)
+    for cell, tokens in sorted(load_target_tokens().items()):
+        _add(results.target_tokens, cell.corpus, cell.variant, value=tokens)
 
 
 def speed_results(results: Results) -> None:
@@ -131,15 +134,19 @@ def lvm_results(results: Results) -> None:
 
 
 def ape_results(results: Results) -> None:
-    """TER per split of every APE cell (per seed), the do-nothing TER and the validation
-    curves, keyed by "<regime>/<system>"."""
+    """TER and tokenized BLEU per split of every APE cell (per seed), the do-nothing scores and
+    the validation curves, keyed by "<regime>/<system>"."""
     if _absent(results, "ape", layout.APE_SCORES):
         return
     scores = load_ape_scores()
     for key, splits in sorted(scores["cells"].items(), key=lambda item: split_seed(item[0])):
         for split, metrics in splits.items():
             _add(results.ape, key.rsplit("/", 1)[0], split, value=metrics["ter"])
+            _add(results.ape_bleu, key.rsplit("/", 1)[0], split, value=metrics["tokenized_bleu"])
     results.ape_do_nothing.update({s: m["ter"] for s, m in scores["do_nothing"].items()})
+    results.ape_do_nothing_bleu.update(
+        {s: m["tokenized_bleu"] for s, m in scores["do_nothing"].items()}
+    )
     if layout.APE_VALID_NLL.exists():
         results.ape_valid_nll.update(load_ape_valid_nll())
 

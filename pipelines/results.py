@@ -112,6 +112,15 @@ def load_valid_nll(folder: Path = layout.NMT_HISTORIES) -> dict[NmtCell, Curve]:
     }
 
 
+def load_target_tokens(folder: Path = layout.NMT_HISTORIES) -> dict[NmtCell, float]:
+    """Every NMT cell's target tokens trained (its ``history.json``'s last training record)."""
+    files = {str(f.parent.relative_to(folder)): f for f in folder.glob("*/*/*/history.json")}
+    return {
+        cell: read_json(file)["train"][-1]["target_tokens"]
+        for cell, file in _by_cell(files).items()
+    }
+
+
 def load_alpha_trajectories(
     path: Path = layout.ALPHA_TRAJECTORIES,
 ) -> dict[NmtCell, list[AlphaEntry]]:

@@ -20,13 +20,19 @@ from learnable_sparsity.claims.checks import (
 from learnable_sparsity.claims.results import Results
 
 
-def _ape(results: Results, systems: Sequence[str], split: str) -> Verdict | None:
-    missing = missing_results(results.missing, "ape")
+def _ape(
+    results: Results, systems: Sequence[str], split: str, metric: str = "ter"
+) -> Verdict | None:
+    missing = missing_results(results.missing, "ape", *(["ape_bleu"] if metric == "bleu" else []))
     if missing:
         return missing
-    absent = [s for s in systems if split not in results.ape.get(s, {})]
+    scores = results.ape_bleu if metric == "bleu" else results.ape
+    absent = [s for s in systems if split not in scores.get(s, {})]
     return (
-        not_measurable(f"no {', '.join(absent)} scored on {split} in the APE grid")
+        not_measurable(
+            f"no {', '.join(absent)} scored on {split} in the APE grid",
+            decides=f"an APE grid that trains and scores {', '.join(absent)} on {split}",
+        )
         if absent
         else None
     )
@@ -49,24 +55,32 @@ def _ape_gap_moving(results: Results, candidate: str, other: str) -> Verdict | N
 
 
 def _against_do_nothing(
-    results: Results, systems: Sequence[str], split: str, below: bool
+    results: Results, systems: Sequence[str], split: str, below: bool, metric: str = "ter"
 ) -> Verdict:
-    """Each system's TER significantly below (``below``) or above the do-nothing TER (the MT
-    output scored as is, which has no seed variance: a one-sample test of the systems' seeds),
-    once the system's validation NLL has stopped improving."""
-    blocked = _ape(results, systems, split)
+    """Each system's ``metric`` (TER or BLEU) significantly below (``below``) or above the
+    do-nothing score (the MT output scored as is, which has no seed variance: a one-sample test
+    of the systems' seeds), once the system's validation NLL has stopped improving."""
+    blocked = _ape(results, systems, split, metric)
     if blocked:
         return blocked
-    if split not in results.ape_do_nothing:
-        return not_measurable(f"no do-nothing score on {split}")
+    scores, do_nothing = (
+        (results.ape_bleu, results.ape_do_nothing_bleu)
+        if metric == "bleu"
+        else (results.ape, results.ape_do_nothing)
+    )
+    if split not in do_nothing:
+        return not_measurable(
+            f"no do-nothing score on {split}",
+            decides=f"an APE evaluation that scores the MT output on {split}",
+        )
     test = checks.significantly_below_value if below else checks.significantly_above_value
     return all_of(
         {
             system: _ape_unconverged(results, [system])
             or test(
-                results.ape[system][split],
-                results.ape_do_nothing[split],
-                names=(system, "do nothing"),
+                scores[system][split],
+                do_nothing[split],
+                names=(f"{system} {metric.upper()}", "do nothing"),
             )
             for system in systems
         }
@@ -82,6 +96,12 @@ def ape_above_do_nothing(results: Results, systems: Sequence[str], split: str) -
     """Each system raises TER above the MT output's: it does worse than leaving the MT output
     as it is (:func:`_against_do_nothing`)."""
     return _against_do_nothing(results, systems, split, below=False)
+
+
+def ape_bleu_above_do_nothing(results: Results, systems: Sequence[str], split: str) -> Verdict:
+    """Each system raises BLEU (tokenized, as the thesis scores it) above the MT output's
+    (:func:`_against_do_nothing`)."""
+    return _against_do_nothing(results, systems, split, below=False, metric="bleu")
 
 
 def _ape_against_each(
@@ -154,6 +174,7 @@ def ape_nearly_as_good(
 CHECKS = (
     ape_below_do_nothing,
     ape_above_do_nothing,
+    ape_bleu_above_do_nothing,
     ape_ter_below,
     ape_best_of,
     ape_nearly_as_good,

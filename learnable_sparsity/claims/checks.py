@@ -26,7 +26,10 @@ A comparison needs :data:`MIN_SEEDS` seeds per method. Training length must not 
   (for a claim about one model's final state, or curves of different losses that cannot be
   subtracted).
 
-Either makes the comparison "not measurable in this profile".
+Either makes the comparison "not measurable in this profile". Every "not measurable" says what
+would decide it (:func:`not_measurable`'s ``decides``), from the run's own noise where it can: the
+seeds a margin needs at the spread measured (:func:`seeds_for`), the steps after which a gate is
+expected to open.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ Status = Literal["reproduced", "not reproduced", "not measurable"]
 
 # One-sided level of every comparison over seeds.
 SIGNIFICANCE = 0.05
+# The power at which "the seeds a margin needs" is computed (the conventional 80%).
+POWER = 0.8
 # Fewest seeds per method for a comparison: a spread needs 2, a test with any power needs 3.
 MIN_SEEDS = 3
 # A curve "still improves" when the mean of its last 20% of steps is more than 2% better than
@@ -69,6 +74,12 @@ STILL_IMPROVING = 0.02
 # — 3 seeds cannot tell a smaller trend from checkpoint noise; the verdict shows the fitted move.
 TREND_WINDOW = 0.5
 GAP_TREND_LEVEL = 0.05
+# What decides a speed verdict whose rounds straddle its bound: their interquartile range is the
+# spread of single rounds, which more rounds estimate better but do not narrow.
+QUIETER_ROUNDS = (
+    "timing rounds with less spread (a machine without other work, or a GPU profile); more "
+    "rounds estimate the interquartile range better but do not narrow it"
+)
 
 Curve = Sequence[tuple[float, float]]  # (step, value) pairs of a lower-is-better curve
 
@@ -82,15 +93,23 @@ class Verdict:
     numbers: dict[str, object] = field(default_factory=dict)
 
 
-def not_measurable(reason: str, **numbers: object) -> Verdict:
-    return Verdict(NOT_MEASURABLE, reason, dict(numbers))
+def not_measurable(reason: str, *, decides: str, **numbers: object) -> Verdict:
+    """ "Not measurable" because ``reason``, and what would decide it (``decides``: a length, a
+    number of seeds, a result to record), both in the evidence and ``numbers["decides"]``."""
+    evidence = f"{reason}; what would decide it: {decides}"
+    return Verdict(NOT_MEASURABLE, evidence, {**numbers, "decides": decides})
 
 
 def missing_results(missing: Mapping[str, str], *names: str) -> Verdict | None:
     """ "Not measurable", naming each of ``names`` that ``missing`` (result → why it is absent)
     holds; None when none is missing."""
     absent = [f"{name} ({missing[name]})" for name in names if name in missing]
-    return not_measurable(f"no results: {'; '.join(absent)}") if absent else None
+    if not absent:
+        return None
+    return not_measurable(
+        f"no results: {'; '.join(absent)}",
+        decides="a run whose stages write them (a record kept before a result existed cannot)",
+    )
 
 
 def verdict(holds: bool, evidence: str, **numbers: object) -> Verdict:
@@ -150,16 +169,42 @@ def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
     return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
 
 
-def too_few_seeds(groups: Mapping[str, Sequence[float]]) -> Verdict | None:
-    """ "Not measurable" when a method is missing or has fewer than :data:`MIN_SEEDS` seeds."""
+def seeds_for(groups: Sequence[Sequence[float]], difference: float) -> int | None:
+    """Seeds per method for a one-sided test at :data:`SIGNIFICANCE` to find ``difference`` with
+    :data:`POWER`, at the spread of ``groups`` (their pooled sample variance): the normal
+    approximation n = g (z₁₋ₐ + z_power)² (sd ÷ difference)² for g groups (2: two methods, 1: one
+    against a fixed value), at least :data:`MIN_SEEDS`; None when a group has fewer than 2 values
+    (no spread to go by) or ``difference`` is 0."""
+    if difference == 0 or any(len(group) < 2 for group in groups):
+        return None
+    variance = statistics.fmean(statistics.variance(group) for group in groups)
+    z = stats.norm.ppf(1 - SIGNIFICANCE) + stats.norm.ppf(POWER)
+    return max(MIN_SEEDS, math.ceil(len(groups) * z * z * variance / difference**2))
+
+
+def too_few_seeds(
+    groups: Mapping[str, Sequence[float]], difference: float | None = None
+) -> Verdict | None:
+    """ "Not measurable" when a method is missing or has fewer than :data:`MIN_SEEDS` seeds;
+    what decides it: the seeds :func:`seeds_for` finds for ``difference`` (the claim's margin)
+    where every method has a spread, else :data:`MIN_SEEDS`."""
     short = {name: len(values) for name, values in groups.items() if len(values) < MIN_SEEDS}
     if not short:
         return None
     counts = ", ".join(f"{name}: {n}" for name, n in short.items())
+    needed = seeds_for(list(groups.values()), difference) if difference else None
+    decides = (
+        f"about {needed} seeds per method (a difference of {difference:.3g} at the spread of "
+        f"these seeds, one-sided p < {SIGNIFICANCE} with {POWER:.0%} power)"
+        if needed
+        else f"{MIN_SEEDS} seeds per method, whose spread then gives how many the claim needs"
+    )
     return not_measurable(
         f"not measurable in this profile: seeds per method {counts}; the test over seeds needs "
         f"{MIN_SEEDS}",
+        decides=decides,
         seeds=short,
+        seeds_needed=needed or MIN_SEEDS,
     )
 
 
@@ -285,11 +330,19 @@ def unconverged(
     moving, worst = _still_moving(gains)
     if not moving:
         return None
+    # As for the gap: an improvement that falls as 1/step over a window of T's last fifth
+    # falls as 1/T, below STILL_IMPROVING after T · (gain ÷ STILL_IMPROVING) steps.
+    settles_after = curves[worst][-1][0] * moving[worst] / STILL_IMPROVING
     return not_measurable(
         f"not measurable in this profile: {len(moving)} of {len(gains)} runs still improve "
         f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
-        f"in {worst}); a longer profile decides it",
+        f"in {worst})",
+        decides=(
+            f"a longer run: if the improvement falls as 1/step, {worst} improves by less than "
+            f"{STILL_IMPROVING:.0%} after about {settles_after:,.0f} steps"
+        ),
         still_improving=moving,
+        converged_after_steps=settles_after,
     )
 
 
@@ -315,6 +368,10 @@ def unsettled(
             f"not measurable in this profile: the {what} gap's trend cannot be tested in "
             f"{', '.join(untested)} (too few validation points in the last "
             f"{TREND_WINDOW:.0%} of the steps, or no two runs of the same seed)",
+            decides=(
+                "runs of both methods with the same seeds, validated at least three times "
+                f"over the last {TREND_WINDOW:.0%} of their steps"
+            ),
             gap_untested=untested,
         )
     material = math.log1p(STILL_IMPROVING)
@@ -338,8 +395,11 @@ def unsettled(
         f"perplexity over the last {TREND_WINDOW:.0%} of the steps, beyond "
         f"{STILL_IMPROVING:.0%} and a checkpoint's scatter of {trend.noise:.3f} nats; p = "
         f"{trend.p:.3f} < {level:.3g} for a constant gap, {trend.points} points): training "
-        "length, not the method, decides it. If the gap closes as 1/step (its move over the "
-        f"last half then falls as 1/T), the gate opens after about {opens_after:,.0f} steps",
+        "length, not the method, would decide the comparison",
+        decides=(
+            "a longer run: if the gap closes as 1/step (its move over the last half then falls "
+            f"as 1/T), the gate opens after about {opens_after:,.0f} steps"
+        ),
         gap_trend=numbers,
         gate_opens_after_steps=opens_after,
     )
@@ -365,9 +425,14 @@ def compare(
     *,
     higher_is_better: bool = True,
     names: tuple[str, str] = ("candidate", "baseline"),
+    difference: float | None = None,
 ) -> Comparison | Verdict:
-    """The :class:`Comparison`, or "not measurable" when a side has too few seeds."""
-    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)))
+    """The :class:`Comparison`, or "not measurable" when a side has too few seeds (saying how
+    many would tell ``difference``, the claim's margin — by default the difference measured —
+    where both sides have a spread)."""
+    if difference is None and candidate and baseline:
+        difference = abs(statistics.fmean(candidate) - statistics.fmean(baseline))
+    short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)), difference)
     if short:
         return short
     sign = 1 if higher_is_better else -1
@@ -388,12 +453,14 @@ def at_least_as_good(
 ) -> Verdict:
     """Reproduced when the candidate is not significantly worse than the baseline (one-sided
     Welch) and its mean is no more than ``margin`` worse."""
-    c = compare(candidate, baseline, higher_is_better=higher_is_better, names=names)
+    c = compare(
+        candidate, baseline, higher_is_better=higher_is_better, names=names, difference=margin
+    )
     if isinstance(c, Verdict):
         return c
     evidence = (
         f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {beside(c.better_by, margin)} "
-        f"(margin {margin}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
+        f"(margin {margin:.3g}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
     holds = c.p_worse >= SIGNIFICANCE and c.better_by >= -margin
     return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, margin=margin)
@@ -413,15 +480,17 @@ def nearly_as_good(
     the candidate's favour)."""
     toward_candidate = -margin if higher_is_better else margin
     handicapped = [value + toward_candidate for value in baseline]
-    c = compare(candidate, handicapped, higher_is_better=higher_is_better, names=names)
+    c = compare(
+        candidate, handicapped, higher_is_better=higher_is_better, names=names, difference=margin
+    )
     if isinstance(c, Verdict):
         return c
     gap = c.better_by - margin  # the candidate's advantage over the baseline itself
     evidence = (
         f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
         f"{'better' if gap >= 0 else 'worse'} by {beside(gap, margin)} "
-        f"(nearly: at most {margin} worse); "
-        f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin} worse'"
+        f"(nearly: at most {margin:.3g} worse); "
+        f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin:.3g} worse'"
     )
     holds = c.p_worse >= SIGNIFICANCE and c.better_by >= 0
     return verdict(holds, evidence, gap=gap, p=c.p_worse, margin=margin)
@@ -437,13 +506,15 @@ def worse_by_at_most(
 ) -> Verdict:
     """ "A little below": the candidate is significantly worse (one-sided Welch), by no more than
     ``largest_gap`` in the mean."""
-    c = compare(candidate, baseline, higher_is_better=higher_is_better, names=names)
+    c = compare(
+        candidate, baseline, higher_is_better=higher_is_better, names=names, difference=largest_gap
+    )
     if isinstance(c, Verdict):
         return c
     evidence = (
         f"{c.text}: {'worse' if c.better_by <= 0 else 'better'} by "
-        f"{beside(c.better_by, largest_gap)} (a little: at most {largest_gap}); Welch one-sided "
-        f"p = {c.p_worse:.3f} for '{names[0]} worse'"
+        f"{beside(c.better_by, largest_gap)} (a little: at most {largest_gap:.3g}); Welch "
+        f"one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
     holds = c.p_worse < SIGNIFICANCE and -c.better_by <= largest_gap
     return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, largest_gap=largest_gap)
@@ -469,7 +540,9 @@ def _against_value(
     """One-sided one-sample t-test of the mean of ``values`` (seeds) against a number without
     seed variance (a deterministic baseline), below it or above it; with no spread among the
     seeds the mean's side of the value decides (p = 0 or 1)."""
-    short = too_few_seeds({names[0]: values})
+    short = too_few_seeds(
+        {names[0]: values}, abs(statistics.fmean(values) - value) if values else None
+    )
     if short:
         return short
     side = "below" if below else "above"
@@ -505,7 +578,7 @@ def mean_at_most(values: Sequence[float], bound: float, what: str) -> Verdict:
     """The mean of ``values`` (seeds) at most ``bound``: a published level the claim must not
     exceed (a cost such as decoder calls); no values: not measurable."""
     if not values:
-        return not_measurable(f"no {what}")
+        return not_measurable(f"no {what}", decides=f"runs that record the {what}")
     mean = statistics.fmean(values)
     return verdict(
         mean <= bound,
@@ -537,7 +610,7 @@ def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verd
     when it lies wholly outside; where it straddles an edge the rounds cannot tell, as in
     :func:`lowest`: not measurable."""
     if not rounds:
-        return not_measurable(f"no measurement of {name}")
+        return not_measurable(f"no measurement of {name}", decides=f"timing rounds of {name}")
     median = statistics.median(rounds)
     q1, q3 = quartiles(rounds)
     low, high = 1 - tolerance, 1 + tolerance
@@ -553,6 +626,7 @@ def ratio_near_one(rounds: Sequence[float], tolerance: float, name: str) -> Verd
         return not_measurable(
             f"{evidence}; the rounds' interquartile range straddles {edge:.2f}: the rounds "
             "cannot tell whether the ratio is within the band",
+            decides=QUIETER_ROUNDS,
             **numbers,
         )
     return verdict(inside, evidence, **numbers)
@@ -563,7 +637,7 @@ def ratio_at_least(rounds: Sequence[float], floor: float, name: str) -> Verdict:
     rounds lies at or above it, not reproduced when it lies wholly below, not measurable when it
     straddles it (as :func:`ratio_near_one`)."""
     if not rounds:
-        return not_measurable(f"no measurement of {name}")
+        return not_measurable(f"no measurement of {name}", decides=f"timing rounds of {name}")
     median = statistics.median(rounds)
     q1, q3 = quartiles(rounds)
     evidence = (
@@ -575,6 +649,7 @@ def ratio_at_least(rounds: Sequence[float], floor: float, name: str) -> Verdict:
         return not_measurable(
             f"{evidence}; the rounds' interquartile range straddles {floor:g}: the rounds cannot "
             "tell on which side the ratio lies",
+            decides=QUIETER_ROUNDS,
             **numbers,
         )
     return verdict(q1 >= floor, evidence, **numbers)
@@ -587,7 +662,10 @@ def lowest(rounds: Mapping[str, Sequence[float]], name: str, what: str) -> Verdi
     cannot order the two: not measurable (a tie within noise is neither reproduced nor refuted)."""
     rounds = {key: values for key, values in rounds.items() if values}
     if name not in rounds or len(rounds) < 2:
-        return not_measurable(f"{what}: needs {name} and at least one other variant")
+        return not_measurable(
+            f"{what}: needs {name} and at least one other variant",
+            decides=f"timing rounds of {name} and another variant",
+        )
     medians = {key: statistics.median(values) for key, values in rounds.items()}
     order = sorted(medians, key=medians.__getitem__)
     listing = ", ".join(_with_quartiles(k, medians[k], rounds[k]) for k in order)
@@ -597,6 +675,7 @@ def lowest(rounds: Mapping[str, Sequence[float]], name: str, what: str) -> Verdi
         return not_measurable(
             f"{evidence}; {name} and {nearest} are within the rounds' spread (their "
             "interquartile ranges overlap): the rounds cannot tell which is slower",
+            decides=QUIETER_ROUNDS,
             order=order,
             tie=[name, nearest],
         )

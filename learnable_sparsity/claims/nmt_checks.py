@@ -43,6 +43,10 @@ ALPHA_SETTLED = 0.02
 ALPHA_DRIFT_LEVEL = 0.05
 
 
+# What decides a role the corpus has no query for (no questions for the interrogation head, no
+# word split into BPE pieces for the merging head).
+CORPUS_WITH_THE_ROLE = "a corpus with queries for the role (questions; words split by BPE)"
+
 NmtPair = tuple[str, str, list[float], list[float]]
 
 
@@ -54,13 +58,16 @@ def _nmt_pairs(
     if missing:
         return missing
     if not results.bleu:
-        return not_measurable("no NMT results")
+        return not_measurable("no NMT results", decides="an NMT grid")
     pairs = {}
     for corpus, by_variant in results.bleu.items():
         for variant in variants:
             absent = [v for v in (variant, baseline) if v not in by_variant]
             if absent:
-                return not_measurable(f"{corpus}: no {', '.join(absent)} in the NMT grid")
+                return not_measurable(
+                    f"{corpus}: no {', '.join(absent)} in the NMT grid",
+                    decides=f"an NMT grid with {', '.join(absent)}",
+                )
             pairs[f"{corpus}/{variant}"] = (
                 corpus,
                 variant,
@@ -104,18 +111,27 @@ def _catching_up(
     )
 
 
+def _of_baseline(share: float, baseline: Sequence[float]) -> float:
+    """``share`` of the baseline's mean BLEU, in BLEU points: a margin carried across corpora
+    whose scores differ (the papers score 26–35 BLEU, the smoke corpus ~90, the bible ~16)."""
+    return share * statistics.fmean(baseline)
+
+
 def bleu_at_least_as_good(
     results: Results, variants: Sequence[str], baseline: str, margin: float
 ) -> Verdict:
-    """Each variant's BLEU within seed noise of the baseline's (:func:`checks.at_least_as_good`),
-    on every corpus, once every run has converged."""
+    """Each variant's BLEU within seed noise of the baseline's (:func:`checks.at_least_as_good`)
+    and at most ``margin`` × the baseline's mean BLEU below it, on every corpus, once the gap
+    between their validation perplexities has settled."""
     pairs = _nmt_pairs(results, variants, baseline)
     if isinstance(pairs, Verdict):
         return pairs
     parts = {}
     for name, (corpus, variant, bleu, base) in pairs.items():
         parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
-            checks.at_least_as_good(bleu, base, margin, names=(variant, baseline))
+            checks.at_least_as_good(
+                bleu, base, _of_baseline(margin, base), names=(variant, baseline)
+            )
         )
     return all_of(parts)
 
@@ -123,14 +139,17 @@ def bleu_at_least_as_good(
 def bleu_a_little_below(
     results: Results, variant: str, baseline: str, largest_gap: float
 ) -> Verdict:
-    """The variant's BLEU significantly below the baseline's, by at most ``largest_gap``."""
+    """The variant's BLEU significantly below the baseline's, by at most ``largest_gap`` × the
+    baseline's mean BLEU."""
     pairs = _nmt_pairs(results, [variant], baseline)
     if isinstance(pairs, Verdict):
         return pairs
     parts = {}
     for name, (corpus, _, bleu, base) in pairs.items():
         parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
-            checks.worse_by_at_most(bleu, base, largest_gap, names=(variant, baseline))
+            checks.worse_by_at_most(
+                bleu, base, _of_baseline(largest_gap, base), names=(variant, baseline)
+            )
         )
     return all_of(parts)
 
@@ -144,7 +163,9 @@ def speed_near_softmax(
     if missing:
         return missing
     if variant not in results.speed:
-        return not_measurable(f"{variant} was not timed")
+        return not_measurable(
+            f"{variant} was not timed", decides=f"the speed stage timing {variant}"
+        )
     rounds = results.speed[variant]
     tolerances = {"train": train_tolerance, "inference": inference_tolerance}
     return all_of(
@@ -155,6 +176,20 @@ def speed_near_softmax(
     )
 
 
+def trains_at_least(results: Results, variant: str, at_least: float) -> Verdict:
+    """The variant's training tokens/s ratio to softmax's, round by round, at least
+    ``at_least`` (:func:`checks.ratio_at_least`)."""
+    missing = missing_results(results.missing, "speed")
+    if missing:
+        return missing
+    rounds = results.speed.get(variant, {}).get("train")
+    if not rounds:
+        return not_measurable(
+            f"{variant} not timed in training", decides=f"the speed stage timing {variant}"
+        )
+    return checks.ratio_at_least(rounds, at_least, f"{variant} training tokens/s ratio")
+
+
 def decodes_faster(results: Results, variant: str, other: str, at_least: float) -> Verdict:
     """The variant's inference tokens/s over the other's, round by round (both ratios to the
     softmax of the same round), at least ``at_least`` (:func:`checks.ratio_at_least`)."""
@@ -163,7 +198,10 @@ def decodes_faster(results: Results, variant: str, other: str, at_least: float) 
         return missing
     absent = [v for v in (variant, other) if not results.speed.get(v, {}).get("inference")]
     if absent:
-        return not_measurable(f"{', '.join(absent)} not timed at inference")
+        return not_measurable(
+            f"{', '.join(absent)} not timed at inference",
+            decides=f"the speed stage timing {', '.join(absent)}",
+        )
     ratios = [
         mine / theirs
         for mine, theirs in zip(
@@ -212,7 +250,13 @@ def alpha_modes(
     for kind, expect in [(k, True) for k in bimodal] + [(k, False) for k in unimodal]:
         alphas = results.final_alphas.get(kind, [])
         if len(alphas) < MIN_MODALITY_VALUES or max(alphas) == min(alphas):
-            parts[kind] = not_measurable(f"{len(alphas)} learned α in {kind}")
+            parts[kind] = not_measurable(
+                f"{len(alphas)} learned α in {kind}",
+                decides=(
+                    f"at least {MIN_MODALITY_VALUES} learned α in {kind}, not all equal (more "
+                    "layers, heads or seeds)"
+                ),
+            )
             continue
         found = modality(alphas)
         multimodal = found.p_unimodal < SIGNIFICANCE
@@ -240,11 +284,12 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
     and the α logged :data:`checks.CONVERGENCE_WINDOW` of the steps earlier, its heads moved by
     more than :data:`ALPHA_SETTLED` on average (:func:`alpha_movement`), or more of them moved
     one way than chance allows (a two-sided sign test at :data:`ALPHA_DRIFT_LEVEL` ÷ seeds)."""
-    drifts, drifting = [], []
+    drifts, drifting, last_steps = [], [], []
     trajectories = [t for t in results.alpha_trajectories if len(t) >= 2]
     level = ALPHA_DRIFT_LEVEL / max(len(trajectories), 1)
     for seed, trajectory in enumerate(trajectories):
         last_step, last = trajectory[-1]
+        last_steps.append(last_step)
         start = last_step * (1 - checks.CONVERGENCE_WINDOW)
         earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
         moves = [alpha_movement(a, b, ALPHA_SETTLED) for a, b in zip(earlier, last, strict=True)]
@@ -261,6 +306,14 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
     if not moving and not drifting:
         return None
     reasons = []
+    # If α's move over the last fifth falls as 1/step (as a closing gap's), it is within
+    # ALPHA_SETTLED after T · (move ÷ ALPHA_SETTLED) steps; a common drift has no such estimate.
+    settles_after = max(last_steps) * max(moving, default=ALPHA_SETTLED) / ALPHA_SETTLED
+    decides = (
+        f"a longer run: if α's move falls as 1/step, it settles after about "
+        f"{settles_after:,.0f} steps"
+        + (", and its heads no longer drift one way together" if drifting else "")
+    )
     if moving:
         reasons.append(
             f"α still moves by {max(moving):.3f} on average per head (read in its logit; settled: "
@@ -270,38 +323,66 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
         reasons.append(f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g})")
     return not_measurable(
         f"not measurable in this profile: over the last {checks.CONVERGENCE_WINDOW:.0%} of the "
-        f"steps {' and '.join(reasons)}; a longer profile decides it",
+        f"steps {' and '.join(reasons)}",
+        decides=decides,
         alpha_drift=drifts,
         alpha_common_drift=drifting,
     )
 
 
-def _too_short(steps: Sequence[float], judged_after_steps: float, what: str) -> Verdict | None:
-    """ "Not measurable" while a run is shorter than the pre-registered length after which the
-    claim is judged — found or not: a verdict that waits only when it goes one way is biased."""
-    short = [s for s in steps if s < judged_after_steps]
+def _too_short(results: Results, variant: str, judged_after_target_tokens: float) -> Verdict | None:
+    """ "Not measurable" while a run of ``variant`` trained fewer target tokens than the
+    pre-registered length after which the claim is judged — found or not: a verdict that waits
+    only when it goes one way is biased. Says the steps a run of this batch would need."""
+    missing = missing_results(results.missing, "target_tokens")
+    if missing:
+        return missing
+    runs = [
+        (tokens, curve[-1][0])
+        for corpus, by_variant in results.target_tokens.items()
+        for tokens, curve in zip(
+            by_variant.get(variant, []),
+            results.valid_nll.get(corpus, {}).get(variant, []),
+            strict=True,
+        )
+    ]
+    if not runs:
+        return not_measurable(
+            f"no {variant} run with its target tokens", decides=f"an NMT grid with {variant}"
+        )
+    short = [(tokens, steps) for tokens, steps in runs if tokens < judged_after_target_tokens]
     if not short:
         return None
+    tokens, steps = min(short)
+    needed = steps * judged_after_target_tokens / tokens
     return not_measurable(
-        f"not measurable in this profile: {what} trained {min(short):g} steps; the claim is "
-        f"judged, either way, after {judged_after_steps:g}",
-        steps=list(steps),
+        f"not measurable in this profile: a {variant} run trained {tokens / 1e6:.2g}M target "
+        f"tokens ({steps:g} steps); the claim is judged, either way, after "
+        f"{judged_after_target_tokens / 1e6:.2g}M",
+        decides=f"a run of about {needed:,.0f} steps of this run's batches",
+        target_tokens=[tokens for tokens, _ in runs],
+        steps_needed=needed,
     )
 
 
 def heads_dense_then_sparse(
-    results: Results, min_dip: float, min_rebound: float, judged_after_steps: float
+    results: Results, min_dip: float, min_rebound: float, judged_after_target_tokens: float
 ) -> Verdict:
     """Some head's α first falls toward softmax by at least ``min_dip`` and then rises by at
     least ``min_rebound`` (:func:`softmax_then_sparser`), in any seed, once every α-entmax model
-    trained ``judged_after_steps``."""
+    trained ``judged_after_target_tokens`` and its α has settled (:func:`_alpha_still_moving`:
+    a head still rising might pass later, one still falling might undo a rebound)."""
     missing = missing_results(results.missing, "alphas")
     if missing:
         return missing
     trajectories = [t for t in results.alpha_trajectories if t]
     if not trajectories:
-        return not_measurable("no α-entmax model with an α trajectory")
-    blocked = _too_short([t[-1][0] for t in trajectories], judged_after_steps, "the α-entmax")
+        return not_measurable(
+            "no α-entmax model with an α trajectory", decides="an NMT grid with entmax_alpha"
+        )
+    blocked = _too_short(results, "entmax_alpha", judged_after_target_tokens) or (
+        _alpha_still_moving(results)
+    )
     if blocked:
         return blocked
     counts = [
@@ -335,7 +416,10 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
     parts = {}
     for variant in variants:
         if variant not in results.js or baseline not in results.js:
-            parts[variant] = not_measurable(f"no head analysis of {variant} and {baseline}")
+            parts[variant] = not_measurable(
+                f"no head analysis of {variant} and {baseline}",
+                decides=f"a head analysis of {variant} and {baseline}",
+            )
             continue
         parts[variant] = _catching_up(results, variant, baseline) or checks.significantly_below(
             _mean_over_blocks(results.js[baseline]),
@@ -367,25 +451,36 @@ def head_roles_exist(
     if blocked:
         return blocked
     if variant not in results.roles:
-        return not_measurable(f"no head analysis of {variant}")
+        return not_measurable(
+            f"no head analysis of {variant}", decides=f"a head analysis of {variant}"
+        )
     baselines = [b for b in baselines if b in results.roles]
     if not baselines:
-        return not_measurable(f"no head analysis of another attention variant than {variant}")
+        return not_measurable(
+            f"no head analysis of another attention variant than {variant}",
+            decides=f"a head analysis of another variant trained as long as {variant}",
+        )
     lengths = _trained_steps(results, [variant, *baselines])
     if len(set().union(*lengths.values())) > 1:
-        return not_measurable(f"the models trained for different lengths: {lengths}")
+        return not_measurable(
+            f"the models trained for different lengths: {lengths}",
+            decides="a grid whose variants train for one length",
+        )
     parts = {}
     for role in roles:
         counts = {v: results.roles[v].get(role, []) for v in (variant, *baselines)}
         if any(not c or any(n is None for n in c) for c in counts.values()):
-            parts[role] = not_measurable("the corpus cannot show this role")
+            parts[role] = not_measurable(
+                "the corpus cannot show this role", decides=CORPUS_WITH_THE_ROLE
+            )
             continue
         listing = ", ".join(f"{v} {c}" for v, c in counts.items())
         holders = [v for v, c in counts.items() if sum(c) > 0]
         if not holders:
             parts[role] = not_measurable(
                 f"no model has such a head at these steps (heads per seed: {listing}): the "
-                "corpus or the training length cannot show the role"
+                "corpus or the training length cannot show the role",
+                decides="a longer run, or a corpus on which some model forms the role",
             )
             continue
         parts[role] = verdict(
@@ -411,7 +506,10 @@ def roles_more_confident(
         return blocked
     absent = [v for v in (variant, baseline) if v not in results.role_confidence]
     if absent:
-        return not_measurable(f"no role confidences of {', '.join(absent)}")
+        return not_measurable(
+            f"no role confidences of {', '.join(absent)}",
+            decides=f"a head analysis of {', '.join(absent)}",
+        )
     gate = _catching_up(results, variant, baseline)
     if gate:
         return gate
@@ -419,14 +517,17 @@ def roles_more_confident(
     for role in roles:
         mine, theirs = (results.role_confidence[v].get(role, []) for v in (variant, baseline))
         if not mine or not theirs or None in mine or None in theirs:
-            parts[role] = not_measurable("the corpus cannot show this role")
+            parts[role] = not_measurable(
+                "the corpus cannot show this role", decides=CORPUS_WITH_THE_ROLE
+            )
             continue
         held = {v: results.roles.get(v, {}).get(role) or [] for v in (variant, baseline)}
         if not any(count for counts in held.values() for count in counts):
             parts[role] = not_measurable(
                 f"no head of {variant} or {baseline} holds it at its threshold (heads per seed: "
                 + ", ".join(f"{v} {counts}" for v, counts in held.items())
-                + "): no role confidence to compare"
+                + "): no role confidence to compare",
+                decides="a longer run, or a corpus on which either model forms the role",
             )
             continue
         parts[role] = checks.significantly_below(theirs, mine, names=(baseline, variant))
@@ -434,17 +535,25 @@ def roles_more_confident(
 
 
 def adaptive_sparsity(
-    results: Results, variant: str, fixed_alpha: str, fixed_support: str, density_below: float
+    results: Results,
+    variant: str,
+    fixed_alpha: str,
+    fixed_support: str,
+    share_of_fixed_alpha: float,
 ) -> Verdict:
     """The variant's attention is sparse and adapts per head and per input, per seed:
 
-    * sparse: its mean density over heads significantly below ``density_below`` (softmax's 1);
+    * sparse: the share of the keys it leaves at 0 (1 − its mean density over heads), averaged
+      over seeds, at least ``share_of_fixed_alpha`` of ``fixed_alpha``'s (1.5-entmax, the
+      sparse mapping of fixed α): a near-softmax model (density 0.99) is not "actually sparse";
     * per head: the spread (population sd) of its heads' densities significantly above
       ``fixed_alpha``'s, whose α is the same in every head;
-    * per input: its heads' mean density spread between inputs of one length significantly above
-      ``fixed_support``'s, whose support is fixed by k at each length. Where the grid did not
-      train ``fixed_support``, its closed form: top-k keeps min(k, n) of the n keys of every
-      query, so its density is a function of the length and spreads by 0 within one.
+    * per input: its heads' mean density spread between inputs of one length at least
+      ``share_of_fixed_alpha`` of ``fixed_alpha``'s (a spread of 0.001 adapts to nothing), and
+      significantly above ``fixed_support``'s, whose support is fixed by k at each length.
+      Where the grid did not train ``fixed_support``, its closed form: top-k keeps min(k, n) of
+      the n keys of every query, so its density is a function of the length and spreads by 0
+      within one.
 
     Each comparison with a trained model waits until neither catches up with the other."""
     blocked = missing_results(results.missing, "heads") or missing_results(
@@ -454,17 +563,40 @@ def adaptive_sparsity(
         return blocked
     absent = [v for v in (variant, fixed_alpha) if v not in results.density]
     if absent:
-        return not_measurable(f"no attention densities of {', '.join(absent)}")
+        return not_measurable(
+            f"no attention densities of {', '.join(absent)}",
+            decides=f"a head analysis of {', '.join(absent)}",
+        )
 
     def per_seed(name: str, statistic: Callable[[list[float]], float], key: str) -> list[float]:
         return [
             statistic([v for v in seed[key] if v is not None]) for seed in results.density[name]
         ]
 
+    def zeroed(name: str) -> list[float]:
+        return [1 - density for density in per_seed(name, statistics.fmean, "heads")]
+
     mean, spread = statistics.fmean, statistics.pstdev
+    within, within_fixed = (
+        per_seed(name, mean, "within_length_sd") for name in (variant, fixed_alpha)
+    )
+    if fixed_support in results.density:
+        against_fixed_support = _catching_up(results, variant, fixed_support) or (
+            checks.significantly_below(
+                per_seed(fixed_support, mean, "within_length_sd"),
+                within,
+                names=(f"{fixed_support} within-length sd", f"{variant} within-length sd"),
+            )
+        )
+    else:
+        against_fixed_support = checks.significantly_above_value(
+            within,
+            0.0,
+            names=(f"{variant} within-length sd", f"{fixed_support} (closed form, untrained)"),
+        )
     parts = {
-        "sparse": checks.significantly_below_value(
-            per_seed(variant, mean, "heads"), density_below, names=(variant, "dense")
+        "sparse": _share_at_least(
+            zeroed(variant), zeroed(fixed_alpha), share_of_fixed_alpha, "keys at 0"
         ),
         "per head": _catching_up(results, variant, fixed_alpha)
         or checks.significantly_below(
@@ -472,20 +604,33 @@ def adaptive_sparsity(
             per_seed(variant, spread, "heads"),
             names=(f"{fixed_alpha} head-density sd", f"{variant} head-density sd"),
         ),
-        "per input": _catching_up(results, variant, fixed_support)
-        or checks.significantly_below(
-            per_seed(fixed_support, mean, "within_length_sd"),
-            per_seed(variant, mean, "within_length_sd"),
-            names=(f"{fixed_support} within-length sd", f"{variant} within-length sd"),
-        )
-        if fixed_support in results.density
-        else checks.significantly_above_value(
-            per_seed(variant, mean, "within_length_sd"),
-            0.0,
-            names=(f"{variant} within-length sd", f"{fixed_support} (closed form, untrained)"),
+        "per input": all_of(
+            {
+                f"against {fixed_alpha}": _share_at_least(
+                    within, within_fixed, share_of_fixed_alpha, "within-length density sd"
+                ),
+                f"against {fixed_support}": against_fixed_support,
+            }
         ),
     }
     return all_of(parts)
+
+
+def _share_at_least(
+    values: Sequence[float], reference: Sequence[float], share: float, what: str
+) -> Verdict:
+    """The mean of ``values`` (seeds) at least ``share`` × the mean of ``reference``'s."""
+    if not values or not reference:
+        return not_measurable(f"no {what}", decides=f"a head analysis that measures the {what}")
+    mine, theirs = statistics.fmean(values), statistics.fmean(reference)
+    return verdict(
+        mine >= share * theirs,
+        f"{what} {checks.describe(values, 3)} vs {share:g} × {checks.describe(reference, 3)} "
+        f"= {share * theirs:.3f}",
+        mean=mine,
+        reference=theirs,
+        share=share,
+    )
 
 
 # The checks of the NMT works, in the order of claims.yaml's families.
@@ -493,6 +638,7 @@ CHECKS = (
     bleu_at_least_as_good,
     bleu_a_little_below,
     speed_near_softmax,
+    trains_at_least,
     decodes_faster,
     slowest,
     alpha_modes,

@@ -26,27 +26,30 @@ class Results:
     """Everything the checks read, per seed (lists are over seeds, in seed order).
 
     NMT: ``bleu``: corpus → variant → BLEU; ``valid_nll``: corpus → variant → validation NLL curves
-    (step, nll) of the seeds; ``speed``: variant → ``train`` / ``inference`` → the ratio to
-    softmax's tokens/s in each round; ``js``: variant → block → mean JS between the block's heads
-    (None where the block has fewer than two heads); ``roles``: variant → role → number of heads
-    with the role (None where the corpus cannot show it); ``role_confidence``: variant → role →
-    the confidence of the variant's strongest head for the role (None: not measurable);
-    ``density``: variant → {"heads": every head's mean attention density, "within_length_sd":
-    every head's density spread between inputs of one length (None: undefined)};
-    ``final_alphas``: attention type → the learned α of every head, layer and seed;
+    (step, nll) of the seeds; ``target_tokens``: corpus → variant → the target tokens each seed
+    trained (the length the papers' numbers are comparable in); ``speed``: variant → ``train`` /
+    ``inference`` → the ratio to softmax's tokens/s in each round; ``js``: variant → block → mean JS
+    between the block's heads (None where the block has fewer than two heads); ``roles``: variant →
+    role → number of heads with the role (None where the corpus cannot show it);
+    ``role_confidence``: variant → role → the confidence of the variant's strongest head for the
+    role (None: not measurable); ``density``: variant → {"heads": every head's mean attention
+    density, "within_length_sd": every head's density spread between inputs of one length (None:
+    undefined)}; ``final_alphas``: attention type → the learned α of every head, layer and seed;
     ``alpha_trajectories``: per seed, (step, every head's α) as training logged them.
 
     Latent variables: ``lvm``: experiment → method → the test metrics; ``lvm_curves`` and
     ``lvm_calls``: experiment → method → training-loss and decoder-calls curves.
 
     APE: ``ape``: "<regime>/<system>" → split → TER of each seed; ``ape_do_nothing``: split →
-    TER of the MT output itself; ``ape_valid_nll``: "<regime>/<system>" → validation NLL curves.
+    TER of the MT output itself; ``ape_bleu`` and ``ape_do_nothing_bleu``: the same in
+    tokenized BLEU; ``ape_valid_nll``: "<regime>/<system>" → validation NLL curves.
 
     ``missing``: result → why it is absent.
     """
 
     bleu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     valid_nll: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
+    target_tokens: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     speed: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     js: dict[str, list[dict[str, float | None]]] = field(default_factory=dict)
     roles: dict[str, dict[str, list[int | None]]] = field(default_factory=dict)
@@ -59,6 +62,8 @@ class Results:
     lvm_calls: dict[str, dict[str, list[Curve]]] = field(default_factory=dict)
     ape: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     ape_do_nothing: dict[str, float] = field(default_factory=dict)
+    ape_bleu: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    ape_do_nothing_bleu: dict[str, float] = field(default_factory=dict)
     ape_valid_nll: dict[str, list[Curve]] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
 
