@@ -356,7 +356,7 @@ def _too_short(results: Results, variant: str, judged_after_target_tokens: float
     tokens, steps = min(short)
     needed = steps * judged_after_target_tokens / tokens
     return not_measurable(
-        f"not measurable in this profile: a {variant} run trained {tokens / 1e6:.2g}M target "
+        f"not measurable in this profile: a run of {variant} trained {tokens / 1e6:.2g}M target "
         f"tokens ({steps:g} steps); the claim is judged, either way, after "
         f"{judged_after_target_tokens / 1e6:.2g}M",
         decides=f"a run of about {needed:,.0f} steps of this run's batches",
@@ -555,7 +555,8 @@ def adaptive_sparsity(
       the n keys of every query, so its density is a function of the length and spreads by 0
       within one.
 
-    Each comparison with a trained model waits until neither catches up with the other."""
+    Each comparison with a trained model waits until neither catches up with the other, and
+    needs :data:`checks.MIN_SEEDS` seeds of each."""
     blocked = missing_results(results.missing, "heads") or missing_results(
         results.missing, "density"
     )
@@ -594,11 +595,11 @@ def adaptive_sparsity(
             0.0,
             names=(f"{variant} within-length sd", f"{fixed_support} (closed form, untrained)"),
         )
+    gate = _catching_up(results, variant, fixed_alpha)
     parts = {
-        "sparse": _share_at_least(
-            zeroed(variant), zeroed(fixed_alpha), share_of_fixed_alpha, "keys at 0"
-        ),
-        "per head": _catching_up(results, variant, fixed_alpha)
+        "sparse": gate
+        or _share_at_least(zeroed(variant), zeroed(fixed_alpha), share_of_fixed_alpha, "keys at 0"),
+        "per head": gate
         or checks.significantly_below(
             per_seed(fixed_alpha, spread, "heads"),
             per_seed(variant, spread, "heads"),
@@ -606,7 +607,8 @@ def adaptive_sparsity(
         ),
         "per input": all_of(
             {
-                f"against {fixed_alpha}": _share_at_least(
+                f"against {fixed_alpha}": gate
+                or _share_at_least(
                     within, within_fixed, share_of_fixed_alpha, "within-length density sd"
                 ),
                 f"against {fixed_support}": against_fixed_support,
@@ -619,9 +621,11 @@ def adaptive_sparsity(
 def _share_at_least(
     values: Sequence[float], reference: Sequence[float], share: float, what: str
 ) -> Verdict:
-    """The mean of ``values`` (seeds) at least ``share`` × the mean of ``reference``'s."""
-    if not values or not reference:
-        return not_measurable(f"no {what}", decides=f"a head analysis that measures the {what}")
+    """The mean of ``values`` (seeds) at least ``share`` × the mean of ``reference``'s, each
+    over :data:`checks.MIN_SEEDS` seeds at least."""
+    short = checks.too_few_seeds({what: values, f"reference {what}": reference})
+    if short:
+        return short
     mine, theirs = statistics.fmean(values), statistics.fmean(reference)
     return verdict(
         mine >= share * theirs,

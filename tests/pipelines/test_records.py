@@ -82,7 +82,7 @@ def test_keep_copies_the_run_with_small_figures_and_no_verdicts(
     meta = json.loads((folder / "record.json").read_text())
     assert meta["profile"] == "evidence"
     assert datetime.datetime.fromisoformat(meta["recorded"]).tzinfo is not None
-    assert meta["thresholds"]["ast_entmax_bleu"] == {"margin": 0.91}
+    assert meta["thresholds"]["ast_entmax_bleu"] == {"margin": 0.035}
     assert meta["environment"]["lock"][0].startswith("requirements/")
     assert re.fullmatch(r"[0-9a-f]{64}", meta["environment"]["lock_sha256"])
     assert json.loads((folder / "results.json").read_text())["format"] == 1
@@ -203,7 +203,9 @@ def test_a_kept_record_shows_todays_verdicts(name: str) -> None:
     """The committed verdicts are what today's checks give on the kept results: a check or a
     threshold changed without `dvc repro` (stage rejudge@<record>) fails here."""
     files = _record_files(name)
-    results = results_from_json(json.loads(files["results.json"].read_text()), "results.json")
+    # named as stage rejudge names it (a field the record lacks is "not in <that file>")
+    source = str(layout.record(name) / layout.RECORD_RESULTS)
+    results = results_from_json(json.loads(files["results.json"].read_text()), source)
     judged = json.loads(files["claims.json"].read_text())
     assert judged["judged_by"] == rejudge.judged_by()
     kept, today = judged["claims"], evaluate(results)
@@ -233,7 +235,10 @@ def test_pinned_verdicts_of_the_bible_record_follow_from_its_numbers() -> None:
             lowest = [min(head[: t + 1]) for t in range(len(head))]
             rises.append(max(a - low for a, low in zip(head, lowest, strict=True)))
     assert max(rises) < 0.01
-    assert verdicts["ast_dense_then_sparse"] == "not reproduced"
+    # ... but the claim is judged after AST's 8.2M target tokens, and the record (kept before
+    # runs logged their target tokens) cannot say how many it trained: not judged either way.
+    assert "target_tokens" not in results
+    assert verdicts["ast_dense_then_sparse"] == "not measurable"
     # α still falls together: in every seed almost every head ends below where it was a fifth
     # of the steps earlier.
     for trajectory in results["alpha_trajectories"]:
@@ -250,16 +255,37 @@ def test_pinned_verdicts_of_the_bible_record_follow_from_its_numbers() -> None:
     }  # fmt: skip
     assert gap[1000] > gap[1250] > gap[1500] > 0.1
     assert verdicts["ast_entmax_bleu"] == "not measurable"
+    # The SSVAE's sparsemax ends above the thesis's bound of 1.5 decoder calls per example: over
+    # the last fifth of its steps (the last two logs of 799 steps) 1.62, 1.49 and 1.51 per seed.
+    last_fifth = [
+        _mean([calls for step, calls in curve if step > 0.8 * curve[-1][0]])
+        for curve in results["lvm_calls"]["ssvae"]["sparsemax"]
+    ]
+    assert _mean(last_fifth) > 1.5
+    assert verdicts["marg_ssvae_eventually_sparse"] == "not reproduced"
 
 
 def test_pinned_verdicts_of_the_evidence_record_follow_from_its_numbers() -> None:
     results = json.loads(_record_files("evidence")["results.json"].read_text())
     verdicts = {c["id"]: c["status"] for c in json.loads(_record_files("evidence")["claims.json"]
                                                          .read_text())["claims"]}  # fmt: skip
-    # α-entmax's mean BLEU is more than Table 4.1's largest on-par gap (0.91) below softmax's.
+    # α-entmax's mean BLEU is 1.17 below softmax's 90.75: more than Table 4.1's 0.91 BLEU, but
+    # within the same gap as a share of softmax's score (3.5%: 3.2 BLEU at 90.75); 1.5-entmax's
+    # validation gap still closes, so the claim waits.
     bleu = results["bleu"]["smoke"]
-    assert _mean(bleu["softmax"]) - _mean(bleu["entmax_alpha"]) > 0.91
-    assert verdicts["ast_entmax_bleu"] == "not reproduced"
+    deficit = _mean(bleu["softmax"]) - _mean(bleu["entmax_alpha"])
+    assert 0.91 < deficit < 0.035 * _mean(bleu["softmax"])
+    assert verdicts["ast_entmax_bleu"] == "not measurable"
+    # α-entmax leaves 5-10% of the keys at 0 per seed, 1.5-entmax 53-54%: not "actually sparse"
+    # at half of 1.5-entmax's zeros.
+    zeros = {
+        variant: _mean(
+            [1 - _mean([d for d in seed["heads"] if d is not None]) for seed in per_seed]
+        )
+        for variant, per_seed in results["density"].items()
+    }
+    assert zeros["entmax_alpha"] < 0.5 * zeros["entmax15"]
+    assert verdicts["ast_adaptive_sparsity"] == "not reproduced"
     # The signalling game's sparsemax is more than a point (the margin) below dense.
     game = results["lvm"]["signal_game"]
     sparse = [run["communication_success"] for run in game["sparsemax"]]
