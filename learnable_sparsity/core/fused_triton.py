@@ -119,8 +119,10 @@ def _backward(
 
 
 def _per_row(alpha: Tensor, x: Tensor) -> Tensor:
-    """One α per row of x (α broadcastable to x[..., :1]), contiguous, x's dtype."""
-    return alpha.to(x.dtype).expand(*x.shape[:-1], 1).contiguous()
+    """One α per row of x (α broadcastable to x[..., :1]), contiguous, in float32 or x's wider
+    dtype: bf16 holds α = 1.01 as 1.0078, which puts β = α − 1 off by 22% (issue 37)."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    return alpha.to(dtype).expand(*x.shape[:-1], 1).contiguous()
 
 
 def sparsemax(x: Tensor) -> Tensor:

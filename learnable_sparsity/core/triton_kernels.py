@@ -5,7 +5,10 @@ The same mappings and solvers as the eager path (``normalizers``) and the C++ ke
 (d ≤ ``fused_triton.MAX_D``). With z = x − max x (−inf for masked entries):
 
 * sparsemax, p = [z − τ]_+: Michelot's steps τ ← (Σ_S z_i − 1)/|S| on the support
-  S = {z_i > τ} from τ = −1; they never overshoot and stop, exact, when S stops shrinking.
+  S = {z_i > τ} from τ = −1; they never overshoot and stop, exact, when S stops shrinking. The
+  division is correctly rounded (``div_rn``: ``/`` compiles to ``div.full.f32``, 2 ulps) and the
+  loop stops as soon as S does not shrink, not when it is unchanged: with an inexact τ a score
+  equal to τ can leave S and enter it again, a cycle that ran bf16-valued rows to the cap.
 * 1.5-entmax, p = [z/2 − τ]_+²: Newton on the convex ‖[z/2 − τ]_+‖₂ − 1 from τ = −1; once a
   step leaves the support unchanged, the closed form τ_S of Σ_S (z_i/2 − τ)² = 1 is tried and
   kept when the support at τ_S is still S (then it is the exact threshold).
@@ -65,18 +68,30 @@ def _scalar(value, like):
 
 
 @triton.jit
+def _divide(a, b):
+    """a / b, correctly rounded: float32's ``/`` compiles to ``div.full.f32``, which is not
+    (float64's to ``div.rn.f64``, which is; ``div_rn`` takes float32 only)."""
+    # A static if: Triton compiles the taken branch only (div_rn refuses float64 operands).
+    if a.dtype == tl.float64:  # noqa: SIM108
+        quotient = a / b
+    else:
+        quotient = tl.math.div_rn(a, b)
+    return quotient
+
+
+@triton.jit
 def _sparsemax_row(z, d):
     tau = _scalar(-1.0, z)
-    size = _scalar(-1.0, z)
-    changed = size < 0
+    size = _scalar(d + 1.0, z)  # more than any support: the first step always shrinks it
+    shrank = size > 0
     steps = 0
-    while changed & (steps <= d):
+    while shrank & (steps <= d):
         on = z > tau
         new_size = tl.sum(on.to(z.dtype), axis=0)
-        changed = new_size != size
+        shrank = new_size < size
         total = tl.sum(tl.where(on, z, 0.0), axis=0)
-        tau = tl.where(changed, (total - 1.0) / tl.maximum(new_size, 1.0), tau)
-        size = new_size
+        tau = tl.where(shrank, _divide(total - 1.0, tl.maximum(new_size, 1.0)), tau)
+        size = tl.minimum(new_size, size)
         steps += 1
     return tl.maximum(z - tau, 0.0)
 

@@ -28,7 +28,11 @@ from entmax import sparsemax as ref_sparsemax
 from learnable_sparsity.core import fused, fused_triton
 from learnable_sparsity.core.normalizers import entmax, entmax15, sparsemax
 
-pytest.importorskip("triton", reason="Triton is not installed (a test-only dependency on CPU)")
+triton = pytest.importorskip(
+    "triton", reason="Triton is not installed (a test-only dependency on CPU)"
+)
+# A function the interpreter runs as a kernel's callee must see triton.language in its globals.
+tl = pytest.importorskip("triton.language")
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
@@ -156,6 +160,51 @@ def test_half_precision_and_masks_run_in_float32_and_come_back() -> None:
         assert not bool(p[~mask].any()), "masked entries get exactly zero"
 
 
+# Calls of the modelled GPU division, one per step of the sparsemax loop (the test below).
+_DIVISIONS = [0]
+
+
+@triton.jit
+def _reciprocal_times(a, b):
+    """a / b as ``div.full.f32`` is modelled: 1/b rounded to float32, times a, rounded."""
+    _DIVISIONS[0] += 1
+    return a * (1.0 / b)
+
+
+@pytest.mark.skipif(CUDA, reason="models the GPU's division in the interpreter")
+def test_sparsemax_stops_when_the_support_stops_shrinking_under_inexact_division(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 37: ``/`` compiles to ``div.full.f32``, not correctly rounded. Modelled as the
+    round-to-nearest reciprocal times the numerator (each rounded to float32), two of 2048
+    bf16-valued rows of 1024 scores (seed 0: rows 1035 and 1661) put a score exactly at τ: it
+    left the support at |S| = 8 and entered again at 7, and a loop run while the support
+    *changed* went to its cap, 1025 steps. Run while it *shrinks*, every row stops within 7
+    steps (exact division: the same 7) with sparsemax's output. The kernel divides with a
+    counting model of the GPU's division here; the compile test checks it uses ``div.rn``."""
+    from learnable_sparsity.core import triton_kernels
+
+    monkeypatch.setattr(triton_kernels, "_divide", _reciprocal_times)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2048, 1024, generator=g).to(torch.bfloat16)[[1035, 1661, 0, 1]].float()
+    for row in x:
+        _DIVISIONS[0] = 0
+        p = sparsemax(row)
+        assert _DIVISIONS[0] <= 7, _DIVISIONS[0]
+        torch.testing.assert_close(p.to(F64), ref_sparsemax(row.to(F64)), atol=1e-6, rtol=0)
+
+
+def test_alpha_reaches_the_kernels_in_float32_at_least() -> None:
+    """Issue 37: α cast to the scores' dtype loses β = α − 1 in half precision (bf16 holds 1.01
+    as 1.0078: β off by 22%); float64 scores keep a float64 α."""
+    alpha = torch.tensor([[1.01], [1.5]], dtype=F64)
+    for dtype, kept in ((torch.bfloat16, F32), (torch.float16, F32), (F32, F32), (F64, F64)):
+        rows = fused_triton._per_row(alpha, torch.zeros(2, 3, dtype=dtype))
+        assert rows.dtype == kept and rows.is_contiguous()
+        assert rows[0, 0].item() == pytest.approx(1.01, rel=1e-7)
+    assert torch.tensor(1.01, dtype=torch.bfloat16).item() == 1.0078125
+
+
 def test_rows_longer_than_the_kernels_hold_go_to_the_eager_solvers() -> None:
     long = torch.zeros(1, fused_triton.MAX_D + 1, device=DEVICE)
     assert not fused_triton.usable(long)
@@ -173,8 +222,11 @@ for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
         constants = dict(KIND=kind, BLOCK=128, **fused_triton._solver_constants(dtype))
         signature = {"x_ptr": f"*{name}", "alpha_ptr": f"*{name}", "p_ptr": f"*{name}",
                      "d": "i32", "bits": "i32", **dict.fromkeys(constants, "constexpr")}
-        triton.compile(triton.compiler.ASTSource(K.forward, signature, constants),
-                       target=GPUTarget("cuda", 90, 32))
+        compiled = triton.compile(triton.compiler.ASTSource(K.forward, signature, constants),
+                                  target=GPUTarget("cuda", 90, 32))
+        if kind == 0:  # sparsemax's τ correctly rounded: div.full cycles (issue 37)
+            ptx = compiled.asm["ptx"]
+            assert f"div.rn.f{name[2:]}" in ptx and "div.full" not in ptx, name
         for alpha_grad in (False, True) if kind == 2 else (False,):
             constants = dict(KIND=kind, BLOCK=128, ALPHA_GRAD=alpha_grad)
             pointers = ("p_ptr", "alpha_ptr", "g_ptr", "grad_x_ptr", "grad_alpha_ptr")
