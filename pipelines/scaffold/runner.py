@@ -196,14 +196,19 @@ def _run_cell(task: Callable[[Any], dict], cell: Any, num_cpus: float) -> dict:
 
 
 def check_feasible(resources: Resources) -> None:
-    """Refuse a request no node can satisfy: Ray would queue such a task forever."""
+    """Refuse a request no node of the connected Ray can satisfy: Ray would queue such a task
+    forever."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    _check_nodes(nodes, resources, ray.cluster_resources().get("GPU", 0))
+
+
+def _check_nodes(nodes: list[dict[str, float]], resources: Resources, gpus: float) -> None:
     if not any(node.get("GPU", 0) >= resources.num_gpus for node in nodes):
         raise LearnableSparsityError(
             f"each task asks for num_gpus={resources.num_gpus} but no GPU is available: no node "
-            f"of the Ray cluster has that many (cluster: {ray.cluster_resources().get('GPU', 0)} "
-            "GPUs); set num_gpus (params ray.task_gpus) to 0, or connect to a cluster with GPU "
-            "workers (ray.address / RAY_ADDRESS)"
+            f"of the Ray cluster has that many (cluster: {gpus} GPUs); set num_gpus (params "
+            "ray.task_gpus) to 0, or connect to a cluster with GPU workers (ray.address / "
+            "RAY_ADDRESS)"
         )
     if not any(node.get("CPU", 0) >= resources.num_cpus for node in nodes):
         raise LearnableSparsityError(
@@ -214,12 +219,19 @@ def check_feasible(resources: Resources) -> None:
 
 
 def check_ready(settings: RaySettings) -> None:
-    """Connect as ``settings`` say and refuse a per-cell request (``ray.task_cpus``,
-    ``ray.task_gpus``) no node can give. A stage calls it before it creates its cells' MLflow runs
-    and directories: :func:`run_grid` checks too, but only once those exist (they would end
-    FAILED for a mere setting)."""
-    connect(settings.address, settings.num_cpus)
-    check_feasible(settings.resources)
+    """Refuse a per-cell request (``ray.task_cpus``, ``ray.task_gpus``) no node can give. A
+    stage calls it first, whether or not a cell remains to run (a setting that cannot run must
+    not pass, and land in ``dvc.lock``, because every cell was reused), and before it creates its
+    cells' MLflow runs and directories: :func:`run_grid` checks too, but only once those exist
+    (they would end FAILED for a mere setting). A connected Ray or a cluster is asked; a local
+    Ray not started yet is judged by what :func:`connect` would give it (``ray.num_cpus`` or
+    this machine's CPUs, the GPUs torch sees) without starting it."""
+    if ray.is_initialized() or settings.address or os.environ.get("RAY_ADDRESS"):
+        connect(settings.address, settings.num_cpus)
+        check_feasible(settings.resources)
+        return
+    local = {"CPU": settings.num_cpus, "GPU": torch.cuda.device_count()}
+    _check_nodes([local], settings.resources, local["GPU"])
 
 
 def _describe_failure(index: int, cell: Any, error: ray.exceptions.RayError) -> str:

@@ -130,8 +130,9 @@ class Stage:
         results, outdated = reusable(store, cells, prints)
         todo = [cell for cell in cells if cell.key not in results]
         log.info("%s: %d cells to run, %d reused", self.name, len(todo), len(results))
-        if todo:  # a request no node can give ends here: no run made, no finished cell removed
-            check_ready(ray)
+        # A request no node can give ends here, even with nothing to run: no run made, no
+        # finished cell removed.
+        check_ready(ray)
         clear_outdated(store, outdated, prints)
         runs = []
         for cell in todo:
