@@ -119,6 +119,7 @@ class Checkpoint:
         self.directory = Path(directory)
         self.settings = dict(settings)
         self.resumable = frozenset(resumable)
+        self.loaded_from: Path | None = None  # the file load() read (previous.pt if last.pt failed)
 
     @property
     def path(self) -> Path:
@@ -143,6 +144,7 @@ class Checkpoint:
                 errors.append(str(error))
                 continue
             self._check_settings(path, state.get("settings", {}))
+            self.loaded_from = path
             return state
         raise LearnableSparsityError(
             "no readable checkpoint in "
