@@ -15,12 +15,15 @@ that the code travels with the job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +83,25 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     """
     if ray.is_initialized():
         return
+    with _own_sigterm_handler():
+        _start_or_join(address, num_cpus)
+
+
+@contextlib.contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """Keep this process's SIGTERM handler across ``ray.init``, which installs Ray's: under Ray
+    2.60 a ``kill`` then aborted the driver (rc 134) while it waited on a task, so a stage's
+    handler never ran and its MLflow runs ended FAILED instead of KILLED."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _start_or_join(address: str | None, num_cpus: int | None) -> None:
     source = "params ray.address"
     if not address:
         address, source = os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"

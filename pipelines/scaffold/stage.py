@@ -268,7 +268,8 @@ def run_stage(
         log.error("%s failed: %s\n%s", name, error, detail)
         raise SystemExit(1) from None
     except BaseException as error:
-        # ray.init replaces the SIGTERM handler with sys.exit(SIGTERM): killed all the same.
+        # runner.connect keeps _interrupt across ray.init; a handler that exits with the
+        # signal's number (a process where Ray's replaced it) is a kill all the same.
         killed = isinstance(error, KeyboardInterrupt) or (
             isinstance(error, SystemExit) and error.code == signal.SIGTERM
         )
