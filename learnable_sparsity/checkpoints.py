@@ -16,6 +16,8 @@ from __future__ import annotations
 import io
 import logging
 import os
+import pickle
+import re
 import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -43,12 +45,25 @@ def save_atomic(obj: Any, path: Path) -> None:
 def load_file(
     path: Path, map_location: str | torch.device = "cpu", *, what: str = "checkpoint"
 ) -> Any:
-    """``torch.load`` of a file this project wrote (``what``: a checkpoint, a dataset); an
-    unreadable file raises naming it."""
+    """``torch.load`` of a file this project wrote (``what``: a checkpoint, a dataset), as plain
+    data only (``weights_only``: tensors, numbers, strings, containers — all a checkpoint or a
+    dataset holds). Checkpoints travel (a DVC remote, MLflow artifacts, a colleague's folder),
+    and unpickling anything else can run code: a file naming another Python object is refused,
+    naming it. An unreadable file raises naming it."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=False)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise LearnableSparsityError(f"{what} {path} does not exist") from None
+    except pickle.UnpicklingError as error:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        if found:
+            raise LearnableSparsityError(
+                f"{what} {path} refused: it holds {found[1]}, not plain data (tensors, numbers, "
+                "strings, containers), and loading it could run code"
+            ) from None
+        detail = re.search(r"WeightsUnpickler error: (.+)", str(error))
+        reason = detail[1].strip() if detail else str(error).strip().splitlines()[0]
+        raise LearnableSparsityError(f"{what} {path} cannot be read: {reason}") from None
     except Exception as error:
         raise LearnableSparsityError(f"{what} {path} cannot be read: {error}") from None
 
@@ -104,6 +119,7 @@ class Checkpoint:
         self.directory = Path(directory)
         self.settings = dict(settings)
         self.resumable = frozenset(resumable)
+        self.loaded_from: Path | None = None  # the file load() read (previous.pt if last.pt failed)
 
     @property
     def path(self) -> Path:
@@ -128,6 +144,7 @@ class Checkpoint:
                 errors.append(str(error))
                 continue
             self._check_settings(path, state.get("settings", {}))
+            self.loaded_from = path
             return state
         raise LearnableSparsityError(
             "no readable checkpoint in "

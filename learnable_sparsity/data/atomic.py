@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from learnable_sparsity.errors import LearnableSparsityError
+
+# A disk or a quota that is full.
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 # The temporary files are ".<name>.<random><PARTIAL_SUFFIX>": removed by the writer when it fails,
 # left behind only when its process is killed (see remove_partial_writes).
 PARTIAL_SUFFIX = ".tmp"
@@ -31,8 +36,15 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.errno in _FULL:
+            # The first line a user reads (a failed grid cell shows it above the cell's
+            # settings) names the disk that is full, not only the traceback's last frame.
+            raise LearnableSparsityError(
+                f"no space left on {path.parent} (writing {path.name}): {error.strerror}; free "
+                "space there (or move it elsewhere) and rerun: the write before it is intact"
+            ) from error
         raise
 
 

@@ -33,7 +33,13 @@ import torch
 
 from learnable_sparsity.checkpoints import load_file
 from learnable_sparsity.data.atomic import atomic_write_bytes
-from learnable_sparsity.data.images import ImageSet, ImageSplits, digits_splits
+from learnable_sparsity.data.images import (
+    DIGITS_COUNT,
+    ImageSet,
+    ImageSplits,
+    digits_splits,
+    resolve_size,
+)
 from learnable_sparsity.data.idx_images import fetch_images, released_ssvae_split, split_images
 from learnable_sparsity.data.signal_game import (
     EGG_URL,
@@ -75,6 +81,17 @@ class RandomSplit(Settings):
 @dataclass(frozen=True, kw_only=True)
 class DigitsImages(RandomSplit):
     source: Literal["digits"]
+
+    def validate(self) -> None:
+        super().validate()
+        valid = resolve_size(self.valid_size, DIGITS_COUNT, "valid_size")
+        test = resolve_size(self.test_size, DIGITS_COUNT, "test_size")
+        if valid + test >= DIGITS_COUNT:
+            raise SettingsError(
+                "valid_size",
+                f"({valid}) + test_size ({test}) leave none of the digits' {DIGITS_COUNT} images "
+                "for training",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

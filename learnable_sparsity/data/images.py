@@ -29,6 +29,7 @@ from learnable_sparsity.errors import LearnableSparsityError
 
 DIGITS_LEVELS = 17  # scikit-learn digits pixels are integers 0..16
 DIGITS_SIDE = 8
+DIGITS_COUNT = 1797  # scikit-learn's load_digits: known before loading, so sizes check early
 
 
 # --------------------------------------------------------------------------- containers

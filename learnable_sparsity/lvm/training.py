@@ -262,7 +262,7 @@ def train_and_evaluate(
         method.load_state_dict(state["method"])
         restore_rng(state["rng"], generator)
         step, history, best = state["step"], History(**state["history"]), state.get("best")
-        log.info("%s: resuming from %s at step %d", name, directory, step)
+        log.info("%s: resuming from %s at step %d", name, checkpoint.loaded_from, step)
 
     start, first = time.perf_counter(), step
 

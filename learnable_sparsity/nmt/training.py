@@ -363,7 +363,7 @@ def train(
         step, epoch, position = state["step"], state["epoch"], state["position"]
         history, window = TrainingHistory(**state["history"]), state["window"]
         average = state.get("average")
-        log.info("%s: resuming from %s at step %d", variant, resume.path, step)
+        log.info("%s: resuming from %s at step %d", variant, resume.loaded_from, step)
 
     def checkpoint(final: bool = False) -> None:
         if before_checkpoint is not None:

@@ -15,12 +15,15 @@ that the code travels with the job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +83,25 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     """
     if ray.is_initialized():
         return
+    with _own_sigterm_handler():
+        _start_or_join(address, num_cpus)
+
+
+@contextlib.contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """Keep this process's SIGTERM handler across ``ray.init``, which installs Ray's: under Ray
+    2.60 a ``kill`` then aborted the driver (rc 134) while it waited on a task, so a stage's
+    handler never ran and its MLflow runs ended FAILED instead of KILLED."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _start_or_join(address: str | None, num_cpus: int | None) -> None:
     source = "params ray.address"
     if not address:
         address, source = os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"
@@ -196,14 +218,19 @@ def _run_cell(task: Callable[[Any], dict], cell: Any, num_cpus: float) -> dict:
 
 
 def check_feasible(resources: Resources) -> None:
-    """Refuse a request no node can satisfy: Ray would queue such a task forever."""
+    """Refuse a request no node of the connected Ray can satisfy: Ray would queue such a task
+    forever."""
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    _check_nodes(nodes, resources, ray.cluster_resources().get("GPU", 0))
+
+
+def _check_nodes(nodes: list[dict[str, float]], resources: Resources, gpus: float) -> None:
     if not any(node.get("GPU", 0) >= resources.num_gpus for node in nodes):
         raise LearnableSparsityError(
             f"each task asks for num_gpus={resources.num_gpus} but no GPU is available: no node "
-            f"of the Ray cluster has that many (cluster: {ray.cluster_resources().get('GPU', 0)} "
-            "GPUs); set num_gpus (params ray.task_gpus) to 0, or connect to a cluster with GPU "
-            "workers (ray.address / RAY_ADDRESS)"
+            f"of the Ray cluster has that many (cluster: {gpus} GPUs); set num_gpus (params "
+            "ray.task_gpus) to 0, or connect to a cluster with GPU workers (ray.address / "
+            "RAY_ADDRESS)"
         )
     if not any(node.get("CPU", 0) >= resources.num_cpus for node in nodes):
         raise LearnableSparsityError(
@@ -214,12 +241,19 @@ def check_feasible(resources: Resources) -> None:
 
 
 def check_ready(settings: RaySettings) -> None:
-    """Connect as ``settings`` say and refuse a per-cell request (``ray.task_cpus``,
-    ``ray.task_gpus``) no node can give. A stage calls it before it creates its cells' MLflow runs
-    and directories: :func:`run_grid` checks too, but only once those exist (they would end
-    FAILED for a mere setting)."""
-    connect(settings.address, settings.num_cpus)
-    check_feasible(settings.resources)
+    """Refuse a per-cell request (``ray.task_cpus``, ``ray.task_gpus``) no node can give. A
+    stage calls it first, whether or not a cell remains to run (a setting that cannot run must
+    not pass, and land in ``dvc.lock``, because every cell was reused), and before it creates its
+    cells' MLflow runs and directories: :func:`run_grid` checks too, but only once those exist
+    (they would end FAILED for a mere setting). A connected Ray or a cluster is asked; a local
+    Ray not started yet is judged by what :func:`connect` would give it (``ray.num_cpus`` or
+    this machine's CPUs, the GPUs torch sees) without starting it."""
+    if ray.is_initialized() or settings.address or os.environ.get("RAY_ADDRESS"):
+        connect(settings.address, settings.num_cpus)
+        check_feasible(settings.resources)
+        return
+    local = {"CPU": settings.num_cpus, "GPU": torch.cuda.device_count()}
+    _check_nodes([local], settings.resources, local["GPU"])
 
 
 def _describe_failure(index: int, cell: Any, error: ray.exceptions.RayError) -> str:

@@ -130,8 +130,9 @@ class Stage:
         results, outdated = reusable(store, cells, prints)
         todo = [cell for cell in cells if cell.key not in results]
         log.info("%s: %d cells to run, %d reused", self.name, len(todo), len(results))
-        if todo:  # a request no node can give ends here: no run made, no finished cell removed
-            check_ready(ray)
+        # A request no node can give ends here, even with nothing to run: no run made, no
+        # finished cell removed.
+        check_ready(ray)
         clear_outdated(store, outdated, prints)
         runs = []
         for cell in todo:
@@ -267,7 +268,8 @@ def run_stage(
         log.error("%s failed: %s\n%s", name, error, detail)
         raise SystemExit(1) from None
     except BaseException as error:
-        # ray.init replaces the SIGTERM handler with sys.exit(SIGTERM): killed all the same.
+        # runner.connect keeps _interrupt across ray.init; a handler that exits with the
+        # signal's number (a process where Ray's replaced it) is a kill all the same.
         killed = isinstance(error, KeyboardInterrupt) or (
             isinstance(error, SystemExit) and error.code == signal.SIGTERM
         )

@@ -3,6 +3,8 @@ file that remove_partial_writes finds (and nothing else it finds)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from learnable_sparsity.data.atomic import atomic_write_text, atomic_writer, remove_partial_writes
+from learnable_sparsity.errors import LearnableSparsityError
 
 KILLED_WRITER = """
 import os, sys
@@ -27,6 +30,19 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
         handle.write(b"new")
         raise RuntimeError("disk full")
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_a_full_disk_is_named_in_the_first_line(tmp_path: Path) -> None:
+    """Issue 38: after a full disk the path appeared only deep in the traceback; the error a
+    failed cell shows first now says which directory has no space left."""
+    target = atomic_write_text(tmp_path / "last.pt", "old")
+    with pytest.raises(LearnableSparsityError) as raised, atomic_writer(target) as handle:
+        handle.write(b"new")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith(f"no space left on {tmp_path} (writing last.pt)")
+    assert isinstance(raised.value.__cause__, OSError)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
 def test_the_leftovers_of_a_killed_writer_are_found_and_removed(tmp_path: Path) -> None:

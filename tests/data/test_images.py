@@ -21,6 +21,7 @@ from learnable_sparsity.data import datasets, idx_images
 from learnable_sparsity.data.images import binarize, digits_splits, labelled_split, quantize
 from learnable_sparsity.data.idx_images import IDX_FILES, IMAGE_DATASETS, ImageArrays, ImageDatasetSpec, fetch_images, read_idx, released_ssvae_split, split_images
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import SettingsError
 
 if TYPE_CHECKING:
     from tests.loopback import LoopbackServer
@@ -375,3 +376,15 @@ def test_a_stored_released_split_keeps_its_labelled_images(
     assert torch.equal(loaded.labelled, torch.arange(5_000))
     with pytest.raises(LearnableSparsityError, match=r"images\.f.*split.*released_ssvae splits"):
         datasets.dataset_settings({**entry, "source": "fashion_mnist"}, "images.f")
+
+
+def test_digits_sizes_that_leave_no_training_images_are_refused_naming_the_key() -> None:
+    """Issue 38: ``images.digits.valid_size: 5000`` was refused only when the dataset was built,
+    as "digits: valid (5000) …": now when the settings are read, naming the key."""
+    entry = {"source": "digits", "valid_size": 5000}
+    with pytest.raises(SettingsError, match=r"^images\.digits\.valid_size \(5000\) \+ test_size"):
+        datasets.dataset_settings(entry, "images.digits")
+    shares = {"source": "digits", "valid_size": 0.6, "test_size": 0.4}  # 1078 + 719 = 1797
+    with pytest.raises(SettingsError, match=r"valid_size \(1078\) \+ test_size \(719\)"):
+        datasets.dataset_settings(shares, "images.digits")
+    datasets.dataset_settings({"source": "digits", "valid_size": 300}, "images.digits")

@@ -164,9 +164,11 @@ def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(
     assert (_saved(broken, PREVIOUS)["step"], _saved(broken)["step"]) == (2, 4)
     (broken / LAST).write_bytes(b"half a checkpoint")
 
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         resumed = run(broken, cell, **every_step)
     assert "cannot be read" in caplog.text
+    # the log names the file it resumed from (issue 38: it said last.pt, which was unreadable)
+    assert f"resuming from {broken / PREVIOUS} at step 2" in caplog.text
     _assert_same_run(straight, resumed, tmp_path / "straight", broken)
     assert not (broken / PREVIOUS).exists()  # a finished run keeps one checkpoint
 

@@ -12,10 +12,13 @@ import torch
 from mlflow import MlflowClient
 
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.settings import build
 from pipelines.scaffold import cells as grid_cells
+from pipelines.scaffold import runner
 from pipelines.scaffold.cells import CellRun, Grid, GridCell
 from pipelines.scaffold.layout import done
 from pipelines.scaffold.params import Params
+from pipelines.scaffold.runner import RaySettings
 from pipelines.scaffold.stage import Stage, run_stage
 
 # Ray tasks must be top-level functions of an importable module (conftest puts this folder on the
@@ -54,12 +57,17 @@ def train_a_line(run: CellRun) -> dict:
     return {"trained": run.key}
 
 
-def params(task_cpus: float = 1) -> Params:
+def params(task_cpus: float = 1, task_gpus: float = 0) -> Params:
     return Params(
         {
             "profile": "ci",
             "mlflow": {"experiment": "stage-scaffold"},
-            "ray": {"address": None, "num_cpus": 2, "task_cpus": task_cpus, "task_gpus": 0},
+            "ray": {
+                "address": None,
+                "num_cpus": 2,
+                "task_cpus": task_cpus,
+                "task_gpus": task_gpus,
+            },
         },
         "params.yaml",
     )
@@ -207,6 +215,35 @@ def test_more_cpus_per_cell_than_a_node_has_is_refused_before_any_run(
     assert client.search_runs([experiment.experiment_id], "tags.stage = 'scaffold-oversized'") == []
     assert sorted(path.name for path in store.iterdir()) == ["x1"]
     assert done(store / "x1").read_text() == finished
+
+
+def test_a_gpu_request_is_refused_even_when_every_cell_is_reused(
+    ray_local: None, mlflow_uri: str, store: Path
+) -> None:
+    """Issue 38: ray.task_gpus = 1 on a machine without a GPU passed (a FINISHED run, the value
+    in dvc.lock) whenever every cell was reused; the refusal must not depend on the work left."""
+    grid(store, mlflow_uri, {"x1": 1})
+    with pytest.raises(LearnableSparsityError, match=r"num_gpus=1\b.*ray\.task_gpus"):
+        grid(store, mlflow_uri, {"x1": 1}, task_gpus=1)
+    assert calls(store, "x1") == 1
+
+
+def test_a_local_ray_is_judged_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a running Ray or a cluster, the request is judged against what a local Ray would
+    get (ray.num_cpus, the GPUs torch sees), without starting one."""
+    monkeypatch.setattr(runner.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(runner, "connect", lambda *args: pytest.fail("started a Ray"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def settings(**ray: float) -> RaySettings:
+        return build(RaySettings, {"num_cpus": 2, **ray}, "ray")
+
+    runner.check_ready(settings(task_cpus=2))
+    with pytest.raises(LearnableSparsityError, match=r"num_cpus=3\b.*\(largest: 2\)"):
+        runner.check_ready(settings(task_cpus=3))
+    monkeypatch.setattr(runner.torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(LearnableSparsityError, match=r"num_gpus=1\b.*cluster: 0 GPUs"):
+        runner.check_ready(settings(task_gpus=1))
 
 
 def test_a_users_error_is_one_message_and_leaves_no_run(
