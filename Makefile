@@ -1,7 +1,8 @@
 # The two commands of the README. Each creates (or, when the lock changed, recreates) the virtual
 # environment .venv from the lock on first use, so a fresh clone needs nothing else.
 #   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline),
-#                after a preflight of everything the profile needs (python -m pipelines.preflight)
+#                after a preflight of everything the profile needs (python -m pipelines.preflight);
+#                then the README's claims matrix from the new verdicts (python -m pipelines.claims_matrix)
 #   make test    the tests, exactly as CI (.ci/run) runs them; installs Debian's chromium (the
 #                browser check of the MLflow UI) and the SWORD Bible modules sword-text-web and
 #                sword-text-sparv (the real-corpus reader) where missing and apt-get can (as root)
@@ -42,6 +43,7 @@ $(INSTALLED): $(LOCKED) pyproject.toml
 repro: $(INSTALLED)
 	$(IN_VENV) python -m pipelines.preflight
 	$(IN_VENV) dvc repro
+	$(IN_VENV) python -m pipelines.claims_matrix
 
 # Debian packages some tests use where present: chromium (the browser check of the MLflow UI)
 # and the SWORD Bible modules (the real-corpus reader checked on the real texts).

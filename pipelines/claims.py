@@ -31,7 +31,7 @@ def main(stage: Stage) -> None:
     verdicts = evaluate(results)
     stage.write_json(RESULTS / "results.json", results_to_json(results), artifact="")
     record = claims_record(verdicts, stage.profile, results)
-    stage.write_json(RESULTS / "claims.json", record, artifact="")
+    stage.write_json(layout.CLAIMS_VERDICTS, record, artifact="")
     stage.write_metrics(counts(verdicts))
     report = claims_markdown(verdicts, stage.profile, results)
     stage.write_text(layout.CLAIMS_REPORT, report, artifact="")

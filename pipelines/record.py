@@ -50,7 +50,8 @@ FIGURE_COLOURS = 256
 # What a record keeps of a run's report (relative to reports/), besides the figures it links.
 REPORT_FILES = (Path("index.md"), Path("tables.md"))
 _LINK = re.compile(r"\]\(([^)#\s]+)\)")
-_CLAIMS_SECTION = re.compile(r"^## The papers' claims.*?(?=^## )", re.DOTALL | re.MULTILINE)
+# The claims sections (the matrix of every run, this run's table): one pointer replaces them.
+_CLAIMS_SECTION = re.compile(r"(?:^## The papers' claims.*?(?=^## ))+", re.DOTALL | re.MULTILINE)
 
 
 def relative_links(markdown: str) -> list[str]:
@@ -83,8 +84,8 @@ def small_png(path: Path) -> bytes:
 
 
 def _report_text(source: Path, name: str) -> str:
-    """A report file of the run, with the claims section (verdicts that would go stale)
-    replaced by a pointer to the record's re-judged ``claims.md``."""
+    """A report file of the run, with the claims sections (verdicts that would go stale: the
+    matrix and the table) replaced by a pointer to the record's re-judged ``claims.md``."""
     text = source.read_text(encoding="utf-8")
     pointer = (
         "## The papers' claims\n\n"

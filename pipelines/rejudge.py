@@ -7,7 +7,8 @@ today's ``claims.yaml`` its verdict, and writes ``reports/<record>/claims.json``
 ``claims.md``. The verdicts a record shows are therefore always those of the current checks:
 changing a check or a threshold reruns this stage. A threshold that differs from the one the
 record was kept with is named in the report, with whether its history in ``claims.yaml``
-accounts for the change.
+accounts for the change. The command then rewrites the claims matrix of ``README.md``
+(:mod:`pipelines.claims_matrix`) with the record's new verdicts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from learnable_sparsity.claims import evaluate, load_claims, results_from_json
 from learnable_sparsity.claims.preregistered import threshold_changes
 from learnable_sparsity.claims.report import claims_markdown, claims_record
 from learnable_sparsity.errors import LearnableSparsityError
+from pipelines.claims_matrix import refresh_readme
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import fingerprint
 from pipelines.scaffold.files import file_digest, read_json
@@ -77,3 +79,4 @@ if __name__ == "__main__":
     parser.add_argument("--verbose", action="store_true", help="tracebacks of errors")
     chosen = parser.parse_args().record
     run_stage(f"rejudge/{chosen}", lambda stage: main(stage, chosen))
+    refresh_readme()

@@ -4,7 +4,8 @@ Reads the metrics the other stages wrote (BLEU, speed, head analysis, latent-var
 builds the comparison tables of ``learnable_sparsity.reporting`` (labelled with the profile and the
 data; results of the smoke and ci profiles are marked as not comparable to the publications) and
 writes ``reports/tables/<name>.{md,csv,tex}``, ``reports/tables.md`` (all tables) and
-``reports/index.md`` (the claims stage's verdicts first, then every table and figure, relative
+``reports/index.md`` (first the claims matrix of this run and the kept records,
+``pipelines.claims_matrix``, then the claims stage's verdicts, every table and figure; relative
 links only: no CDN needed).
 """
 
@@ -22,6 +23,7 @@ from learnable_sparsity.reporting.nmt_tables import (
 )
 from learnable_sparsity.reporting.render import render_report, table_files, to_markdown
 from learnable_sparsity.reporting.table import ComparisonTable
+from pipelines.claims_matrix import HEADING, matrix_markdown
 from pipelines.experiments import LVM
 from pipelines.results import (
     load_ape_scores,
@@ -146,7 +148,8 @@ def main(stage: Stage) -> None:
         )
         for path in sorted(layout.FIGURES.rglob("*.png"))
     ]
-    claims = layout.CLAIMS_REPORT.read_text("utf-8") if layout.CLAIMS_REPORT.exists() else ""
+    matrix = f"{HEADING}\n\n{matrix_markdown(layout.REPORT_INDEX.parent)}\n"
+    claims = matrix + layout.CLAIMS_REPORT.read_text("utf-8")
     stage.write_text(layout.REPORT_INDEX, render_report(tables, figures, claims))
     log.info("%d tables, %d figures", len(tables), len(figures))
 

@@ -1,4 +1,5 @@
-"""The README and docs/: every relative link (and image) resolves, anchors included; the Python
+"""The README and docs/: every relative link (and image) resolves, anchors (headings' and HTML
+``<a id>``) included; the Python
 examples of docs/ run as written; the README stays short (the details live in docs/)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ CODE_SPAN = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", flags=re.DOTALL)
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", flags=re.MULTILINE)
 EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # https:, mailto:, …
+HTML_ANCHOR = re.compile(r'<a id="([^"]+)"')  # e.g. a claim's row in claims.md
 
 
 def prose(text: str) -> str:
@@ -34,11 +36,12 @@ def slug(heading: str) -> str:
 
 
 def anchors(page: Path) -> set[str]:
-    """Every heading's anchor, with GitHub's -1, -2, … for repeated headings."""
+    """Every heading's anchor, with GitHub's -1, -2, … for repeated headings, and every HTML
+    anchor ``<a id="...">``."""
     seen: dict[str, int] = {}
-    found = set()
-    text = page.read_text()
-    for heading in HEADING.findall(FENCE.sub("", text)):
+    text = FENCE.sub("", page.read_text())
+    found = set(HTML_ANCHOR.findall(text))
+    for heading in HEADING.findall(text):
         base = slug(heading)
         n = seen.get(base, 0)
         found.add(base if n == 0 else f"{base}-{n}")
@@ -67,10 +70,13 @@ def test_every_relative_link_resolves(page: Path) -> None:
 
 
 def test_a_broken_link_or_anchor_is_found(tmp_path: Path) -> None:
-    (tmp_path / "there.md").write_text("# A heading, with `code`\n\n## Twice\n\n## Twice\n")
+    (tmp_path / "there.md").write_text(
+        '# A heading, with `code`\n\n## Twice\n\n## Twice\n\n| <a id="row"></a>x |\n'
+    )
     page = tmp_path / "page.md"
     page.write_text(
         "[ok](there.md) [ok](there.md#a-heading-with-code) [ok](there.md#twice-1)\n"
+        "[ok](there.md#row)\n"
         "![missing image](figure.png) [missing](gone.md) [bad anchor](there.md#nowhere)\n"
         "[ok, external](https://example.org/x.md) [ok, in the page](#heading)\n\n"
         "# Heading\n\n`[not a link](gone.md)`\n\n```md\n[not a link](gone.md)\n```\n"

@@ -1,7 +1,9 @@
-"""The README's Python examples run as written."""
+"""The README's Python examples run as written; its claims matrix is the current one."""
 
 import re
 from pathlib import Path
+
+from pipelines.claims_matrix import matrix_markdown, with_matrix
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -23,3 +25,11 @@ def test_the_profile_table_quotes_no_verdict() -> None:
     for row in rows:
         assert not re.search(r"\b(not )?reproduced\b", row), row
     assert "reports/evidence/claims.md" in table
+
+
+def test_the_claims_matrix_is_the_one_the_claims_json_files_give() -> None:
+    """The block between the claims-matrix markers is what `python -m pipelines.claims_matrix`
+    writes from the committed claims.json files (the pipeline's run and every kept record)."""
+    text = README.read_text()
+    current = with_matrix(text, matrix_markdown(Path(), README.parent))
+    assert current == text, "README.md's claims matrix is stale: python -m pipelines.claims_matrix"

@@ -1,10 +1,12 @@
 """The papers' qualitative claims, written once as data (``claims.yaml``) and checked on results.
 
-Each claim of ``claims.yaml`` has an ``id``, the ``work`` it comes from (AST, EST, SparseMarg,
-APE), its ``source`` (table or section), the ``text`` a reader checks, the ``check`` that tests
-it (registered in :data:`learnable_sparsity.claims.catalog.CHECKS`), that check's ``args`` and its
-pre-registered ``thresholds`` (:mod:`learnable_sparsity.claims.preregistered`: each with the
-publication's value, source, reason and history). :func:`evaluate` gives each claim a
+Each claim of ``claims.yaml`` has an ``id``, a short ``title`` (its row in the matrix of verdicts
+per run, :func:`learnable_sparsity.claims.report.claims_matrix`), the ``work`` it comes from (AST,
+EST, SparseMarg, APE), its ``source`` (table or section), the ``text`` a reader checks, the
+``check`` that tests it (registered in :data:`learnable_sparsity.claims.catalog.CHECKS`), that
+check's ``args`` and its pre-registered ``thresholds``
+(:mod:`learnable_sparsity.claims.preregistered`: each with the publication's value, source, reason
+and history). :func:`evaluate` gives each claim a
 :class:`~learnable_sparsity.claims.checks.Verdict` on
 :class:`~learnable_sparsity.claims.results.Results`; the claims no check covers are listed, with
 their reasons, by :func:`out_of_scope`.

@@ -8,6 +8,9 @@ report shows beside the verdict.
 
 A claim of the seed documents that no check covers is listed under ``out_of_scope`` with the
 reason; the report counts and shows them, so that a claim is never silently left out.
+
+Every claim, checked or out of scope, has a ``title``: the claim in a few plain words (at most
+:data:`TITLE_LENGTH` characters, one line), its row in the matrix of verdicts per run.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import yaml
 from learnable_sparsity.errors import LearnableSparsityError
 
 WORKS = ("AST", "EST", "SparseMarg", "APE")
+TITLE_LENGTH = 70  # the most characters a claim's title may have
+_OUT_OF_SCOPE_KEYS = {"id", "title", "work", "source", "text", "reason"}
 _THRESHOLD_KEYS = {"value", "unit", "publication", "source", "reason", "history"}
 _HISTORY_KEYS = {"value", "until", "why"}
 
@@ -62,6 +67,7 @@ class Claim:
     values."""
 
     id: str
+    title: str
     work: str
     source: str
     text: str
@@ -79,6 +85,7 @@ class OutOfScope:
     """A claim of the seed documents that no check tests, and why."""
 
     id: str
+    title: str
     work: str
     source: str
     text: str
@@ -89,6 +96,15 @@ def _require(entry: Mapping[str, Any], keys: set[str], where: str) -> None:
     absent = sorted(key for key in keys if not entry.get(key))
     if absent:
         raise LearnableSparsityError(f"claims.yaml: {where} needs {', '.join(absent)}")
+
+
+def _require_title(entry: Mapping[str, Any], where: str) -> None:
+    title = entry["title"]
+    if not isinstance(title, str) or "\n" in title or len(title) > TITLE_LENGTH:
+        raise LearnableSparsityError(
+            f"claims.yaml: {where} needs a title of one line and at most {TITLE_LENGTH} "
+            f"characters: {title!r}"
+        )
 
 
 def _date(value: Any, where: str) -> datetime.date:
@@ -132,7 +148,8 @@ def _threshold(entry: Any, where: str) -> Threshold:
 
 def _claim(entry: Mapping[str, Any], checks: Mapping[str, Callable[..., Any]]) -> Claim:
     where = f"claim {entry.get('id')!r}"
-    _require(entry, {"id", "work", "source", "text", "check"}, where)
+    _require(entry, {"id", "title", "work", "source", "text", "check"}, where)
+    _require_title(entry, where)
     if entry["work"] not in WORKS:
         raise LearnableSparsityError(
             f"claims.yaml: {where} names an unknown work {entry['work']!r}"
@@ -147,6 +164,7 @@ def _claim(entry: Mapping[str, Any], checks: Mapping[str, Callable[..., Any]]) -
     }
     claim = Claim(
         entry["id"],
+        entry["title"],
         entry["work"],
         entry["source"],
         entry["text"],
@@ -170,18 +188,19 @@ def _claim(entry: Mapping[str, Any], checks: Mapping[str, Callable[..., Any]]) -
 def parse_claims(
     text: str, checks: Mapping[str, Callable[..., Any]]
 ) -> tuple[tuple[Claim, ...], tuple[OutOfScope, ...]]:
-    """The claims and the out-of-scope claims of a ``claims.yaml`` text, checked: known works
-    and checks, arguments that fit the check, every threshold sourced and reasoned, its history
-    dated (oldest first), unique ids."""
+    """The claims and the out-of-scope claims of a ``claims.yaml`` text, checked: a short title
+    each, known works and checks, arguments that fit the check, every threshold sourced and
+    reasoned, its history dated (oldest first), unique ids."""
     data = yaml.safe_load(text)
     claims = tuple(_claim(entry, checks) for entry in data["claims"])
     excluded = []
     for entry in data.get("out_of_scope") or ():
         where = f"out-of-scope claim {entry.get('id')!r}"
-        _require(entry, {"id", "work", "source", "text", "reason"}, where)
-        unknown = sorted(set(entry) - {"id", "work", "source", "text", "reason"})
+        _require(entry, _OUT_OF_SCOPE_KEYS, where)
+        unknown = sorted(set(entry) - _OUT_OF_SCOPE_KEYS)
         if unknown:
             raise LearnableSparsityError(f"claims.yaml: {where} has unknown keys {unknown}")
+        _require_title(entry, where)
         excluded.append(OutOfScope(**entry))
     seen: set[str] = set()
     for item in (*claims, *excluded):

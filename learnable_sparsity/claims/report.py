@@ -1,26 +1,36 @@
 """The claims as the report shows them: one Markdown table (claim, source, pre-registered
-thresholds, verdict, evidence), the claims left out of scope with their reasons, and a JSON-ready
-record of every verdict."""
+thresholds, verdict, evidence), the claims left out of scope with their reasons, a JSON-ready
+record of every verdict, and the matrix of every claim's verdict in several runs (a row per claim,
+a column per run, each verdict linked to the claim's row in that run's table)."""
 
 from __future__ import annotations
 
 import datetime
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from learnable_sparsity.claims.catalog import ClaimResult, out_of_scope
 from learnable_sparsity.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 from learnable_sparsity.claims.nmt_checks import matched_nll_steps
-from learnable_sparsity.claims.preregistered import Claim
+from learnable_sparsity.claims.preregistered import WORKS, Claim, OutOfScope
 from learnable_sparsity.claims.results import Results
+from learnable_sparsity.errors import LearnableSparsityError
 
 STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
+# A verdict in the matrix: a mark that reads in plain text too, then its words.
+MARKS = {REPRODUCED: "✓", NOT_REPRODUCED: "✗", NOT_MEASURABLE: "?"}
+NOT_JUDGED = "—"  # a claim the run was judged without (it did not exist yet)
 
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def claim_anchor(claim_id: str) -> str:
+    """The HTML anchor of a claim's row in a claims table (``claims.md#claim-<id>``)."""
+    return f"claim-{claim_id}"
 
 
 def _jsonable(value: Any) -> Any:
@@ -137,10 +147,78 @@ def claims_markdown(
     for result in results:
         claim, verdict = result.claim, result.verdict
         lines.append(
-            f"| {_cell(claim.text)} | {claim.work}: {_cell(claim.source)} | "
+            f'| <a id="{claim_anchor(claim.id)}"></a>{_cell(claim.text)} | '
+            f"{claim.work}: {_cell(claim.source)} | "
             f"{_cell(thresholds_text(claim))} | **{verdict.status}** | "
             f"{_cell(verdict.evidence)} |"
         )
     lines += _out_of_scope_lines()
     lines += _matched_lines(measured)
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class MatrixColumn:
+    """One run in the claims matrix: its ``name``, the ``link`` to its claims table (its
+    ``claims.md``, relative to the page that shows the matrix) and its verdicts' statuses by
+    claim id."""
+
+    name: str
+    link: str
+    statuses: Mapping[str, str]
+
+
+def _matrix_cell(column: MatrixColumn, claim_id: str) -> str:
+    status = column.statuses.get(claim_id)
+    if status is None:
+        return NOT_JUDGED
+    if status not in MARKS:
+        raise LearnableSparsityError(
+            f"run {column.name!r}: claim {claim_id!r} has an unknown verdict {status!r}"
+        )
+    return f"[{MARKS[status]} {status}]({column.link}#{claim_anchor(claim_id)})"
+
+
+def _matrix_totals(column: MatrixColumn, claim_ids: Sequence[str]) -> str:
+    tally = Counter(column.statuses.get(claim_id, NOT_JUDGED) for claim_id in claim_ids)
+    shown = [f"{tally[status]} {mark}" for status, mark in MARKS.items()]
+    return " · ".join(shown + ([f"{tally[NOT_JUDGED]} {NOT_JUDGED}"] if tally[NOT_JUDGED] else []))
+
+
+def claims_matrix(
+    claims: Sequence[Claim],
+    columns: Sequence[MatrixColumn],
+    excluded: Sequence[OutOfScope] = (),
+) -> str:
+    """Every claim's verdict in every run, as Markdown: a row per claim of ``claims`` (its title,
+    by work in the order of :data:`WORKS`), a column per run of ``columns`` (each verdict a link
+    to the claim's row in that run's claims table; "—" where the run has no verdict for the
+    claim), a row per claim a run judged that ``claims`` no longer has (titled by its id, marked
+    retired), a totals row, then the titles of the ``excluded`` claims (out of scope)."""
+    current = {claim.id for claim in claims}
+    retired = dict.fromkeys(i for column in columns for i in column.statuses if i not in current)
+    rows = [
+        (claim.work, _cell(claim.title), claim.id)
+        for claim in sorted(claims, key=lambda claim: WORKS.index(claim.work))
+    ]
+    rows += [("", f"`{claim_id}` (retired)", claim_id) for claim_id in retired]
+    names = " | ".join(f"[{_cell(column.name)}]({column.link})" for column in columns)
+    lines = [
+        f"| Work | Claim | {names} |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    shown_work = None
+    for work, title, claim_id in rows:
+        cells = " | ".join(_matrix_cell(column, claim_id) for column in columns)
+        lines.append(f"| {work if work != shown_work else ''} | {title} | {cells} |")
+        shown_work = work
+    ids = [claim_id for _, _, claim_id in rows]
+    totals = " | ".join(_matrix_totals(column, ids) for column in columns)
+    lines.append(f"| | **{len(rows)} claims** | {totals} |")
+    if excluded:
+        titles = "; ".join(f"{_cell(claim.title)} ({claim.work})" for claim in excluded)
+        lines += [
+            "",
+            f"Out of scope, no check tests them (why: each run's table): {titles}.",
+        ]
     return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ TABLES = REPORTS / "tables"  # stage tables: <name>.{md,csv,tex}
 TABLES_INDEX = REPORTS / "tables.md"
 REPORT_INDEX = REPORTS / "index.md"
 CLAIMS_REPORT = REPORTS / "claims.md"  # stage claims: the verdicts, the report opens with them
+CLAIMS_VERDICTS = RESULTS / "claims" / "claims.json"  # stage claims: every verdict, as data
 # A kept evidence record, reports/<record>/ (python -m pipelines.record): the report of one run,
 # the results its claims read (RECORD_RESULTS) and where they came from (RECORD_META); stage
 # rejudge@<record> judges them again with today's checks (RECORD_CLAIMS_*).

@@ -1309,6 +1309,7 @@ def test_report_lists_every_claim_with_its_thresholds_and_the_ones_out_of_scope(
     assert f"{len(out_of_scope())} more are out of scope" in text
     assert "137 seeds per arm" in text  # an out-of-scope reason
     assert "| topk | 400, 400, 400 |" in text
+    assert '| <a id="claim-est_topk_bleu"></a>Top-k attention (k = 8)' in text  # the matrix's link
     record = claims_record(verdicts, "smoke", measured, judged_by={"commit": "abc"})
     assert sum(record["counts"][s] for s in ("reproduced", "not_reproduced", "not_measurable")) == (
         len(verdicts)
@@ -1317,5 +1318,7 @@ def test_report_lists_every_claim_with_its_thresholds_and_the_ones_out_of_scope(
     assert record["judged_by"] == {"commit": "abc"}
     first = record["claims"][0]
     assert first["status"] in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
+    assert first["title"] == "α-entmax and 1.5-entmax translate as well as softmax"
+    assert record["out_of_scope"][0]["title"]
     assert first["thresholds"]["margin"]["history"][0]["until"] == "2026-11-26"
     json.dumps(record)  # dates and all: JSON-ready

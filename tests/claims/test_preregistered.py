@@ -23,6 +23,7 @@ from learnable_sparsity.errors import LearnableSparsityError
 
 CLAIM = {
     "id": "c",
+    "title": "Top-k translates as well as softmax",
     "work": "EST",
     "source": "Table 4",
     "text": "top-k translates as well as softmax",
@@ -87,6 +88,9 @@ def test_a_sourced_threshold_reaches_the_check_with_its_history() -> None:
         ({**CLAIM, "args": {"variants": ["topk"]}}, "do not fit check 'bleu_at_least_as_good'"),
         ({**CLAIM, "args": {**CLAIM["args"], "margin": 1}}, "as args and thresholds"),
         ({k: v for k, v in CLAIM.items() if k != "source"}, "claim 'c' needs source"),
+        ({k: v for k, v in CLAIM.items() if k != "title"}, "claim 'c' needs title"),
+        ({**CLAIM, "title": "x" * 71}, "claim 'c' needs a title of one line and at most 70"),
+        ({**CLAIM, "title": "two\nlines"}, "claim 'c' needs a title of one line"),
     ],
 )
 def test_a_claim_without_what_it_needs_is_refused_naming_it(claim: dict, message: str) -> None:
@@ -94,12 +98,23 @@ def test_a_claim_without_what_it_needs_is_refused_naming_it(claim: dict, message
         _parse(claim)
 
 
-def test_out_of_scope_claims_need_a_reason_and_ids_are_unique() -> None:
-    excluded = {"id": "x", "work": "EST", "source": "§5.2", "text": "k = 8 is best", "reason": "r"}
+def test_out_of_scope_claims_need_a_title_and_a_reason_and_ids_are_unique() -> None:
+    excluded = {
+        "id": "x",
+        "title": "k = 8 is best",
+        "work": "EST",
+        "source": "§5.2",
+        "text": "k = 8 gives the best mean validation BLEU",
+        "reason": "r",
+    }
     _, (entry,) = _parse(CLAIM, out_of_scope=(excluded,))
-    assert entry.reason == "r"
+    assert (entry.title, entry.reason) == ("k = 8 is best", "r")
     with pytest.raises(LearnableSparsityError, match="needs reason"):
         _parse(CLAIM, out_of_scope=({**excluded, "reason": ""},))
+    with pytest.raises(LearnableSparsityError, match="out-of-scope claim 'x' needs title"):
+        _parse(CLAIM, out_of_scope=({k: v for k, v in excluded.items() if k != "title"},))
+    with pytest.raises(LearnableSparsityError, match="'x' needs a title of one line and at most"):
+        _parse(CLAIM, out_of_scope=({**excluded, "title": "k" * 71},))
     with pytest.raises(LearnableSparsityError, match="'c' appears twice"):
         _parse(CLAIM, out_of_scope=({**excluded, "id": "c"},))
 

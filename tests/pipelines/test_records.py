@@ -36,6 +36,12 @@ EVIDENCE = ROOT / "reports" / "evidence"
 
 REPORT = """# Reproduction report
 
+## The papers' claims, run by run
+
+| Work | Claim | [evidence](claims.md) |
+|---|---|---|
+| EST | top-k ≈ softmax | [✓ reproduced](claims.md#claim-t) |
+
 ## The papers' claims, checked on these results (evidence profile)
 
 | Claim | Verdict |
@@ -74,6 +80,7 @@ def test_keep_copies_the_run_with_small_figures_and_no_verdicts(
     assert (folder / "README.md").read_text() == "provenance in words\n"  # left as it is
     index = (folder / "index.md").read_text()
     assert "**reproduced**" not in index and "[claims.md](claims.md)" in index
+    assert "run by run" not in index and index.count("## The papers' claims") == 1  # the matrix
     assert "## Tables" in index  # the rest of the report is kept
     for link in relative_links(index) + relative_links((folder / "tables.md").read_text()):
         assert link == "claims.md" or (folder / link).is_file(), link
@@ -189,6 +196,14 @@ RECORDS = sorted(Path(path).parent.name for path in _tracked("reports/*/record.j
 def test_the_kept_records_are_the_ones_dvc_rejudges() -> None:
     foreach = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["rejudge"]["foreach"]
     assert sorted(foreach) == RECORDS and {"evidence", "bible"} <= set(RECORDS)
+
+
+def test_the_tables_stage_reads_every_kept_record() -> None:
+    """The claims matrix of reports/index.md has a column per kept record: stage tables reruns
+    when one of them is judged again."""
+    deps = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["tables"]["deps"]
+    for name in RECORDS:
+        assert {f"reports/{name}/claims.json", f"reports/{name}/record.json"} <= set(deps), name
 
 
 def _record_files(name: str) -> dict[str, Path]:
