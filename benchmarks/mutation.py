@@ -119,11 +119,14 @@ def main() -> None:
         raise SystemExit(f"mutmut left no results in {MUTANTS}")
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     total = {key: sum(f[key] for f in files.values()) for key in ("mutants", *COUNTED)}
+    out = args.out.resolve()
+    own = out.relative_to(ROOT).as_posix() if out.is_relative_to(ROOT) else None
+    changed = [line[3:] for line in _run(["git", "status", "--porcelain"]).splitlines()]
     record = {
         "tool": "mutmut",
         "version": MUTMUT,
         "commit": _run(["git", "rev-parse", "HEAD"]).strip(),
-        "uncommitted_changes": bool(_run(["git", "status", "--porcelain"]).strip()),
+        "uncommitted_changes": any(path != own for path in changed),  # its own output aside
         "mutated": config["only_mutate"],
         "tests": config["pytest_add_cli_args_test_selection"],
         "workers": args.workers,

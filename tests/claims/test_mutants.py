@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import pytest
 
@@ -23,6 +24,7 @@ from learnable_sparsity.claims import (
 from learnable_sparsity.errors import LearnableSparsityError
 
 NAMES = ("entmax15", "softmax")
+Check = Callable[[Results], checks.Verdict]
 
 
 def _t_cdf_2(t: float) -> float:
@@ -347,7 +349,9 @@ P_AGAINST_VALUE = _t_cdf_2(-2 * math.sqrt(3))  # 0.037
         (checks.significantly_above_value, [5.0, 6.0, 7.0], "above"),
     ],
 )
-def test_a_one_sample_test_against_a_value(check, values: list[float], side: str) -> None:
+def test_a_one_sample_test_against_a_value(
+    check: Callable[..., checks.Verdict], values: list[float], side: str
+) -> None:
     verdict = check(values, 4.0, names=("TER", "do nothing"))
     assert verdict.status == REPRODUCED
     mean = sum(values) / 3
@@ -369,7 +373,7 @@ def test_a_one_sample_test_against_a_value(check, values: list[float], side: str
     ],
 )
 def test_seeds_without_spread_against_a_value_are_decided_by_their_side(
-    check, values: list[float], status: str, p: float
+    check: Callable[..., checks.Verdict], values: list[float], status: str, p: float
 ) -> None:
     verdict = check(values, 3.0)
     assert verdict.status == status and verdict.numbers == {"p": p}
@@ -528,7 +532,7 @@ CHECKS_AND_THEIR_RESULTS = [
 
 
 @pytest.mark.parametrize(("check", "result"), CHECKS_AND_THEIR_RESULTS)
-def test_a_check_without_its_results_names_them(check, result: str) -> None:
+def test_a_check_without_its_results_names_them(check: Check, result: str) -> None:
     verdict = check(Results(missing={result: "not in this record"}))
     assert verdict.status == NOT_MEASURABLE
     assert f"no results: {result} (not in this record)" in verdict.evidence
@@ -878,7 +882,7 @@ def test_ape_comparisons_without_one_systems_curves_are_not_measurable(with_curv
         lambda r: ape_checks.ape_nearly_as_good(r, "bert", "dual", "test", 1.0),
     ],
 )
-def test_ape_comparisons_name_the_systems(check) -> None:
+def test_ape_comparisons_name_the_systems(check: Check) -> None:
     results = Results(
         ape={"bert": {"test": [20.0, 21.0, 22.0]}, "dual": {"test": [23.0, 24.0, 25.0]}},
         ape_valid_nll={"bert": [FLAT] * 3, "dual": [FLAT] * 3},
@@ -1169,9 +1173,11 @@ WORDS = [
 
 
 @pytest.mark.parametrize(("check", "words"), WORDS)
-def test_a_verdict_says_why_in_its_own_words(check, words: str) -> None:
+def test_a_verdict_says_why_in_its_own_words(
+    check: Callable[[], checks.Verdict], words: str
+) -> None:
     evidence = check().evidence
-    assert words in evidence, evidence
+    assert evidence.startswith(words) or evidence.endswith(words), evidence
 
 
 def test_the_gap_gate_says_what_moved_by_how_much_and_when_it_would_open() -> None:
