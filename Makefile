@@ -8,6 +8,8 @@
 #                sword-text-sparv (the real-corpus reader) where missing and apt-get can (as root)
 #   make ui      the MLflow UI on the project's store, opened on the runs table
 #   make lock    re-resolves the locks (requirements/*.txt) from pyproject.toml on PyPI, with uv
+#   make mutation  mutation testing of the claims' checks (benchmarks/mutation.py, mutmut in its
+#                own environment .mutmut, outside the lock): reports/measurements/claims_mutation
 # The venv's Python: 3.11 as CI runs it; 3.12 and 3.13 are supported too (make PYTHON=python3.13).
 PYTHON ?= python3.11
 VENV := .venv
@@ -21,7 +23,7 @@ PIP := $(VENV)/bin/pip --quiet --disable-pip-version-check
 IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 STALE_LOCK := echo "$(LOCK) does not hold what pyproject.toml requires: run make lock" >&2
 
-.PHONY: repro test ui debian lock
+.PHONY: repro test ui debian lock mutation
 
 # The environment is the lock's: every distribution at its version and hash (no resolution, no
 # unpinned download), made anew when the lock changes. Then the project itself, editable, built
@@ -64,6 +66,11 @@ ui: $(INSTALLED)
 test: $(INSTALLED) debian
 	$(IN_VENV) python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
+
+# mutmut (pyproject.toml's [tool.mutmut]: the claims' checks, tests/claims) on 1 worker, from
+# scratch: about 10 minutes on 2 cores. Its counts go to reports/measurements/claims_mutation.
+mutation: $(INSTALLED)
+	$(IN_VENV) python benchmarks/mutation.py
 
 # The locks: one universal resolution (Linux, Python 3.11-3.13) of the dev extra on PyPI, with every
 # wheel's hash; the CPU lock the same, at the same torch release, without torch and what only its

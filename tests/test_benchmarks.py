@@ -136,3 +136,31 @@ def test_the_footprint_probe_reads_an_environment() -> None:
     assert "mlflow" in found["beyond_torch"] and "torch" not in found["beyond_torch"]
     assert "filelock" not in found["beyond_torch"]  # torch requires it
     assert 0 < found["own_bytes"] < found["torch_closure_bytes"]
+
+
+def test_the_mutation_count_reads_mutmuts_results(tmp_path: Path) -> None:
+    """``mutation.py`` runs mutmut for minutes; here its count reads results laid out as mutmut
+    leaves them: per file ``mutants/<path>.meta``, each mutant's exit code."""
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "benchmarks/mutation.py")
+    mutation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutation)
+    meta = tmp_path / "learnable_sparsity/claims/checks.py.meta"
+    meta.parent.mkdir(parents=True)
+    codes = {
+        "m.x_f__mutmut_1": 1,
+        "m.x_f__mutmut_2": 0,
+        "m.x_g__mutmut_1": 36,
+        "m.x_g__mutmut_2": None,
+    }
+    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    outcomes = {"1": "killed", "0": "survived", "36": "timeout", "None": "not checked"}
+    assert mutation.summarize(tmp_path, outcomes) == {
+        "learnable_sparsity/claims/checks.py": {
+            "mutants": 4,
+            "killed": 1,
+            "survived": 1,
+            "timeout": 1,
+            "other": {"not checked": 1},
+            "survivors": ["m.x_f__mutmut_2"],
+        }
+    }

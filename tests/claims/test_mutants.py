@@ -1,0 +1,1203 @@
+"""The claim checks at the edges a mutation tool found untested (make mutation, reports/
+measurements/claims_mutation): boundaries of each rule, the results a check must refuse to judge
+without, the evidence and numbers a verdict records. Every expected value is worked out here by
+hand or from a closed form (Student's t for 1, 2 and 4 degrees of freedom), not by the checks."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import pytest
+
+from learnable_sparsity.claims import (
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Results,
+    ape_checks,
+    checks,
+    lvm_checks,
+    nmt_checks,
+)
+from learnable_sparsity.errors import LearnableSparsityError
+
+NAMES = ("entmax15", "softmax")
+Check = Callable[[Results], checks.Verdict]
+
+
+def _t_cdf_2(t: float) -> float:
+    """Student's t distribution function with 2 degrees of freedom."""
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+def _t_cdf_4(t: float) -> float:
+    """Student's t distribution function with 4 degrees of freedom."""
+    u = t / math.sqrt(t * t + 4)
+    return 0.5 + 0.75 * u * (1 - u * u / 3)
+
+
+# Three seeds a side, sd 1 each: Welch's t of a difference d of the means is d / sqrt(2/3) with
+# 4 degrees of freedom.
+P_ONE_BELOW = _t_cdf_4(-1 / math.sqrt(2 / 3))  # 0.144
+P_TWO_BELOW = _t_cdf_4(-2 / math.sqrt(2 / 3))  # 0.035
+
+
+def _assert_numbers(numbers: dict[str, object], expected: dict[str, object]) -> None:
+    """The verdict's numbers: the expected keys, each value within pytest.approx of its own."""
+    assert numbers.keys() == expected.keys()
+    for key, value in expected.items():
+        assert numbers[key] == pytest.approx(value), key
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def test_describe_gives_the_mean_and_the_sd_over_seeds() -> None:
+    assert checks.describe([]) == "no values"
+    assert checks.describe([2.0]) == "2.00 (n=1)"
+    assert checks.describe([1.0, 2.0]) == "1.50 ± 0.71 (n=2)"  # sd √0.5
+
+
+def test_beside_stops_at_six_decimals() -> None:
+    assert checks.beside(0.1234567, 0.1234568) == "0.123457"
+
+
+def test_welch_p_refuses_a_two_sided_alternative() -> None:
+    with pytest.raises(LearnableSparsityError, match="must be 'less' or 'greater', got 'two"):
+        checks.welch_p([1.0, 2.0], [1.0, 2.0], "two-sided")
+
+
+def test_welch_p_with_a_constant_first_sample_tests_the_second_against_it() -> None:
+    """a = (3, 3) against b = (1, 2, 3.5), H1 mean(a) < mean(b): a one-sample test of b, whose
+    mean 13/6 lies below 3, for "mean(b) above 3" (t = -2.05 with 2 degrees of freedom)."""
+    b = [1.0, 2.0, 3.5]
+    mean = sum(b) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in b) / 2)
+    t = (mean - 3.0) / (sd / math.sqrt(3))
+    assert checks.welch_p([3.0, 3.0], b, "less") == pytest.approx(1 - _t_cdf_2(t))
+    assert checks.welch_p([3.0, 3.0], b, "greater") == pytest.approx(_t_cdf_2(t))
+
+
+def test_welch_p_with_a_constant_sample_warns_of_nothing() -> None:
+    """scipy's two-sample test warns of catastrophic cancellation on a constant sample."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checks.welch_p([1.0, 2.0, 3.5], [3.0, 3.0], "less")
+        checks.welch_p([3.0, 3.0], [1.0, 2.0, 3.5], "less")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "alternative", "p"),
+    [
+        ([1.0, 1.0], [1.0, 1.0], "less", 1.0),  # no difference: no evidence either way
+        ([1.0, 1.0], [1.0, 1.0], "greater", 1.0),
+        ([2.0, 2.0], [1.5, 1.5], "less", 1.0),  # a above b by 0.5
+        ([2.0, 2.0], [1.5, 1.5], "greater", 0.0),
+        ([1.5, 1.5], [2.0, 2.0], "less", 0.0),
+    ],
+)
+def test_welch_p_of_two_constant_samples_is_the_side_of_the_difference(
+    a: list[float], b: list[float], alternative: str, p: float
+) -> None:
+    assert checks.welch_p(a, b, alternative) == p
+
+
+def test_too_few_seeds_names_each_short_method() -> None:
+    short = checks.too_few_seeds({"a": [1.0], "b": [1.0, 2.0], "c": [1.0, 2.0, 3.0]})
+    assert short is not None and short.status == NOT_MEASURABLE
+    assert short.evidence == (
+        "not measurable in this profile: seeds per method a: 1, b: 2; the test over seeds needs 3"
+    )
+    assert short.numbers == {"seeds": {"a": 1, "b": 2}}
+
+
+def test_missing_results_names_each_absent_result_and_why() -> None:
+    missing = {"bleu": "bleu.json not found", "speed": "not timed", "heads": "x"}
+    verdict = checks.missing_results(missing, "bleu", "speed", "alphas")
+    assert verdict is not None and verdict.status == NOT_MEASURABLE
+    assert verdict.evidence == "no results: bleu (bleu.json not found); speed (not timed)"
+    assert checks.missing_results(missing, "alphas") is None
+
+
+def test_a_verdict_keeps_its_numbers() -> None:
+    assert checks.verdict(True, "e", gap=1.0).numbers == {"gap": 1.0}
+    assert checks.verdict(False, "e").status == NOT_REPRODUCED
+
+
+def test_all_of_joins_the_parts_evidence() -> None:
+    ok = checks.verdict(True, "a", p=0.5)
+    verdict = checks.all_of({"x": ok, "y": ok})
+    assert verdict.evidence == "x: a; y: a"
+    assert verdict.numbers == {
+        "x": {"status": REPRODUCED, "p": 0.5},
+        "y": {"status": REPRODUCED, "p": 0.5},
+    }
+
+
+def test_finite_drops_nan_and_infinity() -> None:
+    assert checks.finite([1.0, float("nan"), float("inf"), 2, -float("inf")]) == [1.0, 2]
+
+
+# ------------------------------------------------------------------------------ convergence
+
+
+def test_still_improving_compares_the_mean_of_each_window() -> None:
+    """Validation every 10 of 100 steps: the last fifth holds 90 and 100, the fifth before it 70
+    and 80 (not 60, not 80 alone)."""
+    values = {60: 3.0, 70: 2.4, 80: 1.6, 90: 1.2, 100: 0.8}
+    curve = [(10 * k, 4.0) for k in range(1, 6)] + sorted(values.items())
+    before, recent = (2.4 + 1.6) / 2, (1.2 + 0.8) / 2
+    assert checks.still_improving(curve) == pytest.approx((before - recent) / before)
+
+
+def test_a_sparse_curve_compares_the_last_point_with_the_one_before_the_window() -> None:
+    """No point in the fifth before the last one (600-800 of 1000): the point just before the
+    last fifth (500) is the reference, not an earlier one nor the mean of several."""
+    curve = [(100, 3.0), (300, 2.0), (500, 1.5), (1000, 1.2)]
+    assert checks.still_improving(curve) == pytest.approx((1.5 - 1.2) / 1.5)
+
+
+def test_an_improvement_of_exactly_two_percent_is_converged() -> None:
+    """Over the threshold means more than 2%: 50 → 49 is exactly 2% (1/50 is the float 0.02)."""
+    assert checks.unconverged({"run": [(400, 50.0), (500, 49.0)]}, "loss") is None
+    assert checks.unconverged({"run": [(400, 50.0), (500, 48.9)]}, "loss") is not None
+
+
+def test_unconverged_compares_relatively_unless_told_the_loss_is_a_log_loss() -> None:
+    """0.20 → 0.19 nats: 5% relative, 1% in perplexity."""
+    curve = [(400, 0.20), (500, 0.19)]
+    assert checks.unconverged({"run": curve}, "loss") is not None
+    assert checks.unconverged({"run": curve}, "loss", log_loss=True) is None
+
+
+def test_unconverged_names_the_run_that_improves_most() -> None:
+    """ "a" improves by 10%, "b" by 5%; the evidence names "a" and records both."""
+    curves = {"a": [(400, 10.0), (500, 9.0)], "b": [(400, 10.0), (500, 9.5)]}
+    verdict = checks.unconverged(curves, "training loss")
+    assert verdict is not None
+    assert verdict.evidence == (
+        "not measurable in this profile: 2 of 2 runs still improve (training loss 10.0% better "
+        "over the last 20% of the steps in a); a longer profile decides it"
+    )
+    _assert_numbers(verdict.numbers, {"still_improving": {"a": 0.1, "b": 0.05}})
+
+
+# ------------------------------------------------------------------------------ the gap gate
+
+
+def _two_pairs(slope: float, scatter: float) -> tuple[list, list]:
+    """Two seed pairs validated at steps 9 and 10 (the last half of 10 steps holds both): the
+    gaps rise by ``slope`` from 9 to 10, by slope ± ``scatter`` in the two pairs. By hand: the
+    common slope is ``slope``, the residuals are ± scatter / 2 at four points (residual sum of
+    squares scatter², 1 degree of freedom), the steps' spread about the pairs' means is 1, so
+    t = slope / scatter and the fitted move over the window is 5 × slope."""
+    baseline = [[(9, 2.0), (10, 2.0)], [(9, 2.0), (10, 2.0)]]
+    candidate = [
+        [(9, 2.5), (10, 2.5 + slope + scatter)],
+        [(9, 2.5), (10, 2.5 + slope - scatter)],
+    ]
+    return candidate, baseline
+
+
+def test_gap_trend_by_hand_on_two_pairs_of_two_steps() -> None:
+    trend = checks.gap_trend(*_two_pairs(0.2, 0.01))
+    assert trend is not None
+    assert (trend.points, trend.pairs, trend.df, trend.last_step) == (4, 2, 1, 10)
+    assert trend.change == pytest.approx(1.0)
+    assert trend.noise == pytest.approx(0.01)
+    # t = 20 with 1 degree of freedom (Cauchy): two-sided p = 1 - 2 atan(20) / π
+    assert trend.p == pytest.approx(1 - 2 * math.atan(20) / math.pi)
+
+
+def test_gap_trend_is_untested_when_a_seed_pair_misses_a_curve() -> None:
+    candidate, baseline = _two_pairs(0.2, 0.01)
+    candidate.append([])
+    baseline.append([(9, 2.0), (10, 2.0)])
+    assert checks.gap_trend(candidate, baseline) is None
+
+
+def test_the_gap_gate_divides_its_level_among_a_claims_comparisons() -> None:
+    """p = 0.032 (t = 20, 1 degree of freedom) blocks one comparison alone, at 5%, but not one
+    of two, at 2.5% each; the move (1 nat) is material and far beyond the scatter (0.01)."""
+    p = 1 - 2 * math.atan(20) / math.pi
+    assert 0.025 < p < 0.05
+    moving, flat = _two_pairs(0.2, 0.01), _two_pairs(0.0, 0.01)
+    gate = checks.unsettled({"a": moving}, "validation NLL")
+    assert gate is not None
+    _assert_numbers(
+        gate.numbers["gap_trend"]["a"], {"change": 1.0, "noise": 0.01, "p": p, "points": 4}
+    )
+    # 1 nat over the window's 5 steps, allowed the larger of the scatter and log(1.02)
+    assert gate.numbers["gate_opens_after_steps"] == pytest.approx(10 * 1.0 / math.log(1.02))
+    assert checks.unsettled({"a": moving, "b": flat}, "validation NLL") is None
+
+
+def test_the_gap_gate_names_the_comparison_with_the_smallest_p() -> None:
+    """Both move (p = 0.013 and 0.006, below 2.5% each); "b" has the clearer trend (t = 100
+    against t = 50) and is the one named."""
+    comparisons = {"a": _two_pairs(0.2, 0.004), "b": _two_pairs(0.2, 0.002)}
+    gate = checks.unsettled(comparisons, "validation NLL")
+    assert gate is not None and "2 of 2 comparisons (b: by" in gate.evidence
+    assert gate.numbers["gate_opens_after_steps"] == pytest.approx(10 * 1.0 / math.log(1.02))
+
+
+def test_the_gap_gate_names_the_comparisons_it_cannot_test() -> None:
+    candidate, baseline = _two_pairs(0.2, 0.01)
+    gate = checks.unsettled(
+        {"a": ([], []), "b": (candidate, baseline), "c": ([], [])}, "validation NLL"
+    )
+    assert gate is not None and gate.numbers == {"gap_untested": ["a", "c"]}
+    assert gate.evidence == (
+        "not measurable in this profile: the validation NLL gap's trend cannot be tested in a, "
+        "c (too few validation points in the last 50% of the steps, or no two runs of the same "
+        "seed)"
+    )
+
+
+# ------------------------------------------------------------------------------ comparisons
+
+
+def test_at_least_as_good_holds_a_mean_exactly_at_the_margin() -> None:
+    """1 BLEU below with a margin of 1: "no more than margin worse" includes the margin."""
+    verdict = checks.at_least_as_good([79.0, 80.0, 81.0], [80.0, 81.0, 82.0], 1.0, names=NAMES)
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "entmax15 80.00 ± 1.00 (n=3) vs softmax 81.00 ± 1.00 (n=3): worse by 1.000000 "
+        "(margin 1.0); Welch one-sided p = 0.144 for 'entmax15 worse'"
+    )
+    _assert_numbers(verdict.numbers, {"gap": -1.0, "p": P_ONE_BELOW, "margin": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("shift", "words"),
+    [(0.0, "better by 0.00 (margin 1.0)"), (0.5, "better by 0.50 (margin 1.0)")],
+)
+def test_at_least_as_good_says_better_for_a_mean_not_below(shift: float, words: str) -> None:
+    candidate = [80.0 + shift, 81.0 + shift, 82.0 + shift]
+    verdict = checks.at_least_as_good(candidate, [80.0, 81.0, 82.0], 1.0, names=NAMES)
+    assert verdict.status == REPRODUCED and words in verdict.evidence
+
+
+def test_nearly_as_good_holds_a_candidate_trailing_by_exactly_the_margin() -> None:
+    """Against the baseline moved by the margin the two are identical: p = 0.5, gap 0 there."""
+    verdict = checks.nearly_as_good([79.0, 80.0, 81.0], [80.0, 81.0, 82.0], 1.0, names=NAMES)
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "entmax15 80.00 ± 1.00 (n=3) vs softmax 81.00 ± 1.00 (n=3): worse by 1.000000 (nearly: at "
+        "most 1.0 worse); Welch one-sided p = 0.500 for 'entmax15 more than 1.0 worse'"
+    )
+    _assert_numbers(verdict.numbers, {"gap": -1.0, "p": 0.5, "margin": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("shift", "words"), [(0.0, "better by 0.00 (nearly"), (0.5, "better by 0.50 (nearly")]
+)
+def test_nearly_as_good_says_better_for_a_mean_not_below(shift: float, words: str) -> None:
+    candidate = [80.0 + shift, 81.0 + shift, 82.0 + shift]
+    verdict = checks.nearly_as_good(candidate, [80.0, 81.0, 82.0], 1.0, names=NAMES)
+    assert verdict.status == REPRODUCED and words in verdict.evidence
+
+
+def test_worse_by_at_most_holds_a_gap_exactly_at_its_largest() -> None:
+    verdict = checks.worse_by_at_most([77.0, 78.0, 79.0], [79.0, 80.0, 81.0], 2.0, names=NAMES)
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "entmax15 78.00 ± 1.00 (n=3) vs softmax 80.00 ± 1.00 (n=3): worse by 2.000000 (a little: "
+        "at most 2.0); Welch one-sided p = 0.035 for 'entmax15 worse'"
+    )
+    _assert_numbers(verdict.numbers, {"gap": -2.0, "p": P_TWO_BELOW, "largest_gap": 2.0})
+
+
+@pytest.mark.parametrize(
+    ("shift", "words"), [(0.0, "worse by 0.00 (a little"), (0.5, "better by 0.50 (a little")]
+)
+def test_worse_by_at_most_says_better_only_for_a_mean_above(shift: float, words: str) -> None:
+    candidate = [80.0 + shift, 81.0 + shift, 82.0 + shift]
+    verdict = checks.worse_by_at_most(candidate, [80.0, 81.0, 82.0], 2.0, names=NAMES)
+    assert verdict.status == NOT_REPRODUCED and words in verdict.evidence
+
+
+def test_worse_by_at_most_reads_a_lower_is_better_metric() -> None:
+    """TER 22 against 20: 2 points worse, significant as above (p = 0.035)."""
+    verdict = checks.worse_by_at_most(
+        [21.0, 22.0, 23.0], [19.0, 20.0, 21.0], 2.0, higher_is_better=False, names=NAMES
+    )
+    assert verdict.status == REPRODUCED
+    _assert_numbers(verdict.numbers, {"gap": -2.0, "p": P_TWO_BELOW, "largest_gap": 2.0})
+
+
+def test_significantly_below_records_its_p() -> None:
+    verdict = checks.significantly_below([77.0, 78.0, 79.0], [79.0, 80.0, 81.0], names=NAMES)
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "entmax15 78.00 ± 1.00 (n=3) vs softmax 80.00 ± 1.00 (n=3): Welch one-sided p = 0.035 "
+        "for 'entmax15 below softmax'"
+    )
+    _assert_numbers(verdict.numbers, {"p": P_TWO_BELOW})
+
+
+# One sample of three, sd 1, two below (above) a value: t = ∓2√3 with 2 degrees of freedom.
+P_AGAINST_VALUE = _t_cdf_2(-2 * math.sqrt(3))  # 0.037
+
+
+@pytest.mark.parametrize(
+    ("check", "values", "side"),
+    [
+        (checks.significantly_below_value, [1.0, 2.0, 3.0], "below"),
+        (checks.significantly_above_value, [5.0, 6.0, 7.0], "above"),
+    ],
+)
+def test_a_one_sample_test_against_a_value(
+    check: Callable[..., checks.Verdict], values: list[float], side: str
+) -> None:
+    verdict = check(values, 4.0, names=("TER", "do nothing"))
+    assert verdict.status == REPRODUCED
+    mean = sum(values) / 3
+    assert verdict.evidence == (
+        f"TER {mean:.2f} ± 1.00 (n=3) vs do nothing 4.00: one-sample t-test one-sided p = 0.037 "
+        f"for 'TER {side} do nothing'"
+    )
+    _assert_numbers(verdict.numbers, {"p": P_AGAINST_VALUE})
+
+
+@pytest.mark.parametrize(
+    ("check", "values", "status", "p"),
+    [
+        (checks.significantly_below_value, [2.0] * 3, REPRODUCED, 0.0),
+        (checks.significantly_above_value, [2.0] * 3, NOT_REPRODUCED, 1.0),
+        (checks.significantly_below_value, [3.0] * 3, NOT_REPRODUCED, 1.0),
+        (checks.significantly_above_value, [3.0] * 3, NOT_REPRODUCED, 1.0),
+        (checks.significantly_above_value, [4.0] * 3, REPRODUCED, 0.0),
+    ],
+)
+def test_seeds_without_spread_against_a_value_are_decided_by_their_side(
+    check: Callable[..., checks.Verdict], values: list[float], status: str, p: float
+) -> None:
+    verdict = check(values, 3.0)
+    assert verdict.status == status and verdict.numbers == {"p": p}
+
+
+def test_a_test_against_a_value_names_the_seeds_it_lacks() -> None:
+    verdict = checks.significantly_below_value([1.0, 2.0], 3.0, names=("TER", "do nothing"))
+    assert verdict.status == NOT_MEASURABLE and "seeds per method TER: 2;" in verdict.evidence
+
+
+@pytest.mark.parametrize(
+    ("values", "status", "words"),
+    [([2.0, 2.0, 2.0], REPRODUCED, "(at most 2)"), ([3.0, 3.0, 3.0], NOT_REPRODUCED, "(above 2)")],
+)
+def test_mean_at_most_includes_its_bound(values: list[float], status: str, words: str) -> None:
+    verdict = checks.mean_at_most(values, 2.0, "calls")
+    assert verdict.status == status
+    assert verdict.evidence == f"calls {values[0]:.2f} ± 0.00 (n=3) {words}"
+    assert verdict.numbers == {"values": values, "bound": 2.0}
+
+
+# ------------------------------------------------------------------------------ rounds
+# Five rounds: the quartiles (inclusive method) are the second and the fourth smallest.
+
+
+@pytest.mark.parametrize(
+    ("rounds", "status"),
+    [
+        ([0.75] * 5, REPRODUCED),  # on the lower edge of 1 ± 0.25
+        ([1.25] * 5, REPRODUCED),  # on the upper edge
+        ([1.5] * 5, NOT_REPRODUCED),  # wholly above
+        ([0.5, 0.6, 0.7, 0.75, 0.8], NOT_MEASURABLE),  # IQR 0.6-0.75: reaches the lower edge
+        ([1.2, 1.25, 1.3, 1.4, 1.5], NOT_MEASURABLE),  # IQR 1.25-1.4: reaches the upper edge
+    ],
+)
+def test_ratio_near_one_counts_its_edges_inside_the_band(rounds: list[float], status: str) -> None:
+    assert checks.ratio_near_one(rounds, 0.25, "ratio").status == status
+
+
+@pytest.mark.parametrize(
+    ("rounds", "edge"),
+    [
+        ([0.5, 0.6, 0.7, 0.75, 0.8], "0.75"),
+        ([1.2, 1.25, 1.3, 1.4, 1.5], "1.25"),
+        ([0.7, 0.75, 1.0, 1.3, 1.4], "1.25"),  # IQR 0.75-1.3: in at the bottom, out at the top
+    ],
+)
+def test_ratio_near_one_names_the_edge_its_rounds_straddle(rounds: list[float], edge: str) -> None:
+    verdict = checks.ratio_near_one(rounds, 0.25, "ratio")
+    assert verdict.status == NOT_MEASURABLE
+    assert verdict.evidence.endswith(
+        f"; the rounds' interquartile range straddles {edge}: the rounds cannot tell whether the "
+        "ratio is within the band"
+    )
+    _assert_numbers(
+        verdict.numbers,
+        {"median": rounds[2], "quartiles": [rounds[1], rounds[3]], "rounds": rounds},
+    )
+
+
+def test_ratio_near_one_records_its_rounds() -> None:
+    verdict = checks.ratio_near_one([0.9, 0.95, 1.0, 1.05, 1.1], 0.25, "train tokens/s ratio")
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "train tokens/s ratio median 1.00 (IQR 0.950–1.050) over 5 rounds; near 1 means within "
+        "±0.25 (0.75–1.25)"
+    )
+    _assert_numbers(
+        verdict.numbers,
+        {"median": 1.0, "quartiles": [0.95, 1.05], "rounds": [0.9, 0.95, 1.0, 1.05, 1.1]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("rounds", "status"),
+    [
+        ([1.5] * 5, REPRODUCED),  # at the floor
+        ([1.0, 1.2, 1.4, 1.5, 1.6], NOT_MEASURABLE),  # IQR 1.2-1.5 reaches the floor
+        ([1.0, 1.1, 1.2, 1.3, 1.4], NOT_REPRODUCED),  # wholly below
+    ],
+)
+def test_ratio_at_least_counts_its_floor_as_reached(rounds: list[float], status: str) -> None:
+    verdict = checks.ratio_at_least(rounds, 1.5, "ratio")
+    assert verdict.status == status
+    _assert_numbers(
+        verdict.numbers,
+        {"median": rounds[2], "quartiles": [rounds[1], rounds[3]], "rounds": rounds, "floor": 1.5},
+    )
+
+
+def test_ratio_at_least_says_where_its_rounds_straddle_the_floor() -> None:
+    verdict = checks.ratio_at_least([1.0, 1.2, 1.4, 1.5, 1.6], 1.5, "a/b tokens/s")
+    assert verdict.evidence == (
+        "a/b tokens/s median 1.40 (IQR 1.200–1.500) over 5 rounds; at least 1.5 needed; the "
+        "rounds' interquartile range straddles 1.5: the rounds cannot tell on which side the "
+        "ratio lies"
+    )
+
+
+def test_lowest_decides_between_two_variants() -> None:
+    verdict = checks.lowest({"a": [0.5] * 5, "b": [1.0] * 5}, "a", "train speed")
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "train speed (median ratio to softmax over the rounds, IQR): a 0.50 (0.50–0.50), "
+        "b 1.00 (1.00–1.00)"
+    )
+    assert verdict.numbers == {"order": ["a", "b"]}
+
+
+def test_lowest_records_the_tie_it_cannot_break() -> None:
+    rounds = {"a": [0.5, 0.6, 0.7, 0.8, 0.9], "b": [0.7, 0.8, 0.9, 1.0, 1.1], "c": [2.0] * 5}
+    verdict = checks.lowest(rounds, "a", "train speed")
+    assert verdict.status == NOT_MEASURABLE
+    assert verdict.numbers == {"order": ["a", "b", "c"], "tie": ["a", "b"]}
+    assert verdict.evidence.endswith(
+        "; a and b are within the rounds' spread (their interquartile ranges overlap): the "
+        "rounds cannot tell which is slower"
+    )
+
+
+# ------------------------------------------------------------------------------ what is missing
+# Each check refuses to judge without the results it reads, naming them and why they are absent.
+
+CHECKS_AND_THEIR_RESULTS = [
+    (lambda r: nmt_checks.bleu_at_least_as_good(r, ["entmax15"], "softmax", 1.0), "bleu"),
+    (lambda r: nmt_checks.bleu_a_little_below(r, "sparsemax", "softmax", 4.1), "bleu"),
+    (lambda r: nmt_checks.speed_near_softmax(r, "topk", 0.1, 0.1), "speed"),
+    (lambda r: nmt_checks.decodes_faster(r, "topk", "sparsemax", 1.5), "speed"),
+    (lambda r: nmt_checks.slowest(r, "entmax_alpha"), "speed"),
+    (lambda r: nmt_checks.alpha_modes(r, ["encoder"], ["decoder"], 1.5, 1.2), "alphas"),
+    (lambda r: nmt_checks.heads_dense_then_sparse(r, 0.1, 0.35, 100), "alphas"),
+    (lambda r: nmt_checks.sparse_heads_more_diverse(r, ["entmax15"], "softmax"), "heads"),
+    (lambda r: nmt_checks.head_roles_exist(r, "entmax_alpha", ["bpe"], ["softmax"]), "heads"),
+    (lambda r: nmt_checks.roles_more_confident(r, "entmax_alpha", "softmax", ["bpe"]), "heads"),
+    (
+        lambda r: nmt_checks.roles_more_confident(r, "entmax_alpha", "softmax", ["bpe"]),
+        "role_confidence",
+    ),
+    (lambda r: nmt_checks.adaptive_sparsity(r, "entmax_alpha", "entmax15", "topk", 1), "heads"),
+    (lambda r: nmt_checks.adaptive_sparsity(r, "entmax_alpha", "entmax15", "topk", 1), "density"),
+    (
+        lambda r: lvm_checks.marginalization_matches_dense(
+            r, "ssvae", "accuracy", "sparsemax", "dense", 0.01, 10
+        ),
+        "ssvae",
+    ),
+    (lambda r: lvm_checks.methods_below(r, "ssvae", "accuracy", ["sfe"], "dense"), "ssvae"),
+    (lambda r: lvm_checks.nll_at_or_below(r, "bits", ["sparsemap"], "sfe", 0.1, [8]), "bits"),
+    (lambda r: lvm_checks.calls_fall(r, ["ssvae"], "sparsemax"), "lvm_calls"),
+    (lambda r: ape_checks.ape_below_do_nothing(r, ["bert"], "test"), "ape"),
+    (lambda r: ape_checks.ape_above_do_nothing(r, ["bert"], "test"), "ape"),
+    (lambda r: ape_checks.ape_ter_below(r, "bert", ["dual"], "test"), "ape"),
+    (lambda r: ape_checks.ape_best_of(r, "bert", ["dual"], "test", 1.0), "ape"),
+    (lambda r: ape_checks.ape_nearly_as_good(r, "bert", "dual", "test", 1.0), "ape"),
+]
+
+
+@pytest.mark.parametrize(("check", "result"), CHECKS_AND_THEIR_RESULTS)
+def test_a_check_without_its_results_names_them(check: Check, result: str) -> None:
+    verdict = check(Results(missing={result: "not in this record"}))
+    assert verdict.status == NOT_MEASURABLE
+    assert f"no results: {result} (not in this record)" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ NMT
+
+FLAT = [(100, 2.0), (200, 1.5), (300, 1.4), (400, 1.39), (500, 1.39)]
+# Closes a gap to FLAT by 0.3 nats over the last half, exactly linearly.
+CLOSING = [(100, 4.0), (200, 3.0), (300, 2.2), (400, 1.8), (500, 1.5)]
+
+
+def _bleu(corpus_a: dict[str, list[float]], moving: str) -> Results:
+    """BLEU on corpora "a" and "b" alike; on "a" every variant's validation curves are FLAT, on
+    "b" ``moving``'s close the gap to the others'."""
+    return Results(
+        bleu={"a": corpus_a, "b": corpus_a},
+        valid_nll={
+            "a": {v: [FLAT] * 3 for v in corpus_a},
+            "b": {v: [CLOSING if v == moving else FLAT] * 3 for v in corpus_a},
+        },
+    )
+
+
+def test_a_bleu_comparison_waits_only_on_its_own_corpus() -> None:
+    results = _bleu({"entmax15": [79.0, 80.0, 81.0], "softmax": [80.0, 81.0, 82.0]}, "entmax15")
+    verdict = nmt_checks.bleu_at_least_as_good(results, ["entmax15"], "softmax", 1.0)
+    assert verdict.numbers["a/entmax15"]["status"] == REPRODUCED
+    assert verdict.numbers["b/entmax15"]["status"] == NOT_MEASURABLE
+    assert "a/entmax15: entmax15 80.00 ± 1.00 (n=3) vs softmax 81.00" in verdict.evidence
+    results = _bleu({"sparsemax": [77.0, 78.0, 79.0], "softmax": [79.0, 80.0, 81.0]}, "sparsemax")
+    verdict = nmt_checks.bleu_a_little_below(results, "sparsemax", "softmax", 2.0)
+    assert verdict.numbers["a/sparsemax"]["status"] == REPRODUCED
+    assert verdict.numbers["b/sparsemax"]["status"] == NOT_MEASURABLE
+    assert "a/sparsemax: sparsemax 78.00 ± 1.00 (n=3) vs softmax 80.00" in verdict.evidence
+
+
+def test_a_bleu_comparison_without_the_baselines_curves_is_not_measurable() -> None:
+    results = Results(
+        bleu={"a": {"entmax15": [80.0, 81.0, 82.0], "softmax": [80.0, 81.0, 82.0]}},
+        valid_nll={"a": {"entmax15": [FLAT] * 3}},
+    )
+    verdict = nmt_checks.bleu_at_least_as_good(results, ["entmax15"], "softmax", 1.0)
+    assert verdict.status == NOT_MEASURABLE and "cannot be tested in a/entmax15" in verdict.evidence
+
+
+def test_matched_nll_steps_reach_the_baselines_last_value() -> None:
+    """Softmax ends at 2.0 (after 3.0): each α-entmax seed's first step at or below 2.0. A
+    corpus without softmax curves has no target."""
+    results = Results(
+        valid_nll={
+            "x": {"entmax15": [[(1, 3.0)]]},
+            "y": {
+                "softmax": [[(1, 3.0), (2, 2.0)]],
+                "entmax15": [[(1, 2.5), (2, 1.9)], [(1, 2.0), (2, 1.5)]],
+            },
+        }
+    )
+    assert nmt_checks.matched_nll_steps(results) == {"y": {"softmax": [2], "entmax15": [2, 1]}}
+
+
+def _modes_results() -> Results:
+    two_modes = [1.1 + 0.01 * (i % 5) for i in range(30)] + [
+        1.9 - 0.01 * (i % 5) for i in range(30)
+    ]
+    return Results(
+        final_alphas={
+            "encoder": two_modes,
+            "constant": [1.5] * 6,
+            "decoder": [1.1, 1.3, 1.5, 1.7],  # as few as a modality test takes
+        }
+    )
+
+
+def test_alpha_modes_judges_every_attention_type_it_can() -> None:
+    verdict = nmt_checks.alpha_modes(
+        _modes_results(), ["encoder"], ["constant", "decoder"], 1.5, 1.2
+    )
+    assert verdict.numbers["constant"] == {"status": NOT_MEASURABLE}
+    for kind in ("encoder", "decoder"):
+        assert verdict.numbers[kind].keys() == {"status", "dip", "p_unimodal", "modes"}
+    assert verdict.numbers["encoder"]["status"] == REPRODUCED
+    assert verdict.numbers["encoder"]["modes"] == pytest.approx([1.12, 1.88], abs=0.01)
+    assert verdict.numbers["decoder"]["status"] == REPRODUCED
+    assert "for one mode (rejected at 0.05)" in verdict.evidence
+    assert "for one mode (not rejected at 0.05)" in verdict.evidence
+
+
+def _alpha_move(before: float, after: float) -> float:
+    """A head's move read in its logit, by hand: α = 1.01 + 0.99 σ(w), times the steepest
+    slope dα/dw = 0.99 / 4."""
+
+    def logit(alpha: float) -> float:
+        share = (alpha - 1.01) / 0.99
+        return math.log(share / (1 - share))
+
+    return abs(logit(after) - logit(before)) * 0.99 / 4
+
+
+def _seed(before: list[float], after: list[float]) -> list[tuple[float, list[float]]]:
+    return [(800, before), (1000, after)]
+
+
+def test_the_alpha_gate_divides_its_level_among_the_seeds() -> None:
+    """All 6 heads of a seed rise a little: a sign test p of 2/64 = 0.031 holds α back in one
+    seed (level 5%), not beside two seeds that did not move (level 5%/3); a head that stays
+    puts 5 of 5 (p = 1/16) and blocks no more."""
+    rising = _seed([1.5] * 6, [1.501] * 6)
+    still = _seed([1.5] * 6, [1.5] * 6)
+    gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=[rising]))
+    assert gate is not None
+    assert gate.numbers["alpha_common_drift"] == ["seed #0: 6 of 6 heads rose (p = 0.031)"]
+    assert gate.numbers["alpha_drift"] == pytest.approx([_alpha_move(1.5, 1.501)])
+    assert (
+        nmt_checks._alpha_still_moving(Results(alpha_trajectories=[rising, still, still])) is None
+    )
+    for stays_put in ([1.501] * 5 + [1.5], [1.499] * 5 + [1.5]):
+        results = Results(alpha_trajectories=[_seed([1.5] * 6, stays_put)])
+        assert nmt_checks._alpha_still_moving(results) is None
+
+
+def test_the_alpha_gate_gives_both_of_its_reasons() -> None:
+    gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=[_seed([1.3] * 6, [1.5] * 6)]))
+    assert gate is not None
+    assert gate.evidence == (
+        "not measurable in this profile: over the last 20% of the steps α still moves by "
+        f"{_alpha_move(1.3, 1.5):.3f} on average per head (read in its logit; settled: at most "
+        "0.02) and its heads still drift together (seed #0: 6 of 6 heads rose (p = 0.031); "
+        "p < 0.05); a longer profile decides it"
+    )
+
+
+def test_dense_then_sparse_is_judged_at_exactly_its_length_with_its_magnitudes() -> None:
+    """Dips / rebounds: head 0 0.2 / 0.4, head 1 0.12 / 0.5, head 2 0.2 / 0.32, head 3 none.
+    At a dip of 0.15 and a rebound of 0.3 heads 0 and 2 count; at 0.15 and 0.39 head 0 alone."""
+    trajectory = [
+        (50, [1.5, 1.5, 1.5, 1.5]),
+        (100, [1.3, 1.38, 1.3, 1.5]),
+        (150, [1.7, 1.88, 1.62, 1.5]),
+    ]
+    results = Results(alpha_trajectories=[trajectory])
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.3, judged_after_steps=150)
+    assert verdict.status == REPRODUCED and verdict.numbers == {"per_seed": [2]}
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, judged_after_steps=150)
+    assert verdict.status == REPRODUCED and verdict.numbers == {"per_seed": [1]}
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, judged_after_steps=151)
+    assert verdict.status == NOT_MEASURABLE and verdict.numbers == {"steps": [150]}
+
+
+def _js(*means: float) -> list[dict[str, float | None]]:
+    return [{"encoder.self": mean, "decoder.context": None} for mean in means]
+
+
+def test_head_diversity_judges_each_variant_with_an_analysis() -> None:
+    results = Results(js={"entmax15": _js(0.4, 0.41, 0.39), "softmax": _js(0.2, 0.21, 0.19)})
+    verdict = nmt_checks.sparse_heads_more_diverse(results, ["sparsemax", "entmax15"], "softmax")
+    assert verdict.numbers["sparsemax"] == {"status": NOT_MEASURABLE}
+    assert verdict.numbers["entmax15"]["status"] == REPRODUCED
+    assert "entmax15: softmax 0.20 ± 0.01 (n=3) vs entmax15 0.40" in verdict.evidence
+    alone = Results(js={"entmax15": _js(0.4, 0.41, 0.39)})
+    verdict = nmt_checks.sparse_heads_more_diverse(alone, ["entmax15"], "softmax")
+    assert verdict.status == NOT_MEASURABLE and "no head analysis of entmax15" in verdict.evidence
+
+
+def test_head_roles_skip_what_they_cannot_judge_and_count_a_single_head() -> None:
+    """A role the corpus cannot show and one no model has are skipped; one softmax head with the
+    previous-token role, none in α-entmax: not reproduced. Curves ending at the same step are
+    the same length, whatever came before and wherever a corpus lacks a variant."""
+    results = Results(
+        roles={
+            "entmax_alpha": {"bpe": [None], "none": [0, 0, 0], "previous": [0, 0, 0]},
+            "softmax": {"bpe": [None], "none": [0, 0, 0], "previous": [1, 0, 0]},
+        },
+        valid_nll={
+            "smoke": {
+                "entmax_alpha": [[(100, 3.0), (200, 2.5)]],
+                "softmax": [[(50, 3.1), (200, 2.6)]],
+            },
+            "other": {"softmax": [[(100, 3.0), (200, 2.4)]]},
+        },
+    )
+    verdict = nmt_checks.head_roles_exist(
+        results, "entmax_alpha", ["bpe", "none", "previous"], ["softmax"]
+    )
+    assert verdict.numbers["bpe"]["status"] == NOT_MEASURABLE
+    assert verdict.numbers["none"]["status"] == NOT_MEASURABLE
+    assert verdict.numbers["previous"] == {
+        "status": NOT_REPRODUCED,
+        "counts": {"entmax_alpha": [0, 0, 0], "softmax": [1, 0, 0]},
+    }
+
+
+def test_role_confidence_compares_the_roles_it_can() -> None:
+    """α-entmax has no head analysis of its roles here; softmax holds the previous-token role."""
+    results = Results(
+        roles={"softmax": {"previous": [1, 1, 1], "rare": [0, 0, 0]}},
+        role_confidence={
+            "entmax_alpha": {"bpe": [None], "rare": [0.5] * 3, "previous": [0.9, 0.92, 0.91]},
+            "softmax": {"bpe": [None], "rare": [0.5] * 3, "previous": [0.7, 0.72, 0.71]},
+        },
+    )
+    verdict = nmt_checks.roles_more_confident(
+        results, "entmax_alpha", "softmax", ["bpe", "rare", "previous"]
+    )
+    assert verdict.numbers["bpe"]["status"] == NOT_MEASURABLE
+    assert verdict.numbers["rare"]["status"] == NOT_MEASURABLE
+    assert verdict.numbers["previous"]["status"] == REPRODUCED
+    assert "previous: softmax 0.71 ± 0.01 (n=3) vs entmax_alpha 0.91" in verdict.evidence
+
+
+def test_adaptive_sparsity_names_what_each_part_compares() -> None:
+    def seeds(heads: list[float], within: list[float]) -> list[dict[str, list[float | None]]]:
+        return [{"heads": heads, "within_length_sd": within}] * 3
+
+    results = Results(
+        density={
+            "entmax_alpha": seeds([0.2, 0.5, 0.8], [0.1, 0.2, 0.3]),
+            "entmax15": seeds([0.5, 0.5, 0.5], [0.1, 0.1, 0.1]),
+            "topk": seeds([0.5, 0.5, 0.5], [0.0, 0.0, 0.0]),
+        }
+    )
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 1.0)
+    assert "sparse: entmax_alpha 0.50 ± 0.00 (n=3) vs dense 1.00" in verdict.evidence
+    assert "per head: entmax15 head-density sd 0.00" in verdict.evidence
+    assert "per input: topk within-length sd 0.00 ± 0.00 (n=3) vs entmax_alpha" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ latent variables
+
+
+def test_lvm_checks_read_experiments_and_methods_without_training_curves() -> None:
+    runs = {
+        "sparsemax": [{"accuracy": a, "decoder_calls": 2.0} for a in (0.90, 0.91, 0.92)],
+        "dense": [{"accuracy": a, "decoder_calls": 10.0} for a in (0.90, 0.91, 0.92)],
+    }
+    for curves in ({}, {"ssvae": {"dense": [FLAT] * 3}}):
+        results = Results(lvm={"ssvae": runs}, lvm_curves=curves)
+        verdict = lvm_checks.marginalization_matches_dense(
+            results, "ssvae", "accuracy", "sparsemax", "dense", 0.01, 5
+        )
+        assert verdict.status == REPRODUCED
+        assert "accuracy: sparsemax 0.91 ± 0.01 (n=3) vs dense 0.91" in verdict.evidence
+    one_dense = Results(lvm={"ssvae": {**runs, "dense": runs["dense"][:1]}})
+    verdict = lvm_checks.marginalization_matches_dense(
+        one_dense, "ssvae", "accuracy", "sparsemax", "dense", 0.01, 5
+    )
+    assert verdict.status == NOT_MEASURABLE and "dense: 1" in verdict.evidence
+
+
+def _bits(nll: float, d: int, drift: float | None = None, kl: float = 5.0) -> dict[str, float]:
+    run = {"nll_bits_per_dim": nll, "latent_dim": d, "kl_nats": kl}
+    return run if drift is None else {**run, "nll_estimate_drift": drift}
+
+
+def test_nll_at_or_below_judges_each_latent_size_on_its_own_runs() -> None:
+    """D = 2: an sfe run's estimate still fell 0.5 bits/dim: not measurable. D = 4: settled
+    (a drift of exactly the bound 0.01 is settled, a run without one too), sparsemap's 1.1
+    against sfe's 1.4, its collapsed run left out; the D = 2 runs, far from those, are not in."""
+    results = Results(
+        lvm={
+            "bits": {
+                "sparsemap": [_bits(v, 2) for v in (5.0, 5.1, 5.2)]
+                + [_bits(v, 4) for v in (1.0, 1.1, 1.2)]
+                + [_bits(0.0, 4, kl=0.5)],
+                "sfe": [
+                    *(_bits(0.1, 2, drift=0.5), _bits(0.2, 2), _bits(0.3, 2)),
+                    *(_bits(1.3, 4, drift=0.01), _bits(1.4, 4), _bits(1.5, 4)),
+                ],
+            }
+        }
+    )
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["sparsemap"], "sfe", 0.1, [2, 4])
+    assert verdict.numbers["D=2"] == {
+        "status": NOT_MEASURABLE,
+        "unsettled": ["sfe seed #0 fell 0.50"],
+    }
+    part = verdict.numbers["D=4 sparsemap"]
+    assert part["status"] == REPRODUCED and part["gap"] == pytest.approx(0.3)
+    assert part.keys() == {"status", "gap", "p", "margin"}
+    assert "D=4 sparsemap: sparsemap 1.10 ± 0.10 (n=3) vs sfe 1.40" in verdict.evidence
+    assert "sparsemap seeds [6], sfe seeds [])" in verdict.evidence
+
+
+def test_calls_fall_compares_the_first_and_the_last_fifth_of_each_curve() -> None:
+    """Decoder calls 200/step, validated every 10 of 100 steps: the first fifth holds steps
+    10-30 (20, 10, 6.67), the last 90-100 (2.22, 2); seeds are offset by 0, 0.1, 0.2. An
+    experiment without curves is skipped, one without the method in its grid too."""
+    curves = [[(s, 200 / s + offset) for s in range(10, 101, 10)] for offset in (0.0, 0.1, 0.2)]
+    first, last = (20 + 10 + 200 / 30) / 3 + 0.1, (200 / 90 + 2) / 2 + 0.1
+    runs = {"sparsemax": [{"accuracy": 0.9}] * 3}
+    results = Results(
+        lvm={"ssvae": runs, "game": runs, "other": {}},
+        lvm_calls={"game": {"sparsemax": curves}, "other": {"sparsemax": curves}},
+    )
+    verdict = lvm_checks.calls_fall(results, ["ssvae", "game", "other"], "sparsemax")
+    assert verdict.numbers["ssvae"]["status"] == NOT_MEASURABLE
+    assert verdict.numbers["other"]["status"] == NOT_MEASURABLE
+    assert "other: other: no sparsemax in the grid" in verdict.evidence
+    assert verdict.numbers["game"]["status"] == REPRODUCED
+    assert (
+        f"game: sparsemax calls, last fifth {last:.2f} ± 0.10 (n=3) vs first fifth {first:.2f} "
+        "± 0.10 (n=3)"
+    ) in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ APE
+
+
+def test_ape_needs_every_system_scored() -> None:
+    results = Results(ape={"bert": {"test": [20.0, 21.0, 22.0]}}, ape_do_nothing={"test": 25.0})
+    verdict = ape_checks.ape_below_do_nothing(results, ["bert", "dual"], "test")
+    assert verdict.status == NOT_MEASURABLE
+    assert verdict.evidence == "no dual scored on test in the APE grid"
+
+
+def test_ape_convergence_is_read_as_a_perplexity() -> None:
+    """Without curves a system is judged; with an NLL of 0.20 → 0.19 nats (5% relative, 1% in
+    perplexity) it is too; only a 5% move in perplexity holds it back."""
+    scores = {"ape": {"bert": {"test": [20.0, 21.0, 22.0]}}, "ape_do_nothing": {"test": 25.0}}
+    for curve, status in [
+        (None, REPRODUCED),
+        ([(400, 0.20), (500, 0.19)], REPRODUCED),
+        ([(400, 0.25), (500, 0.20)], NOT_MEASURABLE),
+    ]:
+        curves = {} if curve is None else {"bert": [curve] * 3}
+        results = Results(**scores, ape_valid_nll=curves)
+        assert ape_checks.ape_below_do_nothing(results, ["bert"], "test").status == status
+
+
+@pytest.mark.parametrize("with_curves", ["bert", "dual"])
+def test_ape_comparisons_without_one_systems_curves_are_not_measurable(with_curves: str) -> None:
+    results = Results(
+        ape={"bert": {"test": [20.0, 21.0, 22.0]}, "dual": {"test": [23.0, 24.0, 25.0]}},
+        ape_valid_nll={with_curves: [FLAT] * 3},
+    )
+    verdict = ape_checks.ape_ter_below(results, "bert", ["dual"], "test")
+    assert (
+        verdict.status == NOT_MEASURABLE and "cannot be tested in bert vs dual" in verdict.evidence
+    )
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        lambda r: ape_checks.ape_ter_below(r, "bert", ["dual"], "test"),
+        lambda r: ape_checks.ape_best_of(r, "bert", ["dual"], "test", 1.0),
+        lambda r: ape_checks.ape_nearly_as_good(r, "bert", "dual", "test", 1.0),
+    ],
+)
+def test_ape_comparisons_name_the_systems(check: Check) -> None:
+    results = Results(
+        ape={"bert": {"test": [20.0, 21.0, 22.0]}, "dual": {"test": [23.0, 24.0, 25.0]}},
+        ape_valid_nll={"bert": [FLAT] * 3, "dual": [FLAT] * 3},
+    )
+    verdict = check(results)
+    assert verdict.status == REPRODUCED
+    assert "dual: bert 21.00 ± 1.00 (n=3) vs dual 24.00 ± 1.00 (n=3)" in verdict.evidence
+
+
+# ------------------------------------------------------------------------------ gates of checks
+
+FALLING = [(100, 3.0), (200, 2.0), (300, 1.5), (400, 1.2), (500, 1.0)]  # 1.2 → 1.0 at the end
+
+
+def test_role_confidence_waits_while_either_model_catches_up() -> None:
+    results = Results(
+        roles={"softmax": {"previous": [1, 1, 1]}},
+        role_confidence={
+            "entmax_alpha": {"previous": [0.9, 0.92, 0.91]},
+            "softmax": {"previous": [0.7, 0.72, 0.71]},
+        },
+        valid_nll={"smoke": {"entmax_alpha": [FLAT] * 3, "softmax": [FLAT] * 3}},
+    )
+    verdict = nmt_checks.roles_more_confident(results, "entmax_alpha", "softmax", ["previous"])
+    assert verdict.status == REPRODUCED
+    results.valid_nll["smoke"]["entmax_alpha"] = [CLOSING] * 3
+    verdict = nmt_checks.roles_more_confident(results, "entmax_alpha", "softmax", ["previous"])
+    assert verdict.status == NOT_MEASURABLE and "gap still moves" in verdict.evidence
+
+
+def test_role_confidence_needs_both_models_confidences() -> None:
+    """A seed of one model without a confidence, or one model without any: not measurable."""
+    results = Results(
+        roles={"softmax": {"a": [1, 1, 1], "b": [1, 1, 1]}},
+        role_confidence={
+            "entmax_alpha": {"a": [None, 0.9, 0.9], "b": []},
+            "softmax": {"a": [0.7] * 3, "b": [0.7] * 3},
+        },
+    )
+    verdict = nmt_checks.roles_more_confident(results, "entmax_alpha", "softmax", ["a", "b"])
+    assert verdict.evidence == (
+        "a: the corpus cannot show this role; b: the corpus cannot show this role"
+    )
+
+
+def test_adaptive_sparsity_waits_while_a_compared_model_catches_up() -> None:
+    def seeds(heads: list[float], within: list[float]) -> list[dict[str, list[float | None]]]:
+        return [{"heads": heads, "within_length_sd": within}] * 3
+
+    results = Results(
+        density={
+            "entmax_alpha": seeds([0.2, 0.5, 0.8], [0.1, 0.2, 0.3]),
+            "entmax15": seeds([0.5, 0.5, 0.5], [0.1, 0.1, 0.1]),
+            "topk": seeds([0.5, 0.5, 0.5], [0.0, 0.0, 0.0]),
+        },
+        valid_nll={"smoke": {v: [FLAT] * 3 for v in ("entmax_alpha", "entmax15", "topk")}},
+    )
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 1.0)
+    assert [verdict.numbers[part]["status"] for part in ("per head", "per input")] == [
+        REPRODUCED,
+        REPRODUCED,
+    ]
+    results.valid_nll["smoke"]["entmax_alpha"] = [CLOSING] * 3
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 1.0)
+    assert verdict.numbers["sparse"]["status"] == REPRODUCED  # no comparison with a model
+    for part in ("per head", "per input"):
+        assert verdict.numbers[part]["status"] == NOT_MEASURABLE
+
+
+def test_nll_at_or_below_waits_for_the_training_loss_to_settle() -> None:
+    results = Results(
+        lvm={"bits": {"sparsemap": [_bits(1.0, 4)] * 3, "sfe": [_bits(1.4, 4)] * 3}},
+        lvm_curves={"bits": {"sparsemap": [FALLING] * 3, "sfe": [FLAT] * 3}},
+    )
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["sparsemap"], "sfe", 0.1, [4])
+    assert verdict.status == NOT_MEASURABLE and "runs still improve" in verdict.evidence
+
+
+def test_nearly_as_good_names_a_method_with_too_few_seeds() -> None:
+    verdict = checks.nearly_as_good([80.0, 81.0], [80.0, 81.0, 82.0], 1.0, names=NAMES)
+    assert verdict.status == NOT_MEASURABLE and "seeds per method entmax15: 2;" in verdict.evidence
+
+
+def test_paired_results_of_different_lengths_are_refused() -> None:
+    """Rounds, heads and logged α are paired one to one: a record where they differ in number is
+    malformed and raises rather than being cut to the shorter."""
+    speed = {
+        "topk": {"train": [1.0] * 5, "inference": [1.0] * 5},
+        "sparsemax": {"train": [1.0] * 5, "inference": [1.0] * 4},
+    }
+    with pytest.raises(ValueError, match="zip"):
+        nmt_checks.decodes_faster(Results(speed=speed), "topk", "sparsemax", 1.5)
+    with pytest.raises(ValueError, match="zip"):
+        nmt_checks._alpha_still_moving(Results(alpha_trajectories=[_seed([1.5] * 6, [1.5] * 5)]))
+    trajectory = [(50, [1.5, 1.5]), (100, [1.3])]
+    with pytest.raises(ValueError, match="zip"):
+        nmt_checks.heads_dense_then_sparse(Results(alpha_trajectories=[trajectory]), 0.1, 0.3, 50)
+
+
+# ------------------------------------------------------------------------------ the words
+# What a verdict says: every reason a check cannot judge, and the gates' and speeds' wording.
+
+SPEED = {
+    "softmax": {"train": [1.0] * 5, "inference": [1.0] * 5},
+    "topk": {"train": [0.5] * 5, "inference": [0.5] * 5},
+}
+SCORED = {"bert": {"test": [20.0, 21.0, 22.0]}}
+CALLS = {
+    "sparsemax": [{"accuracy": 0.9, "decoder_calls": 2.0}] * 3,
+    "dense": [{"accuracy": 0.9, "decoder_calls": 10.0}] * 3,
+}
+
+
+def _drifting_seeds() -> Results:
+    rising = _seed([1.5] * 7, [1.501] * 7)  # sign test p = 2/128 = 0.016, below 5%/2
+    return Results(alpha_trajectories=[rising, rising], final_alphas={"encoder": [1.5] * 3})
+
+
+WORDS = [
+    (lambda: checks.mean_at_most([], 2.0, "calls"), "no calls"),
+    (lambda: checks.ratio_near_one([], 0.1, "x"), "no measurement of x"),
+    (lambda: checks.ratio_at_least([], 1.0, "x"), "no measurement of x"),
+    (
+        lambda: nmt_checks.bleu_at_least_as_good(Results(), ["entmax15"], "softmax", 1.0),
+        "no NMT results",
+    ),
+    (
+        lambda: nmt_checks.bleu_at_least_as_good(
+            Results(bleu={"smoke": {"x": [1.0]}}), ["entmax15"], "softmax", 1.0
+        ),
+        "smoke: no entmax15, softmax in the NMT grid",
+    ),
+    (
+        lambda: nmt_checks.decodes_faster(Results(), "topk", "sparsemax", 1.5),
+        "topk, sparsemax not timed at inference",
+    ),
+    (
+        lambda: nmt_checks.speed_near_softmax(Results(speed=SPEED), "topk", 0.1, 0.1),
+        "train: train tokens/s ratio median 0.50 (IQR 0.500–0.500) over 5 rounds; near 1 means "
+        "within ±0.1 (0.90–1.10); inference: inference tokens/s ratio median 0.50 (IQR "
+        "0.500–0.500) over 5 rounds; near 1 means within ±0.1 (0.90–1.10)",
+    ),
+    (
+        lambda: nmt_checks.decodes_faster(Results(speed=SPEED), "topk", "softmax", 1.5),
+        "topk/softmax inference tokens/s median 0.50 (IQR 0.500–0.500) over 5 rounds; at least "
+        "1.5 needed",
+    ),
+    (
+        lambda: nmt_checks.slowest(Results(speed=SPEED), "topk"),
+        "train: train speed (median ratio to softmax over the rounds, IQR): topk 0.50 "
+        "(0.50–0.50), softmax 1.00 (1.00–1.00); inference: inference speed (median ratio to "
+        "softmax over the rounds, IQR): topk 0.50 (0.50–0.50), softmax 1.00 (1.00–1.00)",
+    ),
+    (
+        lambda: nmt_checks.alpha_modes(
+            Results(final_alphas={"encoder": [1.5] * 3}), ["encoder"], [], 1.5, 1.2
+        ),
+        "encoder: 3 learned α in encoder",
+    ),
+    (
+        lambda: nmt_checks.alpha_modes(_drifting_seeds(), ["encoder"], [], 1.5, 1.2),
+        "not measurable in this profile: over the last 20% of the steps its heads still drift "
+        "together (seed #0: 7 of 7 heads rose (p = 0.016); seed #1: 7 of 7 heads rose (p = "
+        "0.016); p < 0.025); a longer profile decides it",
+    ),
+    (
+        lambda: nmt_checks.heads_dense_then_sparse(Results(), 0.1, 0.35, 100),
+        "no α-entmax model with an α trajectory",
+    ),
+    (
+        lambda: nmt_checks.heads_dense_then_sparse(
+            Results(alpha_trajectories=[[(50, [1.5]), (150, [1.5])]]), 0.1, 0.35, 151
+        ),
+        "not measurable in this profile: the α-entmax trained 150 steps; the claim is judged, "
+        "either way, after 151",
+    ),
+    (
+        lambda: nmt_checks.head_roles_exist(
+            Results(roles={"a": {"r": [None], "s": [0]}, "b": {"r": [0], "s": [0]}}),
+            "a",
+            ["r", "s"],
+            ["b"],
+        ),
+        "r: the corpus cannot show this role; s: no model has such a head at these steps (heads "
+        "per seed: a [0], b [0]): the corpus or the training length cannot show the role",
+    ),
+    (
+        lambda: nmt_checks.roles_more_confident(Results(), "a", "b", ["r"]),
+        "no role confidences of a, b",
+    ),
+    (
+        lambda: nmt_checks.roles_more_confident(
+            Results(
+                roles={"b": {"r": [0, 0, 0]}},
+                role_confidence={"a": {"r": [0.5] * 3}, "b": {"r": [0.5] * 3}},
+            ),
+            "a",
+            "b",
+            ["r", "r"],
+        ),
+        "r: no head of a or b holds it at its threshold (heads per seed: a [], b [0, 0, 0]): no "
+        "role confidence to compare",
+    ),
+    (
+        lambda: nmt_checks.adaptive_sparsity(Results(), "a", "b", "c", 1.0),
+        "no attention densities of a, b",
+    ),
+    (
+        lambda: nmt_checks.bleu_at_least_as_good(
+            Results(
+                bleu={"s": {"a": [1.0] * 3, "b": [1.0] * 3}},
+                valid_nll={"s": {"a": [CLOSING] * 3, "b": [FLAT] * 3}},
+            ),
+            ["a"],
+            "b",
+            1.0,
+        ),
+        "s/a: not measurable in this profile: the validation perplexity gap still moves",
+    ),
+    (
+        lambda: lvm_checks.methods_below(Results(lvm={"ssvae": {}}), "ssvae", "x", ["a"], "b"),
+        "ssvae: no a, b in the grid",
+    ),
+    (
+        lambda: lvm_checks.methods_below(
+            Results(lvm={"e": {"a": [], "b": []}}, lvm_curves={"e": {"a": [FALLING]}}),
+            "e",
+            "x",
+            ["a"],
+            "b",
+        ),
+        "not measurable in this profile: 1 of 1 runs still improve (training loss 16.7% better",
+    ),
+    (
+        lambda: lvm_checks.calls_fall(Results(lvm={"e": {"a": []}}), ["e"], "a"),
+        "e: no a calls curves",
+    ),
+    (
+        lambda: lvm_checks.marginalization_matches_dense(
+            Results(lvm={"e": CALLS}), "e", "accuracy", "sparsemax", "dense", 0.1, 5
+        ),
+        "; decoder calls: sparsemax decoder calls (of 10) 2.00 ± 0.00 (n=3) (at most 5)",
+    ),
+    (
+        lambda: lvm_checks.nll_at_or_below(
+            Results(lvm={"e": {"a": [_bits(1.0, 4, drift=0.5)], "b": [_bits(1.0, 4, drift=0.2)]}}),
+            "e",
+            ["a"],
+            "b",
+            0.1,
+            [4],
+        ),
+        "D=4: not measurable in this profile: the importance-sampled NLL has not converged "
+        "(bits/dim it fell from a quarter of the samples to all: a seed #0 fell 0.50, b seed #0 "
+        "fell 0.20; settled: at most 0.01); more importance samples decide it",
+    ),
+    (
+        lambda: ape_checks.ape_below_do_nothing(Results(), ["bert", "dual"], "test"),
+        "no bert, dual scored on test in the APE grid",
+    ),
+    (
+        lambda: ape_checks.ape_below_do_nothing(Results(ape=SCORED), ["bert"], "test"),
+        "no do-nothing score on test",
+    ),
+    (
+        lambda: ape_checks.ape_below_do_nothing(
+            Results(ape=SCORED, ape_do_nothing={"test": 25.0}, ape_valid_nll={"bert": [FALLING]}),
+            ["bert"],
+            "test",
+        ),
+        "bert: not measurable in this profile: 1 of 1 runs still improve (validation NLL 22.1% "
+        "better",
+    ),
+    (
+        lambda: ape_checks.ape_ter_below(
+            Results(
+                ape={**SCORED, "dual": {"test": [20.0, 21.0, 22.0]}},
+                ape_valid_nll={"bert": [CLOSING] * 3, "dual": [FLAT] * 3},
+            ),
+            "bert",
+            ["dual"],
+            "test",
+        ),
+        "dual: not measurable in this profile: the validation NLL gap still moves in 1 of 1 "
+        "comparisons (bert vs dual: by",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "words"), WORDS)
+def test_a_verdict_says_why_in_its_own_words(
+    check: Callable[[], checks.Verdict], words: str
+) -> None:
+    evidence = check().evidence
+    assert evidence.startswith(words) or evidence.endswith(words), evidence
+
+
+def test_the_gap_gate_says_what_moved_by_how_much_and_when_it_would_open() -> None:
+    gate = checks.unsettled({"a": _two_pairs(0.2, 0.01)}, "validation NLL")
+    assert gate is not None
+    assert gate.evidence == (
+        "not measurable in this profile: the validation NLL gap still moves in 1 of 1 "
+        f"comparisons (a: by {math.expm1(1.0):.1%} in perplexity over the last 50% of the steps, "
+        "beyond 2% and a checkpoint's scatter of 0.010 nats; p = 0.032 < 0.05 for a constant "
+        "gap, 4 points): training length, not the method, decides it. If the gap closes as "
+        "1/step (its move over the last half then falls as 1/T), the gate opens after about 505 "
+        "steps"
+    )
+
+
+def test_all_of_refuses_no_parts_in_so_many_words() -> None:
+    with pytest.raises(LearnableSparsityError, match=r"^all_of needs at least one part$"):
+        checks.all_of({})
+
+
+def test_a_unimodal_part_says_one_mode_was_expected() -> None:
+    verdict = nmt_checks.alpha_modes(_modes_results(), [], ["decoder"], 1.5, 1.2)
+    assert verdict.evidence.endswith("; expected one mode")
