@@ -1306,3 +1306,340 @@ def test_all_of_refuses_no_parts_in_so_many_words() -> None:
 def test_a_unimodal_part_says_one_mode_was_expected() -> None:
     verdict = nmt_checks.alpha_modes(_modes_results(), [], ["decoder"], 1.5, 1.2)
     assert verdict.evidence.endswith("; expected one mode")
+
+
+# ------------------------------------------------------------------------------ what decides it
+# The new code of a62c4d8 and 4744eb6: the seeds a margin needs, the length a claim waits for,
+# shares of 1.5-entmax, the speed floor, decoder calls' bound, several baselines, APE BLEU.
+
+# The seeds a difference d needs at a pooled variance v over g groups: g (z₀.₉₅ + z₀.₈)² v / d²,
+# (z₀.₉₅ + z₀.₈)² = (1.6449 + 0.8416)² = 6.1826, up to the next integer, at least 3.
+
+
+@pytest.mark.parametrize(
+    ("groups", "difference", "seeds"),
+    [
+        # variances 0.5 and 1 (mean 0.75): 2 × 6.1826 × 0.75 / 1² = 9.27, up to 10
+        ([[1.0, 2.0], [1.0, 2.0, 3.0]], 1.0, 10),
+        ([[1.0, 2.0, 3.0]], 1.0, 7),  # one group against a value: 6.18, up to 7
+        ([[1.0, 2.0, 3.0]], -0.5, 25),  # 6.1826 / 0.25 = 24.7, whichever the sign
+        ([[1.0, 1.1], [1.0, 1.1]], 1.0, 3),  # 2 × 6.18 × 0.005 = 0.06: at least 3
+        ([[1.0], [1.0, 2.0]], 1.0, None),  # a group without a spread
+        ([[1.0, 2.0], [1.0, 2.0]], 0.0, None),  # no difference to find
+    ],
+)
+def test_seeds_for_is_the_normal_approximation_at_80_percent_power(
+    groups: list[list[float]], difference: float, seeds: int | None
+) -> None:
+    assert checks.seeds_for(groups, difference) == seeds
+
+
+def test_too_few_seeds_says_how_many_the_margin_needs() -> None:
+    short = checks.too_few_seeds({"a": [1.0, 2.0], "b": [1.0, 2.0, 3.0]}, 1.0)
+    assert short is not None
+    decides = (
+        "about 10 seeds per method (a difference of 1 at the spread of these seeds, one-sided "
+        "p < 0.05 with 80% power)"
+    )
+    assert short.evidence.endswith(f"needs 3; what would decide it: {decides}")
+    assert short.numbers == {"seeds": {"a": 2}, "seeds_needed": 10, "decides": decides}
+    # a difference of 1.2345 prints at 3 significant digits; 2 × 6.18 × 0.75 / 1.524 = 6.08 → 7
+    short = checks.too_few_seeds({"a": [1.0, 2.0], "b": [1.0, 2.0, 3.0]}, 1.2345)
+    assert short is not None and short.numbers["seeds_needed"] == 7
+    assert "about 7 seeds per method (a difference of 1.23 at" in short.evidence
+    # no difference, or a method without a spread: the 3 seeds a spread needs
+    for groups, difference in (({"a": [1.0, 2.0]}, None), ({"a": [1.0], "b": [1.0, 2.0]}, 1.0)):
+        short = checks.too_few_seeds(groups, difference)
+        assert short is not None and short.numbers["seeds_needed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("check", "seeds"),
+    [
+        # the claim's margin (or largest gap) decides: 2 × 6.18 × 0.75 / d²
+        (lambda a, b: checks.at_least_as_good(a, b, 1.0), 10),  # 9.27
+        (lambda a, b: checks.nearly_as_good(a, b, 0.75), 17),  # 16.5
+        (lambda a, b: checks.worse_by_at_most(a, b, 0.5), 38),  # 37.1
+        # the difference measured: |1.5 - 3| = 1.5, 9.27 / 2.25 = 4.1
+        (lambda a, b: checks.significantly_below(a, [2.0, 3.0, 4.0]), 5),
+        # one group against a value, |1.5 - 2|: 6.18 × 0.5 / 0.25 = 12.4
+        (lambda a, b: checks.significantly_below_value(a, 2.0), 13),
+        (lambda a, b: checks.significantly_above_value(a, 1.0), 13),
+    ],
+)
+def test_each_comparison_says_the_seeds_its_difference_needs(
+    check: Callable[[list[float], list[float]], checks.Verdict], seeds: int
+) -> None:
+    verdict = check([1.0, 2.0], [1.0, 2.0, 3.0])
+    assert verdict.status == NOT_MEASURABLE and verdict.numbers["seeds_needed"] == seeds
+
+
+def test_a_comparison_without_values_needs_three_seeds() -> None:
+    for verdict in (
+        checks.significantly_below([], [1.0, 2.0, 3.0]),
+        checks.significantly_below_value([], 1.0),
+    ):
+        assert verdict.status == NOT_MEASURABLE and verdict.numbers["seeds_needed"] == 3
+
+
+def test_unconverged_estimates_the_steps_of_the_run_that_improves_most() -> None:
+    """b improves 10% over the last fifth of 1000 steps, a 5% of 500: b, after 1000 × 5."""
+    curves = {"a": [(400, 10.0), (500, 9.5)], "b": [(800, 10.0), (1000, 9.0)]}
+    verdict = checks.unconverged(curves, "loss")
+    assert verdict is not None
+    assert verdict.numbers["converged_after_steps"] == pytest.approx(5000)
+    assert verdict.evidence.endswith("b improves by less than 2% after about 5,000 steps")
+
+
+def test_dense_then_sparse_waits_for_its_shortest_run() -> None:
+    """Runs of 6000 and 9000 tokens on corpus a (750 and 1000 steps), 4000 on b (500 steps),
+    judged after 8000: the shortest, 4000 tokens in 500 steps, needs 500 × 8000 / 4000 = 1000
+    steps (the other short one 750 × 8000 / 6000 = 1000 too, the longest 1000 × 8000 / 9000);
+    softmax's runs are not read."""
+    settled = [(50, [1.5]), (800, [1.5]), (1000, [1.5])]
+    results = Results(
+        alpha_trajectories=[settled],
+        target_tokens={
+            "a": {"entmax_alpha": [6000.0, 9000.0], "softmax": [1.0]},
+            "b": {"entmax_alpha": [4000.0]},
+        },
+        valid_nll={
+            "a": {"entmax_alpha": [[(750, 2.0)], [(1000, 2.0)]], "softmax": [[(1, 2.0)]]},
+            "b": {"entmax_alpha": [[(500, 2.0)]]},
+        },
+    )
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.1, 0.35, 8000)
+    assert verdict.status == NOT_MEASURABLE
+    assert verdict.evidence == (
+        "not measurable in this profile: a run of entmax_alpha trained 0.004M target tokens (500 "
+        "steps); the claim is judged, either way, after 0.008M; what would decide it: a run of "
+        "about 1,000 steps of this run's batches"
+    )
+    _assert_numbers(
+        verdict.numbers,
+        {
+            "target_tokens": [6000, 9000, 4000],
+            "steps_needed": 1000,
+            "decides": "a run of about 1,000 steps of this run's batches",
+        },
+    )
+    # 4000 tokens in 100 steps: 200 steps; the 6000-token run needs 1000, the lowest tokens decide
+    results.valid_nll["b"]["entmax_alpha"] = [[(100, 2.0)]]
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.1, 0.35, 8000)
+    assert verdict.numbers["steps_needed"] == pytest.approx(200)
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.1, 0.35, 4000)
+    assert verdict.status == NOT_REPRODUCED  # α never moved; every run long enough
+
+
+def test_dense_then_sparse_needs_the_runs_target_tokens() -> None:
+    verdict = nmt_checks.heads_dense_then_sparse(
+        Results(alpha_trajectories=[[(50, [1.5]), (100, [1.5])]]), 0.1, 0.35, 100
+    )
+    assert verdict.evidence == (
+        "no entmax_alpha run with its target tokens; what would decide it: an NMT grid with "
+        "entmax_alpha"
+    )
+
+
+def test_dense_then_sparse_waits_for_alpha_to_settle() -> None:
+    """Long enough, but α rose from 1.3 to 1.5 over the last fifth."""
+    trajectory = [(50, [1.5] * 6), (800, [1.3] * 6), (1000, [1.5] * 6)]
+    verdict = nmt_checks.heads_dense_then_sparse(
+        _dense_then_sparse(trajectory, [8000.0], [1000]), 0.1, 0.1, 8000
+    )
+    assert verdict.status == NOT_MEASURABLE and "α still moves by" in verdict.evidence
+
+
+@pytest.mark.parametrize(
+    ("values", "status"),
+    [([0.3] * 3, REPRODUCED), ([0.29] * 3, NOT_REPRODUCED)],  # 0.5 × 0.6 = 0.3 exactly
+)
+def test_a_share_of_a_reference_includes_its_bound(values: list[float], status: str) -> None:
+    verdict = nmt_checks._share_at_least(values, [0.6] * 3, 0.5, "keys at 0")
+    assert verdict.status == status
+    assert verdict.evidence == (
+        f"keys at 0 {values[0]:.3f} ± 0.000 (n=3) vs 0.5 × 0.600 ± 0.000 (n=3) = 0.300"
+    )
+    _assert_numbers(verdict.numbers, {"mean": values[0], "reference": 0.6, "share": 0.5})
+
+
+def test_a_share_of_a_reference_needs_three_seeds_of_each() -> None:
+    for values, reference, short in (
+        ([0.3] * 2, [0.6] * 3, "keys at 0: 2;"),
+        ([0.3] * 3, [0.6] * 2, "reference keys at 0: 2;"),
+    ):
+        verdict = nmt_checks._share_at_least(values, reference, 0.5, "keys at 0")
+        assert verdict.status == NOT_MEASURABLE and f"seeds per method {short}" in verdict.evidence
+
+
+def _densities(heads: list[list[float]], within: list[list[float | None]]) -> list[dict]:
+    return [{"heads": h, "within_length_sd": w} for h, w in zip(heads, within, strict=True)]
+
+
+def test_adaptive_sparsity_without_a_trained_top_k_tests_against_its_closed_form() -> None:
+    """Top-k not trained: its within-length sd is 0 by its closed form; α-entmax's seeds 0.1,
+    0.2, 0.3 (a None left out) are above it at t = 2√3, p = 0.037. 1.5-entmax leaves 0.5 of the
+    keys at 0 and spreads 0.3 within a length: at a share of 0.5, α-entmax's 0.25 of the keys
+    and 0.2 of spread reach 0.25 (exactly) and 0.15; at a share of 0.6 the keys (0.3) fail."""
+    results = Results(
+        density={
+            "entmax_alpha": _densities([[0.5, 1.0]] * 3, [[0.1, None], [0.2], [0.3]]),
+            "entmax15": _densities([[0.5, 0.5]] * 3, [[0.3]] * 3),
+        }
+    )
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 0.5)
+    assert verdict.status == REPRODUCED
+    assert (
+        "against topk: entmax_alpha within-length sd 0.20 ± 0.10 (n=3) vs topk (closed form, "
+        "untrained) 0.00: one-sample t-test one-sided p = 0.037 for 'entmax_alpha within-length "
+        "sd above topk (closed form, untrained)'"
+    ) in verdict.evidence
+    numbers = verdict.numbers
+    assert numbers["per input"]["against topk"]["p"] == pytest.approx(P_AGAINST_VALUE)
+    _assert_numbers(
+        {k: v for k, v in numbers["sparse"].items() if k != "status"},
+        {"mean": 0.25, "reference": 0.5, "share": 0.5},
+    )
+    _assert_numbers(
+        {k: v for k, v in numbers["per input"]["against entmax15"].items() if k != "status"},
+        {"mean": 0.2, "reference": 0.3, "share": 0.5},
+    )
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 0.6)
+    assert verdict.numbers["sparse"]["status"] == NOT_REPRODUCED  # 0.25 < 0.3
+    assert verdict.numbers["per input"]["status"] == REPRODUCED  # 0.2 ≥ 0.18
+
+
+def test_trains_at_least_reads_the_training_rounds_of_its_variant() -> None:
+    speed = {
+        "entmax15": {"train": [0.8, 0.82, 0.85, 0.9, 0.95], "inference": [0.1] * 5},
+        "softmax": {"train": [1.0] * 5},
+    }
+    verdict = nmt_checks.trains_at_least(Results(speed=speed), "entmax15", 0.82)
+    assert verdict.status == REPRODUCED  # the first quartile, 0.82, at the floor
+    assert verdict.evidence == (
+        "entmax15 training tokens/s ratio median 0.85 (IQR 0.820–0.900) over 5 rounds; at least "
+        "0.82 needed"
+    )
+    for absent in ({}, {"entmax15": {"inference": [1.0] * 5}}, {"entmax15": {"train": []}}):
+        verdict = nmt_checks.trains_at_least(Results(speed=absent), "entmax15", 0.82)
+        assert verdict.status == NOT_MEASURABLE
+        assert verdict.evidence == (
+            "entmax15 not timed in training; what would decide it: the speed stage timing entmax15"
+        )
+
+
+def _calls_results() -> Results:
+    """Decoder calls 20, 10, 6 over the first fifth (steps 10-30) and 2 over the last (90-100),
+    seeds offset by -0.5, 0, 0.5: a mean of 2 in the last fifth."""
+    values = [20.0, 10.0, 6.0, 4.0, 3.0, 3.0, 3.0, 3.0, 2.0, 2.0]
+    curves = [[(10 * (i + 1), v + o) for i, v in enumerate(values)] for o in (-0.5, 0.0, 0.5)]
+    return Results(
+        lvm={"game": {"sparsemax": [{"accuracy": 0.9}] * 3}},
+        lvm_calls={"game": {"sparsemax": curves}},
+    )
+
+
+@pytest.mark.parametrize(("bound", "status"), [(2.0, REPRODUCED), (1.99, NOT_REPRODUCED)])
+def test_calls_fall_needs_the_last_fifth_at_most_its_bound(bound: float, status: str) -> None:
+    verdict = lvm_checks.calls_fall(_calls_results(), "game", "sparsemax", bound)
+    assert verdict.status == status
+    assert verdict.numbers["falls"]["status"] == REPRODUCED
+    assert verdict.numbers["very sparse"] == {
+        "status": status,
+        "values": [1.5, 2.0, 2.5],
+        "bound": bound,
+    }
+    side = "at most" if status == REPRODUCED else "above"
+    assert verdict.evidence.endswith(
+        f"very sparse: sparsemax calls, last fifth 2.00 ± 0.50 (n=3) ({side} {bound:g})"
+    )
+
+
+def test_calls_fall_waits_for_the_methods_training_loss() -> None:
+    results = _calls_results()
+    results.lvm_curves["game"] = {"sparsemax": [FALLING] * 3}
+    verdict = lvm_checks.calls_fall(results, "game", "sparsemax", 2.0)
+    assert verdict.status == NOT_MEASURABLE and "runs still improve" in verdict.evidence
+
+
+def _several_baselines() -> Results:
+    """D = 4: gumbel 1.1, sfe 1.4, nvil 0.6 (sd 0.1 each); nvil's fourth run collapsed."""
+    return Results(
+        lvm={
+            "bits": {
+                "gumbel": [_bits(v, 4) for v in (1.0, 1.1, 1.2)],
+                "sfe": [_bits(v, 4) for v in (1.3, 1.4, 1.5)],
+                "nvil": [_bits(v, 4) for v in (0.5, 0.6, 0.7)] + [_bits(0.0, 4, kl=0.5)],
+            }
+        }
+    )
+
+
+def test_nll_at_or_below_judges_each_candidate_against_each_baseline() -> None:
+    verdict = lvm_checks.nll_at_or_below(
+        _several_baselines(), "bits", ["gumbel"], ["sfe", "nvil"], 0.1, [4]
+    )
+    assert verdict.numbers.keys() == {"D=4 gumbel vs sfe", "D=4 gumbel vs nvil"}
+    assert verdict.numbers["D=4 gumbel vs sfe"]["status"] == REPRODUCED
+    assert verdict.numbers["D=4 gumbel vs sfe"]["gap"] == pytest.approx(0.3)
+    assert verdict.numbers["D=4 gumbel vs nvil"]["gap"] == pytest.approx(-0.5)
+    assert verdict.status == NOT_REPRODUCED
+    assert verdict.evidence.startswith("fails for D=4 gumbel vs nvil — ")
+    assert (
+        "D=4 gumbel vs nvil: gumbel 1.10 ± 0.10 (n=3) vs nvil 0.60 ± 0.10 (n=3): worse by 0.50 "
+        "(margin 0.1)"
+    ) in verdict.evidence
+    assert "(left out as collapsed, KL < 1.0 nat: gumbel seeds [], nvil seeds [3])" in (
+        verdict.evidence
+    )
+    assert "gumbel seeds [], sfe seeds [])" not in verdict.evidence
+
+
+def test_nll_at_or_below_needs_every_baseline_settled_and_in_the_grid() -> None:
+    results = _several_baselines()
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["gumbel"], ["sfe", "x"], 0.1, [4])
+    assert verdict.evidence.startswith("bits: no x in the grid")
+    results.lvm_curves["bits"] = {"nvil": [FALLING]}
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["gumbel"], ["sfe", "nvil"], 0.1, [4])
+    assert verdict.status == NOT_MEASURABLE and "runs still improve" in verdict.evidence
+    results = _several_baselines()
+    results.lvm["bits"]["nvil"][0] = _bits(0.5, 4, drift=0.5)
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["gumbel"], ["sfe", "nvil"], 0.1, [4])
+    assert verdict.numbers["D=4"]["unsettled"] == ["nvil seed #0 fell 0.50"]
+
+
+def _ape_bleu() -> Results:
+    """TER that would fail above do-nothing (21 against 25), BLEU 6 ± 1 against 4."""
+    return Results(
+        ape=SCORED,
+        ape_do_nothing={"test": 25.0},
+        ape_bleu={"bert": {"test": [5.0, 6.0, 7.0]}},
+        ape_do_nothing_bleu={"test": 4.0},
+    )
+
+
+def test_ape_bleu_reads_bleu_against_the_mt_outputs_bleu() -> None:
+    verdict = ape_checks.ape_bleu_above_do_nothing(_ape_bleu(), ["bert"], "test")
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "bert: bert BLEU 6.00 ± 1.00 (n=3) vs do nothing 4.00: one-sample t-test one-sided p = "
+        "0.037 for 'bert BLEU above do nothing'"
+    )
+    assert ape_checks.ape_above_do_nothing(_ape_bleu(), ["bert"], "test").status == NOT_REPRODUCED
+    verdict = ape_checks.ape_below_do_nothing(_ape_bleu(), ["bert"], "test")
+    assert "bert: bert TER 21.00 ± 1.00 (n=3) vs do nothing 25.00" in verdict.evidence
+
+
+def test_ape_bleu_needs_its_own_scores() -> None:
+    results = _ape_bleu()
+    results.ape_do_nothing_bleu.clear()
+    verdict = ape_checks.ape_bleu_above_do_nothing(results, ["bert"], "test")
+    assert verdict.evidence.startswith("no do-nothing score on test")
+    results = _ape_bleu()
+    results.ape_bleu["bert"] = {"dev": [5.0, 6.0, 7.0]}
+    verdict = ape_checks.ape_bleu_above_do_nothing(results, ["bert"], "test")
+    assert verdict.evidence.startswith("no bert scored on test in the APE grid")
+    # TER is judged without BLEU scores
+    results = _ape_bleu()
+    results.missing["ape_bleu"] = "not scored"
+    assert ape_checks.ape_below_do_nothing(results, ["bert"], "test").status == REPRODUCED
