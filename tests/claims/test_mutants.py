@@ -107,17 +107,22 @@ def test_welch_p_of_two_constant_samples_is_the_side_of_the_difference(
 def test_too_few_seeds_names_each_short_method() -> None:
     short = checks.too_few_seeds({"a": [1.0], "b": [1.0, 2.0], "c": [1.0, 2.0, 3.0]})
     assert short is not None and short.status == NOT_MEASURABLE
+    decides = "3 seeds per method, whose spread then gives how many the claim needs"
     assert short.evidence == (
-        "not measurable in this profile: seeds per method a: 1, b: 2; the test over seeds needs 3"
+        "not measurable in this profile: seeds per method a: 1, b: 2; the test over seeds needs "
+        f"3; what would decide it: {decides}"
     )
-    assert short.numbers == {"seeds": {"a": 1, "b": 2}}
+    assert short.numbers == {"seeds": {"a": 1, "b": 2}, "seeds_needed": 3, "decides": decides}
 
 
 def test_missing_results_names_each_absent_result_and_why() -> None:
     missing = {"bleu": "bleu.json not found", "speed": "not timed", "heads": "x"}
     verdict = checks.missing_results(missing, "bleu", "speed", "alphas")
     assert verdict is not None and verdict.status == NOT_MEASURABLE
-    assert verdict.evidence == "no results: bleu (bleu.json not found); speed (not timed)"
+    assert verdict.evidence == (
+        "no results: bleu (bleu.json not found); speed (not timed); what would decide it: a run "
+        "whose stages write them (a record kept before a result existed cannot)"
+    )
     assert checks.missing_results(missing, "alphas") is None
 
 
@@ -179,9 +184,18 @@ def test_unconverged_names_the_run_that_improves_most() -> None:
     assert verdict is not None
     assert verdict.evidence == (
         "not measurable in this profile: 2 of 2 runs still improve (training loss 10.0% better "
-        "over the last 20% of the steps in a); a longer profile decides it"
+        "over the last 20% of the steps in a); what would decide it: a longer run: if the "
+        "improvement falls as 1/step, a improves by less than 2% after about 2,500 steps"
     )
-    _assert_numbers(verdict.numbers, {"still_improving": {"a": 0.1, "b": 0.05}})
+    # a's 10% over the last fifth of 500 steps falls to 2% after 500 × 10% / 2% = 2500 steps
+    assert verdict.numbers.pop("decides") == (
+        "a longer run: if the improvement falls as 1/step, a improves by less than 2% after about "
+        "2,500 steps"
+    )
+    _assert_numbers(
+        verdict.numbers,
+        {"still_improving": {"a": 0.1, "b": 0.05}, "converged_after_steps": 2500},
+    )
 
 
 # ------------------------------------------------------------------------------ the gap gate
@@ -248,11 +262,16 @@ def test_the_gap_gate_names_the_comparisons_it_cannot_test() -> None:
     gate = checks.unsettled(
         {"a": ([], []), "b": (candidate, baseline), "c": ([], [])}, "validation NLL"
     )
-    assert gate is not None and gate.numbers == {"gap_untested": ["a", "c"]}
+    decides = (
+        "runs of both methods with the same seeds, validated at least three times over the last "
+        "50% of their steps"
+    )
+    assert gate is not None
+    assert gate.numbers == {"gap_untested": ["a", "c"], "decides": decides}
     assert gate.evidence == (
         "not measurable in this profile: the validation NLL gap's trend cannot be tested in a, "
         "c (too few validation points in the last 50% of the steps, or no two runs of the same "
-        "seed)"
+        f"seed); what would decide it: {decides}"
     )
 
 
@@ -265,14 +284,14 @@ def test_at_least_as_good_holds_a_mean_exactly_at_the_margin() -> None:
     assert verdict.status == REPRODUCED
     assert verdict.evidence == (
         "entmax15 80.00 ± 1.00 (n=3) vs softmax 81.00 ± 1.00 (n=3): worse by 1.000000 "
-        "(margin 1.0); Welch one-sided p = 0.144 for 'entmax15 worse'"
+        "(margin 1); Welch one-sided p = 0.144 for 'entmax15 worse'"
     )
     _assert_numbers(verdict.numbers, {"gap": -1.0, "p": P_ONE_BELOW, "margin": 1.0})
 
 
 @pytest.mark.parametrize(
     ("shift", "words"),
-    [(0.0, "better by 0.00 (margin 1.0)"), (0.5, "better by 0.50 (margin 1.0)")],
+    [(0.0, "better by 0.00 (margin 1)"), (0.5, "better by 0.50 (margin 1)")],
 )
 def test_at_least_as_good_says_better_for_a_mean_not_below(shift: float, words: str) -> None:
     candidate = [80.0 + shift, 81.0 + shift, 82.0 + shift]
@@ -286,7 +305,7 @@ def test_nearly_as_good_holds_a_candidate_trailing_by_exactly_the_margin() -> No
     assert verdict.status == REPRODUCED
     assert verdict.evidence == (
         "entmax15 80.00 ± 1.00 (n=3) vs softmax 81.00 ± 1.00 (n=3): worse by 1.000000 (nearly: at "
-        "most 1.0 worse); Welch one-sided p = 0.500 for 'entmax15 more than 1.0 worse'"
+        "most 1 worse); Welch one-sided p = 0.500 for 'entmax15 more than 1 worse'"
     )
     _assert_numbers(verdict.numbers, {"gap": -1.0, "p": 0.5, "margin": 1.0})
 
@@ -305,7 +324,7 @@ def test_worse_by_at_most_holds_a_gap_exactly_at_its_largest() -> None:
     assert verdict.status == REPRODUCED
     assert verdict.evidence == (
         "entmax15 78.00 ± 1.00 (n=3) vs softmax 80.00 ± 1.00 (n=3): worse by 2.000000 (a little: "
-        "at most 2.0); Welch one-sided p = 0.035 for 'entmax15 worse'"
+        "at most 2); Welch one-sided p = 0.035 for 'entmax15 worse'"
     )
     _assert_numbers(verdict.numbers, {"gap": -2.0, "p": P_TWO_BELOW, "largest_gap": 2.0})
 
@@ -398,6 +417,12 @@ def test_mean_at_most_includes_its_bound(values: list[float], status: str, words
 # ------------------------------------------------------------------------------ rounds
 # Five rounds: the quartiles (inclusive method) are the second and the fourth smallest.
 
+# What decides rounds that straddle a bound: rounds with less spread, not more of them.
+QUIETER = (
+    "timing rounds with less spread (a machine without other work, or a GPU profile); more "
+    "rounds estimate the interquartile range better but do not narrow it"
+)
+
 
 @pytest.mark.parametrize(
     ("rounds", "status"),
@@ -426,8 +451,9 @@ def test_ratio_near_one_names_the_edge_its_rounds_straddle(rounds: list[float], 
     assert verdict.status == NOT_MEASURABLE
     assert verdict.evidence.endswith(
         f"; the rounds' interquartile range straddles {edge}: the rounds cannot tell whether the "
-        "ratio is within the band"
+        f"ratio is within the band; what would decide it: {QUIETER}"
     )
+    assert verdict.numbers.pop("decides") == QUIETER
     _assert_numbers(
         verdict.numbers,
         {"median": rounds[2], "quartiles": [rounds[1], rounds[3]], "rounds": rounds},
@@ -458,6 +484,8 @@ def test_ratio_near_one_records_its_rounds() -> None:
 def test_ratio_at_least_counts_its_floor_as_reached(rounds: list[float], status: str) -> None:
     verdict = checks.ratio_at_least(rounds, 1.5, "ratio")
     assert verdict.status == status
+    if status == NOT_MEASURABLE:
+        assert verdict.numbers.pop("decides") == QUIETER
     _assert_numbers(
         verdict.numbers,
         {"median": rounds[2], "quartiles": [rounds[1], rounds[3]], "rounds": rounds, "floor": 1.5},
@@ -469,7 +497,7 @@ def test_ratio_at_least_says_where_its_rounds_straddle_the_floor() -> None:
     assert verdict.evidence == (
         "a/b tokens/s median 1.40 (IQR 1.200–1.500) over 5 rounds; at least 1.5 needed; the "
         "rounds' interquartile range straddles 1.5: the rounds cannot tell on which side the "
-        "ratio lies"
+        f"ratio lies; what would decide it: {QUIETER}"
     )
 
 
@@ -487,10 +515,10 @@ def test_lowest_records_the_tie_it_cannot_break() -> None:
     rounds = {"a": [0.5, 0.6, 0.7, 0.8, 0.9], "b": [0.7, 0.8, 0.9, 1.0, 1.1], "c": [2.0] * 5}
     verdict = checks.lowest(rounds, "a", "train speed")
     assert verdict.status == NOT_MEASURABLE
-    assert verdict.numbers == {"order": ["a", "b", "c"], "tie": ["a", "b"]}
+    assert verdict.numbers == {"order": ["a", "b", "c"], "tie": ["a", "b"], "decides": QUIETER}
     assert verdict.evidence.endswith(
         "; a and b are within the rounds' spread (their interquartile ranges overlap): the "
-        "rounds cannot tell which is slower"
+        f"rounds cannot tell which is slower; what would decide it: {QUIETER}"
     )
 
 
@@ -501,10 +529,20 @@ CHECKS_AND_THEIR_RESULTS = [
     (lambda r: nmt_checks.bleu_at_least_as_good(r, ["entmax15"], "softmax", 1.0), "bleu"),
     (lambda r: nmt_checks.bleu_a_little_below(r, "sparsemax", "softmax", 4.1), "bleu"),
     (lambda r: nmt_checks.speed_near_softmax(r, "topk", 0.1, 0.1), "speed"),
+    (lambda r: nmt_checks.trains_at_least(r, "entmax15", 0.82), "speed"),
     (lambda r: nmt_checks.decodes_faster(r, "topk", "sparsemax", 1.5), "speed"),
     (lambda r: nmt_checks.slowest(r, "entmax_alpha"), "speed"),
     (lambda r: nmt_checks.alpha_modes(r, ["encoder"], ["decoder"], 1.5, 1.2), "alphas"),
     (lambda r: nmt_checks.heads_dense_then_sparse(r, 0.1, 0.35, 100), "alphas"),
+    (
+        lambda r: nmt_checks.heads_dense_then_sparse(
+            Results(missing=r.missing, alpha_trajectories=[[(50, [1.5]), (100, [1.5])]]),
+            0.1,
+            0.35,
+            100,
+        ),
+        "target_tokens",
+    ),
     (lambda r: nmt_checks.sparse_heads_more_diverse(r, ["entmax15"], "softmax"), "heads"),
     (lambda r: nmt_checks.head_roles_exist(r, "entmax_alpha", ["bpe"], ["softmax"]), "heads"),
     (lambda r: nmt_checks.roles_more_confident(r, "entmax_alpha", "softmax", ["bpe"]), "heads"),
@@ -512,8 +550,11 @@ CHECKS_AND_THEIR_RESULTS = [
         lambda r: nmt_checks.roles_more_confident(r, "entmax_alpha", "softmax", ["bpe"]),
         "role_confidence",
     ),
-    (lambda r: nmt_checks.adaptive_sparsity(r, "entmax_alpha", "entmax15", "topk", 1), "heads"),
-    (lambda r: nmt_checks.adaptive_sparsity(r, "entmax_alpha", "entmax15", "topk", 1), "density"),
+    (lambda r: nmt_checks.adaptive_sparsity(r, "entmax_alpha", "entmax15", "topk", 0.5), "heads"),
+    (
+        lambda r: nmt_checks.adaptive_sparsity(r, "entmax_alpha", "entmax15", "topk", 0.5),
+        "density",
+    ),
     (
         lambda r: lvm_checks.marginalization_matches_dense(
             r, "ssvae", "accuracy", "sparsemax", "dense", 0.01, 10
@@ -521,10 +562,12 @@ CHECKS_AND_THEIR_RESULTS = [
         "ssvae",
     ),
     (lambda r: lvm_checks.methods_below(r, "ssvae", "accuracy", ["sfe"], "dense"), "ssvae"),
-    (lambda r: lvm_checks.nll_at_or_below(r, "bits", ["sparsemap"], "sfe", 0.1, [8]), "bits"),
-    (lambda r: lvm_checks.calls_fall(r, ["ssvae"], "sparsemax"), "lvm_calls"),
+    (lambda r: lvm_checks.nll_at_or_below(r, "bits", ["sparsemap"], ["sfe"], 0.1, [8]), "bits"),
+    (lambda r: lvm_checks.calls_fall(r, "ssvae", "sparsemax", 1.5), "lvm_calls"),
     (lambda r: ape_checks.ape_below_do_nothing(r, ["bert"], "test"), "ape"),
     (lambda r: ape_checks.ape_above_do_nothing(r, ["bert"], "test"), "ape"),
+    (lambda r: ape_checks.ape_bleu_above_do_nothing(r, ["bert"], "test"), "ape"),
+    (lambda r: ape_checks.ape_bleu_above_do_nothing(r, ["bert"], "test"), "ape_bleu"),
     (lambda r: ape_checks.ape_ter_below(r, "bert", ["dual"], "test"), "ape"),
     (lambda r: ape_checks.ape_best_of(r, "bert", ["dual"], "test", 1.0), "ape"),
     (lambda r: ape_checks.ape_nearly_as_good(r, "bert", "dual", "test", 1.0), "ape"),
@@ -611,7 +654,10 @@ def test_alpha_modes_judges_every_attention_type_it_can() -> None:
     verdict = nmt_checks.alpha_modes(
         _modes_results(), ["encoder"], ["constant", "decoder"], 1.5, 1.2
     )
-    assert verdict.numbers["constant"] == {"status": NOT_MEASURABLE}
+    assert verdict.numbers["constant"] == {
+        "status": NOT_MEASURABLE,
+        "decides": "at least 4 learned α in constant, not all equal (more layers, heads or seeds)",
+    }
     for kind in ("encoder", "decoder"):
         assert verdict.numbers[kind].keys() == {"status", "dip", "p_unimodal", "modes"}
     assert verdict.numbers["encoder"]["status"] == REPRODUCED
@@ -661,25 +707,51 @@ def test_the_alpha_gate_gives_both_of_its_reasons() -> None:
         "not measurable in this profile: over the last 20% of the steps α still moves by "
         f"{_alpha_move(1.3, 1.5):.3f} on average per head (read in its logit; settled: at most "
         "0.02) and its heads still drift together (seed #0: 6 of 6 heads rose (p = 0.031); "
-        "p < 0.05); a longer profile decides it"
+        "p < 0.05); what would decide it: a longer run: if α's move falls as 1/step, it settles "
+        # a move over the last fifth of 1000 steps falling as 1/step: 0.02 at 1000 × move / 0.02
+        f"after about {1000 * _alpha_move(1.3, 1.5) / 0.02:,.0f} steps, and its heads no longer "
+        "drift one way together"
+    )
+
+
+def _dense_then_sparse(trajectory: list, tokens: list[float], steps: list[float]) -> Results:
+    """One α trajectory, and runs of α-entmax on corpus "s" that trained ``tokens`` target tokens
+    in ``steps`` steps (their validation curves end there)."""
+    return Results(
+        alpha_trajectories=[trajectory],
+        target_tokens={"s": {"entmax_alpha": tokens}},
+        valid_nll={"s": {"entmax_alpha": [[(n / 2, 2.0), (n, 1.9)] for n in steps]}},
     )
 
 
 def test_dense_then_sparse_is_judged_at_exactly_its_length_with_its_magnitudes() -> None:
-    """Dips / rebounds: head 0 0.2 / 0.4, head 1 0.12 / 0.5, head 2 0.2 / 0.32, head 3 none.
-    At a dip of 0.15 and a rebound of 0.3 heads 0 and 2 count; at 0.15 and 0.39 head 0 alone."""
+    """Dips / rebounds: head 0 0.2 / 0.4, head 1 0.12 / 0.5, head 2 0.2 / 0.32, head 3 none;
+    α then stays (from 150 to 1000 steps: settled). At a dip of 0.15 and a rebound of 0.3 heads 0
+    and 2 count; at 0.15 and 0.39 head 0 alone. The run trained 8000 target tokens in 1000
+    steps: judged after 8000, not after 8001 (which 1000 × 8001 / 8000 steps would reach)."""
+    after = [1.7, 1.88, 1.62, 1.5]
     trajectory = [
         (50, [1.5, 1.5, 1.5, 1.5]),
         (100, [1.3, 1.38, 1.3, 1.5]),
-        (150, [1.7, 1.88, 1.62, 1.5]),
+        (150, after),
+        (800, after),
+        (1000, after),
     ]
-    results = Results(alpha_trajectories=[trajectory])
-    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.3, judged_after_steps=150)
+    results = _dense_then_sparse(trajectory, [8000.0], [1000])
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.3, 8000)
     assert verdict.status == REPRODUCED and verdict.numbers == {"per_seed": [2]}
-    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, judged_after_steps=150)
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, 8000)
     assert verdict.status == REPRODUCED and verdict.numbers == {"per_seed": [1]}
-    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, judged_after_steps=151)
-    assert verdict.status == NOT_MEASURABLE and verdict.numbers == {"steps": [150]}
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, 8001)
+    assert verdict.status == NOT_MEASURABLE
+    _assert_numbers(
+        verdict.numbers,
+        {
+            "target_tokens": [8000],
+            "steps_needed": 1000.125,
+            "decides": "a run of about 1,000 steps of this run's batches",
+        },
+    )
 
 
 def _js(*means: float) -> list[dict[str, float | None]]:
@@ -689,7 +761,10 @@ def _js(*means: float) -> list[dict[str, float | None]]:
 def test_head_diversity_judges_each_variant_with_an_analysis() -> None:
     results = Results(js={"entmax15": _js(0.4, 0.41, 0.39), "softmax": _js(0.2, 0.21, 0.19)})
     verdict = nmt_checks.sparse_heads_more_diverse(results, ["sparsemax", "entmax15"], "softmax")
-    assert verdict.numbers["sparsemax"] == {"status": NOT_MEASURABLE}
+    assert verdict.numbers["sparsemax"] == {
+        "status": NOT_MEASURABLE,
+        "decides": "a head analysis of sparsemax and softmax",
+    }
     assert verdict.numbers["entmax15"]["status"] == REPRODUCED
     assert "entmax15: softmax 0.20 ± 0.01 (n=3) vs entmax15 0.40" in verdict.evidence
     alone = Results(js={"entmax15": _js(0.4, 0.41, 0.39)})
@@ -754,10 +829,20 @@ def test_adaptive_sparsity_names_what_each_part_compares() -> None:
             "topk": seeds([0.5, 0.5, 0.5], [0.0, 0.0, 0.0]),
         }
     )
-    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 1.0)
-    assert "sparse: entmax_alpha 0.50 ± 0.00 (n=3) vs dense 1.00" in verdict.evidence
-    assert "per head: entmax15 head-density sd 0.00" in verdict.evidence
-    assert "per input: topk within-length sd 0.00 ± 0.00 (n=3) vs entmax_alpha" in verdict.evidence
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 0.5)
+    # keys at 0: 1 - 0.5 in both; within-length sd 0.2 (mean of 0.1, 0.2, 0.3) against 0.1
+    assert (
+        "sparse: keys at 0 0.500 ± 0.000 (n=3) vs 0.5 × 0.500 ± 0.000 (n=3) = 0.250; "
+        in verdict.evidence
+    )
+    assert "; per head: entmax15 head-density sd 0.00 ± 0.00 (n=3) vs entmax_alpha" in (
+        verdict.evidence
+    )
+    assert (
+        "; per input: against entmax15: within-length density sd 0.200 ± 0.000 (n=3) vs 0.5 × "
+        "0.100 ± 0.000 (n=3) = 0.050; against topk: topk within-length sd 0.00 ± 0.00 (n=3) vs "
+        "entmax_alpha within-length sd 0.20 ± 0.00 (n=3)"
+    ) in verdict.evidence
 
 
 # ------------------------------------------------------------------------------ latent variables
@@ -804,10 +889,11 @@ def test_nll_at_or_below_judges_each_latent_size_on_its_own_runs() -> None:
             }
         }
     )
-    verdict = lvm_checks.nll_at_or_below(results, "bits", ["sparsemap"], "sfe", 0.1, [2, 4])
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["sparsemap"], ["sfe"], 0.1, [2, 4])
     assert verdict.numbers["D=2"] == {
         "status": NOT_MEASURABLE,
         "unsettled": ["sfe seed #0 fell 0.50"],
+        "decides": "more importance samples per test example (the thesis: 1,024)",
     }
     part = verdict.numbers["D=4 sparsemap"]
     assert part["status"] == REPRODUCED and part["gap"] == pytest.approx(0.3)
@@ -819,7 +905,7 @@ def test_nll_at_or_below_judges_each_latent_size_on_its_own_runs() -> None:
 def test_calls_fall_compares_the_first_and_the_last_fifth_of_each_curve() -> None:
     """Decoder calls 200/step, validated every 10 of 100 steps: the first fifth holds steps
     10-30 (20, 10, 6.67), the last 90-100 (2.22, 2); seeds are offset by 0, 0.1, 0.2. An
-    experiment without curves is skipped, one without the method in its grid too."""
+    experiment without curves, or without the method in its grid, is not measurable."""
     curves = [[(s, 200 / s + offset) for s in range(10, 101, 10)] for offset in (0.0, 0.1, 0.2)]
     first, last = (20 + 10 + 200 / 30) / 3 + 0.1, (200 / 90 + 2) / 2 + 0.1
     runs = {"sparsemax": [{"accuracy": 0.9}] * 3}
@@ -827,15 +913,17 @@ def test_calls_fall_compares_the_first_and_the_last_fifth_of_each_curve() -> Non
         lvm={"ssvae": runs, "game": runs, "other": {}},
         lvm_calls={"game": {"sparsemax": curves}, "other": {"sparsemax": curves}},
     )
-    verdict = lvm_checks.calls_fall(results, ["ssvae", "game", "other"], "sparsemax")
-    assert verdict.numbers["ssvae"]["status"] == NOT_MEASURABLE
-    assert verdict.numbers["other"]["status"] == NOT_MEASURABLE
-    assert "other: other: no sparsemax in the grid" in verdict.evidence
-    assert verdict.numbers["game"]["status"] == REPRODUCED
-    assert (
-        f"game: sparsemax calls, last fifth {last:.2f} ± 0.10 (n=3) vs first fifth {first:.2f} "
+    verdict = lvm_checks.calls_fall(results, "ssvae", "sparsemax", 2.5)
+    assert verdict.status == NOT_MEASURABLE
+    verdict = lvm_checks.calls_fall(results, "other", "sparsemax", 2.5)
+    assert verdict.status == NOT_MEASURABLE
+    assert verdict.evidence.startswith("other: no sparsemax in the grid")
+    verdict = lvm_checks.calls_fall(results, "game", "sparsemax", 2.5)
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence.startswith(
+        f"falls: sparsemax calls, last fifth {last:.2f} ± 0.10 (n=3) vs first fifth {first:.2f} "
         "± 0.10 (n=3)"
-    ) in verdict.evidence
+    )
 
 
 # ------------------------------------------------------------------------------ APE
@@ -845,7 +933,10 @@ def test_ape_needs_every_system_scored() -> None:
     results = Results(ape={"bert": {"test": [20.0, 21.0, 22.0]}}, ape_do_nothing={"test": 25.0})
     verdict = ape_checks.ape_below_do_nothing(results, ["bert", "dual"], "test")
     assert verdict.status == NOT_MEASURABLE
-    assert verdict.evidence == "no dual scored on test in the APE grid"
+    assert verdict.evidence == (
+        "no dual scored on test in the APE grid; what would decide it: an APE grid that trains "
+        "and scores dual on test"
+    )
 
 
 def test_ape_convergence_is_read_as_a_perplexity() -> None:
@@ -923,8 +1014,10 @@ def test_role_confidence_needs_both_models_confidences() -> None:
         },
     )
     verdict = nmt_checks.roles_more_confident(results, "entmax_alpha", "softmax", ["a", "b"])
+    decides = "a corpus with queries for the role (questions; words split by BPE)"
     assert verdict.evidence == (
-        "a: the corpus cannot show this role; b: the corpus cannot show this role"
+        f"a: the corpus cannot show this role; what would decide it: {decides}; b: the corpus "
+        f"cannot show this role; what would decide it: {decides}"
     )
 
 
@@ -940,16 +1033,15 @@ def test_adaptive_sparsity_waits_while_a_compared_model_catches_up() -> None:
         },
         valid_nll={"smoke": {v: [FLAT] * 3 for v in ("entmax_alpha", "entmax15", "topk")}},
     )
+    # keys at 0: 0.5 against 1.0 × 0.5 (at its share exactly); within-length sd 0.2 against 0.1
     verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 1.0)
-    assert [verdict.numbers[part]["status"] for part in ("per head", "per input")] == [
-        REPRODUCED,
-        REPRODUCED,
-    ]
+    assert verdict.status == REPRODUCED
     results.valid_nll["smoke"]["entmax_alpha"] = [CLOSING] * 3
     verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 1.0)
-    assert verdict.numbers["sparse"]["status"] == REPRODUCED  # no comparison with a model
-    for part in ("per head", "per input"):
+    for part in ("sparse", "per head", "per input"):  # each compares with 1.5-entmax
         assert verdict.numbers[part]["status"] == NOT_MEASURABLE
+    for against in ("entmax15", "topk"):
+        assert verdict.numbers["per input"][f"against {against}"]["status"] == NOT_MEASURABLE
 
 
 def test_nll_at_or_below_waits_for_the_training_loss_to_settle() -> None:
@@ -957,7 +1049,7 @@ def test_nll_at_or_below_waits_for_the_training_loss_to_settle() -> None:
         lvm={"bits": {"sparsemap": [_bits(1.0, 4)] * 3, "sfe": [_bits(1.4, 4)] * 3}},
         lvm_curves={"bits": {"sparsemap": [FALLING] * 3, "sfe": [FLAT] * 3}},
     )
-    verdict = lvm_checks.nll_at_or_below(results, "bits", ["sparsemap"], "sfe", 0.1, [4])
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["sparsemap"], ["sfe"], 0.1, [4])
     assert verdict.status == NOT_MEASURABLE and "runs still improve" in verdict.evidence
 
 
@@ -977,9 +1069,16 @@ def test_paired_results_of_different_lengths_are_refused() -> None:
         nmt_checks.decodes_faster(Results(speed=speed), "topk", "sparsemax", 1.5)
     with pytest.raises(ValueError, match="zip"):
         nmt_checks._alpha_still_moving(Results(alpha_trajectories=[_seed([1.5] * 6, [1.5] * 5)]))
-    trajectory = [(50, [1.5, 1.5]), (100, [1.3])]
+    # α settled between 800 and 1000 (two heads each), one head logged at 50: the heads' series
+    trajectory = [(50, [1.5]), (800, [1.5, 1.5]), (1000, [1.5, 1.5])]
     with pytest.raises(ValueError, match="zip"):
-        nmt_checks.heads_dense_then_sparse(Results(alpha_trajectories=[trajectory]), 0.1, 0.3, 50)
+        nmt_checks.heads_dense_then_sparse(
+            _dense_then_sparse(trajectory, [100.0], [1000]), 0.1, 0.3, 50
+        )
+    # two runs' target tokens, one run's curve
+    results = _dense_then_sparse(trajectory[1:], [100.0, 100.0], [1000])
+    with pytest.raises(ValueError, match="zip"):
+        nmt_checks.heads_dense_then_sparse(results, 0.1, 0.3, 50)
 
 
 # ------------------------------------------------------------------------------ the words
@@ -1046,7 +1145,8 @@ WORDS = [
         lambda: nmt_checks.alpha_modes(_drifting_seeds(), ["encoder"], [], 1.5, 1.2),
         "not measurable in this profile: over the last 20% of the steps its heads still drift "
         "together (seed #0: 7 of 7 heads rose (p = 0.016); seed #1: 7 of 7 heads rose (p = "
-        "0.016); p < 0.025); a longer profile decides it",
+        "0.016); p < 0.025); what would decide it: a longer run: if α's move falls as 1/step, it "
+        "settles after about 1,000 steps, and its heads no longer drift one way together",
     ),
     (
         lambda: nmt_checks.heads_dense_then_sparse(Results(), 0.1, 0.35, 100),
@@ -1054,10 +1154,12 @@ WORDS = [
     ),
     (
         lambda: nmt_checks.heads_dense_then_sparse(
-            Results(alpha_trajectories=[[(50, [1.5]), (150, [1.5])]]), 0.1, 0.35, 151
+            _dense_then_sparse([(50, [1.5]), (150, [1.5])], [100_000.0], [150]), 0.1, 0.35, 150_000
         ),
-        "not measurable in this profile: the α-entmax trained 150 steps; the claim is judged, "
-        "either way, after 151",
+        # 150 steps of 100,000 tokens: 150 × 1.5 = 225 steps reach 150,000
+        "not measurable in this profile: a run of entmax_alpha trained 0.1M target tokens (150 "
+        "steps); the claim is judged, either way, after 0.15M; what would decide it: a run of "
+        "about 225 steps of this run's batches",
     ),
     (
         lambda: nmt_checks.head_roles_exist(
@@ -1066,8 +1168,10 @@ WORDS = [
             ["r", "s"],
             ["b"],
         ),
-        "r: the corpus cannot show this role; s: no model has such a head at these steps (heads "
-        "per seed: a [0], b [0]): the corpus or the training length cannot show the role",
+        "r: the corpus cannot show this role; what would decide it: a corpus with queries for "
+        "the role (questions; words split by BPE); s: no model has such a head at these steps "
+        "(heads per seed: a [0], b [0]): the corpus or the training length cannot show the role; "
+        "what would decide it: a longer run, or a corpus on which some model forms the role",
     ),
     (
         lambda: nmt_checks.roles_more_confident(Results(), "a", "b", ["r"]),
@@ -1117,8 +1221,8 @@ WORDS = [
         "not measurable in this profile: 1 of 1 runs still improve (training loss 16.7% better",
     ),
     (
-        lambda: lvm_checks.calls_fall(Results(lvm={"e": {"a": []}}), ["e"], "a"),
-        "e: no a calls curves",
+        lambda: lvm_checks.calls_fall(Results(lvm={"e": {"a": []}}), "e", "a", 1.5),
+        "no a calls curves; what would decide it: runs that log a's decoder calls",
     ),
     (
         lambda: lvm_checks.marginalization_matches_dense(
@@ -1131,13 +1235,14 @@ WORDS = [
             Results(lvm={"e": {"a": [_bits(1.0, 4, drift=0.5)], "b": [_bits(1.0, 4, drift=0.2)]}}),
             "e",
             ["a"],
-            "b",
+            ["b"],
             0.1,
             [4],
         ),
         "D=4: not measurable in this profile: the importance-sampled NLL has not converged "
         "(bits/dim it fell from a quarter of the samples to all: a seed #0 fell 0.50, b seed #0 "
-        "fell 0.20; settled: at most 0.01); more importance samples decide it",
+        "fell 0.20; settled: at most 0.01); what would decide it: more importance samples per "
+        "test example (the thesis: 1,024)",
     ),
     (
         lambda: ape_checks.ape_below_do_nothing(Results(), ["bert", "dual"], "test"),
@@ -1187,9 +1292,9 @@ def test_the_gap_gate_says_what_moved_by_how_much_and_when_it_would_open() -> No
         "not measurable in this profile: the validation NLL gap still moves in 1 of 1 "
         f"comparisons (a: by {math.expm1(1.0):.1%} in perplexity over the last 50% of the steps, "
         "beyond 2% and a checkpoint's scatter of 0.010 nats; p = 0.032 < 0.05 for a constant "
-        "gap, 4 points): training length, not the method, decides it. If the gap closes as "
-        "1/step (its move over the last half then falls as 1/T), the gate opens after about 505 "
-        "steps"
+        "gap, 4 points): training length, not the method, would decide the comparison; what "
+        "would decide it: a longer run: if the gap closes as 1/step (its move over the last half "
+        "then falls as 1/T), the gate opens after about 505 steps"
     )
 
 
@@ -1201,3 +1306,340 @@ def test_all_of_refuses_no_parts_in_so_many_words() -> None:
 def test_a_unimodal_part_says_one_mode_was_expected() -> None:
     verdict = nmt_checks.alpha_modes(_modes_results(), [], ["decoder"], 1.5, 1.2)
     assert verdict.evidence.endswith("; expected one mode")
+
+
+# ------------------------------------------------------------------------------ what decides it
+# The new code of a62c4d8 and 4744eb6: the seeds a margin needs, the length a claim waits for,
+# shares of 1.5-entmax, the speed floor, decoder calls' bound, several baselines, APE BLEU.
+
+# The seeds a difference d needs at a pooled variance v over g groups: g (z₀.₉₅ + z₀.₈)² v / d²,
+# (z₀.₉₅ + z₀.₈)² = (1.6449 + 0.8416)² = 6.1826, up to the next integer, at least 3.
+
+
+@pytest.mark.parametrize(
+    ("groups", "difference", "seeds"),
+    [
+        # variances 0.5 and 1 (mean 0.75): 2 × 6.1826 × 0.75 / 1² = 9.27, up to 10
+        ([[1.0, 2.0], [1.0, 2.0, 3.0]], 1.0, 10),
+        ([[1.0, 2.0, 3.0]], 1.0, 7),  # one group against a value: 6.18, up to 7
+        ([[1.0, 2.0, 3.0]], -0.5, 25),  # 6.1826 / 0.25 = 24.7, whichever the sign
+        ([[1.0, 1.1], [1.0, 1.1]], 1.0, 3),  # 2 × 6.18 × 0.005 = 0.06: at least 3
+        ([[1.0], [1.0, 2.0]], 1.0, None),  # a group without a spread
+        ([[1.0, 2.0], [1.0, 2.0]], 0.0, None),  # no difference to find
+    ],
+)
+def test_seeds_for_is_the_normal_approximation_at_80_percent_power(
+    groups: list[list[float]], difference: float, seeds: int | None
+) -> None:
+    assert checks.seeds_for(groups, difference) == seeds
+
+
+def test_too_few_seeds_says_how_many_the_margin_needs() -> None:
+    short = checks.too_few_seeds({"a": [1.0, 2.0], "b": [1.0, 2.0, 3.0]}, 1.0)
+    assert short is not None
+    decides = (
+        "about 10 seeds per method (a difference of 1 at the spread of these seeds, one-sided "
+        "p < 0.05 with 80% power)"
+    )
+    assert short.evidence.endswith(f"needs 3; what would decide it: {decides}")
+    assert short.numbers == {"seeds": {"a": 2}, "seeds_needed": 10, "decides": decides}
+    # a difference of 1.2345 prints at 3 significant digits; 2 × 6.18 × 0.75 / 1.524 = 6.08 → 7
+    short = checks.too_few_seeds({"a": [1.0, 2.0], "b": [1.0, 2.0, 3.0]}, 1.2345)
+    assert short is not None and short.numbers["seeds_needed"] == 7
+    assert "about 7 seeds per method (a difference of 1.23 at" in short.evidence
+    # no difference, or a method without a spread: the 3 seeds a spread needs
+    for groups, difference in (({"a": [1.0, 2.0]}, None), ({"a": [1.0], "b": [1.0, 2.0]}, 1.0)):
+        short = checks.too_few_seeds(groups, difference)
+        assert short is not None and short.numbers["seeds_needed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("check", "seeds"),
+    [
+        # the claim's margin (or largest gap) decides: 2 × 6.18 × 0.75 / d²
+        (lambda a, b: checks.at_least_as_good(a, b, 1.0), 10),  # 9.27
+        (lambda a, b: checks.nearly_as_good(a, b, 0.75), 17),  # 16.5
+        (lambda a, b: checks.worse_by_at_most(a, b, 0.5), 38),  # 37.1
+        # the difference measured: |1.5 - 3| = 1.5, 9.27 / 2.25 = 4.1
+        (lambda a, b: checks.significantly_below(a, [2.0, 3.0, 4.0]), 5),
+        # one group against a value, |1.5 - 2|: 6.18 × 0.5 / 0.25 = 12.4
+        (lambda a, b: checks.significantly_below_value(a, 2.0), 13),
+        (lambda a, b: checks.significantly_above_value(a, 1.0), 13),
+    ],
+)
+def test_each_comparison_says_the_seeds_its_difference_needs(
+    check: Callable[[list[float], list[float]], checks.Verdict], seeds: int
+) -> None:
+    verdict = check([1.0, 2.0], [1.0, 2.0, 3.0])
+    assert verdict.status == NOT_MEASURABLE and verdict.numbers["seeds_needed"] == seeds
+
+
+def test_a_comparison_without_values_needs_three_seeds() -> None:
+    for verdict in (
+        checks.significantly_below([], [1.0, 2.0, 3.0]),
+        checks.significantly_below_value([], 1.0),
+    ):
+        assert verdict.status == NOT_MEASURABLE and verdict.numbers["seeds_needed"] == 3
+
+
+def test_unconverged_estimates_the_steps_of_the_run_that_improves_most() -> None:
+    """b improves 10% over the last fifth of 1000 steps, a 5% of 500: b, after 1000 × 5."""
+    curves = {"a": [(400, 10.0), (500, 9.5)], "b": [(800, 10.0), (1000, 9.0)]}
+    verdict = checks.unconverged(curves, "loss")
+    assert verdict is not None
+    assert verdict.numbers["converged_after_steps"] == pytest.approx(5000)
+    assert verdict.evidence.endswith("b improves by less than 2% after about 5,000 steps")
+
+
+def test_dense_then_sparse_waits_for_its_shortest_run() -> None:
+    """Runs of 6000 and 9000 tokens on corpus a (750 and 1000 steps), 4000 on b (500 steps),
+    judged after 8000: the shortest, 4000 tokens in 500 steps, needs 500 × 8000 / 4000 = 1000
+    steps (the other short one 750 × 8000 / 6000 = 1000 too, the longest 1000 × 8000 / 9000);
+    softmax's runs are not read."""
+    settled = [(50, [1.5]), (800, [1.5]), (1000, [1.5])]
+    results = Results(
+        alpha_trajectories=[settled],
+        target_tokens={
+            "a": {"entmax_alpha": [6000.0, 9000.0], "softmax": [1.0]},
+            "b": {"entmax_alpha": [4000.0]},
+        },
+        valid_nll={
+            "a": {"entmax_alpha": [[(750, 2.0)], [(1000, 2.0)]], "softmax": [[(1, 2.0)]]},
+            "b": {"entmax_alpha": [[(500, 2.0)]]},
+        },
+    )
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.1, 0.35, 8000)
+    assert verdict.status == NOT_MEASURABLE
+    assert verdict.evidence == (
+        "not measurable in this profile: a run of entmax_alpha trained 0.004M target tokens (500 "
+        "steps); the claim is judged, either way, after 0.008M; what would decide it: a run of "
+        "about 1,000 steps of this run's batches"
+    )
+    _assert_numbers(
+        verdict.numbers,
+        {
+            "target_tokens": [6000, 9000, 4000],
+            "steps_needed": 1000,
+            "decides": "a run of about 1,000 steps of this run's batches",
+        },
+    )
+    # 4000 tokens in 100 steps: 200 steps; the 6000-token run needs 1000, the lowest tokens decide
+    results.valid_nll["b"]["entmax_alpha"] = [[(100, 2.0)]]
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.1, 0.35, 8000)
+    assert verdict.numbers["steps_needed"] == pytest.approx(200)
+    verdict = nmt_checks.heads_dense_then_sparse(results, 0.1, 0.35, 4000)
+    assert verdict.status == NOT_REPRODUCED  # α never moved; every run long enough
+
+
+def test_dense_then_sparse_needs_the_runs_target_tokens() -> None:
+    verdict = nmt_checks.heads_dense_then_sparse(
+        Results(alpha_trajectories=[[(50, [1.5]), (100, [1.5])]]), 0.1, 0.35, 100
+    )
+    assert verdict.evidence == (
+        "no entmax_alpha run with its target tokens; what would decide it: an NMT grid with "
+        "entmax_alpha"
+    )
+
+
+def test_dense_then_sparse_waits_for_alpha_to_settle() -> None:
+    """Long enough, but α rose from 1.3 to 1.5 over the last fifth."""
+    trajectory = [(50, [1.5] * 6), (800, [1.3] * 6), (1000, [1.5] * 6)]
+    verdict = nmt_checks.heads_dense_then_sparse(
+        _dense_then_sparse(trajectory, [8000.0], [1000]), 0.1, 0.1, 8000
+    )
+    assert verdict.status == NOT_MEASURABLE and "α still moves by" in verdict.evidence
+
+
+@pytest.mark.parametrize(
+    ("values", "status"),
+    [([0.3] * 3, REPRODUCED), ([0.29] * 3, NOT_REPRODUCED)],  # 0.5 × 0.6 = 0.3 exactly
+)
+def test_a_share_of_a_reference_includes_its_bound(values: list[float], status: str) -> None:
+    verdict = nmt_checks._share_at_least(values, [0.6] * 3, 0.5, "keys at 0")
+    assert verdict.status == status
+    assert verdict.evidence == (
+        f"keys at 0 {values[0]:.3f} ± 0.000 (n=3) vs 0.5 × 0.600 ± 0.000 (n=3) = 0.300"
+    )
+    _assert_numbers(verdict.numbers, {"mean": values[0], "reference": 0.6, "share": 0.5})
+
+
+def test_a_share_of_a_reference_needs_three_seeds_of_each() -> None:
+    for values, reference, short in (
+        ([0.3] * 2, [0.6] * 3, "keys at 0: 2;"),
+        ([0.3] * 3, [0.6] * 2, "reference keys at 0: 2;"),
+    ):
+        verdict = nmt_checks._share_at_least(values, reference, 0.5, "keys at 0")
+        assert verdict.status == NOT_MEASURABLE and f"seeds per method {short}" in verdict.evidence
+
+
+def _densities(heads: list[list[float]], within: list[list[float | None]]) -> list[dict]:
+    return [{"heads": h, "within_length_sd": w} for h, w in zip(heads, within, strict=True)]
+
+
+def test_adaptive_sparsity_without_a_trained_top_k_tests_against_its_closed_form() -> None:
+    """Top-k not trained: its within-length sd is 0 by its closed form; α-entmax's seeds 0.1,
+    0.2, 0.3 (a None left out) are above it at t = 2√3, p = 0.037. 1.5-entmax leaves 0.5 of the
+    keys at 0 and spreads 0.3 within a length: at a share of 0.5, α-entmax's 0.25 of the keys
+    and 0.2 of spread reach 0.25 (exactly) and 0.15; at a share of 0.6 the keys (0.3) fail."""
+    results = Results(
+        density={
+            "entmax_alpha": _densities([[0.5, 1.0]] * 3, [[0.1, None], [0.2], [0.3]]),
+            "entmax15": _densities([[0.5, 0.5]] * 3, [[0.3]] * 3),
+        }
+    )
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 0.5)
+    assert verdict.status == REPRODUCED
+    assert (
+        "against topk: entmax_alpha within-length sd 0.20 ± 0.10 (n=3) vs topk (closed form, "
+        "untrained) 0.00: one-sample t-test one-sided p = 0.037 for 'entmax_alpha within-length "
+        "sd above topk (closed form, untrained)'"
+    ) in verdict.evidence
+    numbers = verdict.numbers
+    assert numbers["per input"]["against topk"]["p"] == pytest.approx(P_AGAINST_VALUE)
+    _assert_numbers(
+        {k: v for k, v in numbers["sparse"].items() if k != "status"},
+        {"mean": 0.25, "reference": 0.5, "share": 0.5},
+    )
+    _assert_numbers(
+        {k: v for k, v in numbers["per input"]["against entmax15"].items() if k != "status"},
+        {"mean": 0.2, "reference": 0.3, "share": 0.5},
+    )
+    verdict = nmt_checks.adaptive_sparsity(results, "entmax_alpha", "entmax15", "topk", 0.6)
+    assert verdict.numbers["sparse"]["status"] == NOT_REPRODUCED  # 0.25 < 0.3
+    assert verdict.numbers["per input"]["status"] == REPRODUCED  # 0.2 ≥ 0.18
+
+
+def test_trains_at_least_reads_the_training_rounds_of_its_variant() -> None:
+    speed = {
+        "entmax15": {"train": [0.8, 0.82, 0.85, 0.9, 0.95], "inference": [0.1] * 5},
+        "softmax": {"train": [1.0] * 5},
+    }
+    verdict = nmt_checks.trains_at_least(Results(speed=speed), "entmax15", 0.82)
+    assert verdict.status == REPRODUCED  # the first quartile, 0.82, at the floor
+    assert verdict.evidence == (
+        "entmax15 training tokens/s ratio median 0.85 (IQR 0.820–0.900) over 5 rounds; at least "
+        "0.82 needed"
+    )
+    for absent in ({}, {"entmax15": {"inference": [1.0] * 5}}, {"entmax15": {"train": []}}):
+        verdict = nmt_checks.trains_at_least(Results(speed=absent), "entmax15", 0.82)
+        assert verdict.status == NOT_MEASURABLE
+        assert verdict.evidence == (
+            "entmax15 not timed in training; what would decide it: the speed stage timing entmax15"
+        )
+
+
+def _calls_results() -> Results:
+    """Decoder calls 20, 10, 6 over the first fifth (steps 10-30) and 2 over the last (90-100),
+    seeds offset by -0.5, 0, 0.5: a mean of 2 in the last fifth."""
+    values = [20.0, 10.0, 6.0, 4.0, 3.0, 3.0, 3.0, 3.0, 2.0, 2.0]
+    curves = [[(10 * (i + 1), v + o) for i, v in enumerate(values)] for o in (-0.5, 0.0, 0.5)]
+    return Results(
+        lvm={"game": {"sparsemax": [{"accuracy": 0.9}] * 3}},
+        lvm_calls={"game": {"sparsemax": curves}},
+    )
+
+
+@pytest.mark.parametrize(("bound", "status"), [(2.0, REPRODUCED), (1.99, NOT_REPRODUCED)])
+def test_calls_fall_needs_the_last_fifth_at_most_its_bound(bound: float, status: str) -> None:
+    verdict = lvm_checks.calls_fall(_calls_results(), "game", "sparsemax", bound)
+    assert verdict.status == status
+    assert verdict.numbers["falls"]["status"] == REPRODUCED
+    assert verdict.numbers["very sparse"] == {
+        "status": status,
+        "values": [1.5, 2.0, 2.5],
+        "bound": bound,
+    }
+    side = "at most" if status == REPRODUCED else "above"
+    assert verdict.evidence.endswith(
+        f"very sparse: sparsemax calls, last fifth 2.00 ± 0.50 (n=3) ({side} {bound:g})"
+    )
+
+
+def test_calls_fall_waits_for_the_methods_training_loss() -> None:
+    results = _calls_results()
+    results.lvm_curves["game"] = {"sparsemax": [FALLING] * 3}
+    verdict = lvm_checks.calls_fall(results, "game", "sparsemax", 2.0)
+    assert verdict.status == NOT_MEASURABLE and "runs still improve" in verdict.evidence
+
+
+def _several_baselines() -> Results:
+    """D = 4: gumbel 1.1, sfe 1.4, nvil 0.6 (sd 0.1 each); nvil's fourth run collapsed."""
+    return Results(
+        lvm={
+            "bits": {
+                "gumbel": [_bits(v, 4) for v in (1.0, 1.1, 1.2)],
+                "sfe": [_bits(v, 4) for v in (1.3, 1.4, 1.5)],
+                "nvil": [_bits(v, 4) for v in (0.5, 0.6, 0.7)] + [_bits(0.0, 4, kl=0.5)],
+            }
+        }
+    )
+
+
+def test_nll_at_or_below_judges_each_candidate_against_each_baseline() -> None:
+    verdict = lvm_checks.nll_at_or_below(
+        _several_baselines(), "bits", ["gumbel"], ["sfe", "nvil"], 0.1, [4]
+    )
+    assert verdict.numbers.keys() == {"D=4 gumbel vs sfe", "D=4 gumbel vs nvil"}
+    assert verdict.numbers["D=4 gumbel vs sfe"]["status"] == REPRODUCED
+    assert verdict.numbers["D=4 gumbel vs sfe"]["gap"] == pytest.approx(0.3)
+    assert verdict.numbers["D=4 gumbel vs nvil"]["gap"] == pytest.approx(-0.5)
+    assert verdict.status == NOT_REPRODUCED
+    assert verdict.evidence.startswith("fails for D=4 gumbel vs nvil — ")
+    assert (
+        "D=4 gumbel vs nvil: gumbel 1.10 ± 0.10 (n=3) vs nvil 0.60 ± 0.10 (n=3): worse by 0.50 "
+        "(margin 0.1)"
+    ) in verdict.evidence
+    assert "(left out as collapsed, KL < 1.0 nat: gumbel seeds [], nvil seeds [3])" in (
+        verdict.evidence
+    )
+    assert "gumbel seeds [], sfe seeds [])" not in verdict.evidence
+
+
+def test_nll_at_or_below_needs_every_baseline_settled_and_in_the_grid() -> None:
+    results = _several_baselines()
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["gumbel"], ["sfe", "x"], 0.1, [4])
+    assert verdict.evidence.startswith("bits: no x in the grid")
+    results.lvm_curves["bits"] = {"nvil": [FALLING]}
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["gumbel"], ["sfe", "nvil"], 0.1, [4])
+    assert verdict.status == NOT_MEASURABLE and "runs still improve" in verdict.evidence
+    results = _several_baselines()
+    results.lvm["bits"]["nvil"][0] = _bits(0.5, 4, drift=0.5)
+    verdict = lvm_checks.nll_at_or_below(results, "bits", ["gumbel"], ["sfe", "nvil"], 0.1, [4])
+    assert verdict.numbers["D=4"]["unsettled"] == ["nvil seed #0 fell 0.50"]
+
+
+def _ape_bleu() -> Results:
+    """TER that would fail above do-nothing (21 against 25), BLEU 6 ± 1 against 4."""
+    return Results(
+        ape=SCORED,
+        ape_do_nothing={"test": 25.0},
+        ape_bleu={"bert": {"test": [5.0, 6.0, 7.0]}},
+        ape_do_nothing_bleu={"test": 4.0},
+    )
+
+
+def test_ape_bleu_reads_bleu_against_the_mt_outputs_bleu() -> None:
+    verdict = ape_checks.ape_bleu_above_do_nothing(_ape_bleu(), ["bert"], "test")
+    assert verdict.status == REPRODUCED
+    assert verdict.evidence == (
+        "bert: bert BLEU 6.00 ± 1.00 (n=3) vs do nothing 4.00: one-sample t-test one-sided p = "
+        "0.037 for 'bert BLEU above do nothing'"
+    )
+    assert ape_checks.ape_above_do_nothing(_ape_bleu(), ["bert"], "test").status == NOT_REPRODUCED
+    verdict = ape_checks.ape_below_do_nothing(_ape_bleu(), ["bert"], "test")
+    assert "bert: bert TER 21.00 ± 1.00 (n=3) vs do nothing 25.00" in verdict.evidence
+
+
+def test_ape_bleu_needs_its_own_scores() -> None:
+    results = _ape_bleu()
+    results.ape_do_nothing_bleu.clear()
+    verdict = ape_checks.ape_bleu_above_do_nothing(results, ["bert"], "test")
+    assert verdict.evidence.startswith("no do-nothing score on test")
+    results = _ape_bleu()
+    results.ape_bleu["bert"] = {"dev": [5.0, 6.0, 7.0]}
+    verdict = ape_checks.ape_bleu_above_do_nothing(results, ["bert"], "test")
+    assert verdict.evidence.startswith("no bert scored on test in the APE grid")
+    # TER is judged without BLEU scores
+    results = _ape_bleu()
+    results.missing["ape_bleu"] = "not scored"
+    assert ape_checks.ape_below_do_nothing(results, ["bert"], "test").status == REPRODUCED
