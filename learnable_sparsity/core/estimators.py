@@ -182,7 +182,10 @@ def nvil(
 
 
 class _StraightThrough(torch.autograd.Function):
-    """Forward: the hard sample, exactly. Backward: the gradient goes to the relaxed sample."""
+    """Forward: the hard sample, exactly. Backward: the gradient goes to the relaxed sample.
+
+    Not decorated by ``core.amp``: it does no arithmetic, so autocast cannot change it.
+    """
 
     @staticmethod
     def forward(ctx, hard: Tensor, relaxed: Tensor) -> Tensor:

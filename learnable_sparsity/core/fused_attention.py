@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from learnable_sparsity.core import fused_triton
+from learnable_sparsity.core.amp import autocast_off_backward, autocast_off_forward
 from learnable_sparsity.core.normalizers import entmax
 from learnable_sparsity.core.switch import Switch
 
@@ -63,7 +64,10 @@ def _launch(q: Tensor) -> dict:
 
 
 class _FusedEntmaxAttention(torch.autograd.Function):
+    # Under autocast (off inside, core.amp): q, k, v in their dtype (the kernels load bf16 and
+    # accumulate in float32), α float32 (entmax_attention makes it so), so is α's gradient.
     @staticmethod
+    @autocast_off_forward(cast_inputs=None)
     def forward(ctx, q, k, v, alpha, lengths, causal, scale):
         kernels = _kernels()
         bh, q_len, d = q.shape
@@ -83,6 +87,7 @@ class _FusedEntmaxAttention(torch.autograd.Function):
         return o
 
     @staticmethod
+    @autocast_off_backward
     def backward(ctx, do):
         q, k, v, alpha, lengths, stats, tile_max = ctx.saved_tensors
         kernels = _kernels()

@@ -21,6 +21,8 @@ Conventions shared by every function here:
   rows, so they neither stall the batch's iterations nor disable the candidate packing.
 * fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype. α-entmax
   with α > 2 is computed in fp64 (see ``_FLOAT64_ABOVE_ALPHA``) and cast back likewise.
+* Under ``torch.autocast`` the autograd Functions run with autocast off (``core.amp``), the scores
+  in their dtype and α in float32: autocast would narrow the solvers' row sums to bf16.
 * Any ``dim``; non-contiguous inputs are fine.
 
 Root finding. With scaled scores z = (α−1)(x − max x) ≤ 0 the threshold lies in
@@ -48,6 +50,7 @@ import torch
 from torch import Tensor
 
 from learnable_sparsity.core import fused, fused_triton
+from learnable_sparsity.core.amp import autocast_off_backward, autocast_off_forward
 
 # Below this α − 1 the general solver uses α − 1 = _MIN_BETA: softmax to within ~1e-7.
 _MIN_BETA = 1e-7
@@ -453,6 +456,7 @@ class SparsemaxFunction(torch.autograd.Function):
     """
 
     @staticmethod
+    @autocast_off_forward(cast_inputs=None)
     def forward(ctx, x: Tensor) -> Tensor:
         ctx.kernels = _kernels(x)
         if ctx.kernels is not None:
@@ -467,6 +471,7 @@ class SparsemaxFunction(torch.autograd.Function):
         return _poison(rows.candidates.scatter(p), rows.nan)
 
     @staticmethod
+    @autocast_off_backward
     def backward(ctx, grad: Tensor) -> Tensor:
         (p,) = ctx.saved_tensors
         if ctx.kernels is not None:
@@ -483,6 +488,7 @@ class Entmax15Function(torch.autograd.Function):
     """
 
     @staticmethod
+    @autocast_off_forward(cast_inputs=None)
     def forward(ctx, x: Tensor) -> Tensor:
         ctx.kernels = _kernels(x)
         if ctx.kernels is not None:
@@ -498,6 +504,7 @@ class Entmax15Function(torch.autograd.Function):
         return _poison(rows.candidates.scatter(sqrt_p.square()), rows.nan)
 
     @staticmethod
+    @autocast_off_backward
     def backward(ctx, grad: Tensor) -> Tensor:
         if ctx.kernels is not None:
             return ctx.kernels.entmax15_backward(*ctx.saved_tensors, grad)
@@ -513,6 +520,7 @@ class EntmaxFunction(torch.autograd.Function):
     """
 
     @staticmethod
+    @autocast_off_forward(cast_inputs=None)
     def forward(ctx, x: Tensor, alpha: Tensor) -> Tensor:
         ctx.kernels = _kernels(x)
         if ctx.kernels is not None:
@@ -534,6 +542,7 @@ class EntmaxFunction(torch.autograd.Function):
         return _poison(rows.candidates.scatter(p), rows.nan)
 
     @staticmethod
+    @autocast_off_backward
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:
         p, alpha = ctx.saved_tensors
         if ctx.kernels is not None:
@@ -560,12 +569,14 @@ class TopkSoftmaxFunction(torch.autograd.Function):
     """
 
     @staticmethod
+    @autocast_off_forward(cast_inputs=None)
     def forward(ctx, x: Tensor, k: int) -> Tensor:
         p = fused.topk_softmax(x, k)
         ctx.save_for_backward(p)
         return p
 
     @staticmethod
+    @autocast_off_backward
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         (p,) = ctx.saved_tensors
         return fused.softmax_backward(p, grad), None

@@ -45,6 +45,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from learnable_sparsity.core.amp import autocast_off_backward, autocast_off_forward
 from learnable_sparsity.core.marginalize import BitVectorDistribution
 
 MapOracle = Callable[[Tensor], Tensor]
@@ -287,9 +288,14 @@ def _face_directions(t: Tensor, configs: Tensor, p: Tensor, oracle: MapOracle) -
 class SparseMAPFunction(torch.autograd.Function):
     """p = SparseMAP(t) on given structures and μ = Σ p(z) z; see the module docstring for the
     two backwards (p: the KKT system on the support; μ: the projector onto the face's directions).
+
+    Under autocast t is cast to float32 and autocast is off inside (``core.amp``): the solver
+    works in float64, and p and μ, which weight the losses of the support, come back in float32
+    rather than bf16.
     """
 
     @staticmethod
+    @autocast_off_forward(cast_inputs=torch.float32)
     def forward(
         ctx, t: Tensor, configs: Tensor, p: Tensor, oracle: MapOracle
     ) -> tuple[Tensor, Tensor]:
@@ -300,6 +306,7 @@ class SparseMAPFunction(torch.autograd.Function):
         return p.to(t.dtype), mu.to(t.dtype)
 
     @staticmethod
+    @autocast_off_backward
     def backward(
         ctx, grad_p: Tensor | None, grad_mu: Tensor | None
     ) -> tuple[Tensor | None, None, None, None]:
