@@ -3,7 +3,8 @@
 ``python -m pipelines.preflight`` (``make repro`` runs it first) checks every params
 section (all errors at once, not the first one a stage meets), the user's input files, the downloads
 (in the cache, or their hosts reachable), GPUs and the Ray cluster where the profile asks for them,
-the MLflow store, the benchmark's reference package and free disk space. It prints one line per
+the training precisions on the device the cells get, the MLflow store, the benchmark's reference
+package and free disk space. It prints one line per
 check, with what to do where one fails, and exits with status 1 if any does. It reads and probes
 only: nothing is downloaded or written.
 
@@ -20,6 +21,7 @@ paper`` tells in a minute what would fail hours into a run, without touching ``p
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import shutil
@@ -74,6 +76,7 @@ from learnable_sparsity.lvm.signal_game import SignalGameSettings
 from learnable_sparsity.lvm.ssvae import SsvaeSettings
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.speed import SpeedSettings
+from learnable_sparsity.precision import unsupported
 from learnable_sparsity.settings import Settings
 from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
@@ -96,6 +99,14 @@ SECTIONS: dict[str, type[Settings]] = {
     "lvm.bitvector_vae": BitVectorVaeSettings,
     "ray": RaySettings,
     "mlflow": MlflowSettings,
+}
+# The training sections and the path to their precision setting in their settings.
+PRECISION_OF: dict[str, tuple[str, ...]] = {
+    "nmt": ("train", "precision"),
+    "ape": ("train", "precision"),
+    "lvm.ssvae": ("precision",),
+    "lvm.signal_game": ("precision",),
+    "lvm.bitvector_vae": ("precision",),
 }
 # Named entries of these sections are built by these functions.
 ENTRIES: dict[str, Callable[[Any, str], Settings]] = {
@@ -399,6 +410,36 @@ def compute_checks(params: Params) -> Iterator[Check]:
         )
 
 
+def precision_checks(params: Params) -> Iterator[Check]:
+    """Every training section's ``precision`` other than float32 runs on the device its cells
+    get: a GPU of this machine when ``ray.task_gpus`` > 0, else the CPU (a cluster's GPUs are
+    checked when a cell starts)."""
+    try:
+        ray = params.settings("ray", RaySettings)
+    except LearnableSparsityError:
+        return
+    device = torch.device("cuda" if ray.task_gpus > 0 else "cpu")
+    remote = ray.address or os.environ.get("RAY_ADDRESS")
+    for section, path in PRECISION_OF.items():
+        try:
+            precision = functools.reduce(getattr, path, params.settings(section, SECTIONS[section]))
+        except LearnableSparsityError:
+            continue  # reported by settings_checks
+        key = ".".join((section, *path))
+        if precision == "float32":
+            continue
+        if device.type == "cuda" and remote:
+            yield Check(f"params {key}", True, f"{precision!r}: checked on the cluster's GPUs")
+            continue
+        if device.type == "cuda" and not torch.cuda.is_available():
+            continue  # reported by compute_checks
+        reason = unsupported(precision, device)
+        detail = f"{precision!r} on {device.type}"
+        if reason is not None:
+            detail = f"{params.source}: {key} is {precision!r}, which {reason}"
+        yield Check(f"params {key}", reason is None, detail)
+
+
 def tracking_check() -> Check:
     """The MLflow store can be written (a SQLite file's folder) or reached (a server)."""
     try:
@@ -460,6 +501,7 @@ def preflight(params: Params) -> list[Check]:
         *settings_checks(params),
         *input_checks(params),
         *compute_checks(params),
+        *precision_checks(params),
         tracking_check(),
         *record_checks(),
         *environment_checks(),

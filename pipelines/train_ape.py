@@ -18,6 +18,7 @@ import torch
 
 from learnable_sparsity.ape.grid import ApeSettings
 from learnable_sparsity.nmt.training import TrainingSettings
+from learnable_sparsity.precision import check_precision
 from learnable_sparsity.settings import build, params_of
 from pipelines.ape_cells import ape_cells, open_cell, require_data, training_examples
 from pipelines.nmt_cells import train_in_cell
@@ -35,6 +36,7 @@ def train_cell(run: CellRun) -> dict:
     """Ray task: train one cell; its summary and validation curve."""
     seed = run.payload["cell"]["seed"]
     settings = build(TrainingSettings, run.payload["train"], "ape.train", seed=seed)
+    check_precision(settings.precision, run.device, "ape.train.precision")
     torch.manual_seed(seed)
     _, model, tokenizer = open_cell(run)
     train_set, valid_set, counts = training_examples(run, tokenizer, model.config.max_positions)

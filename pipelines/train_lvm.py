@@ -27,6 +27,7 @@ from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.lvm.methods import SPARSE_METHODS
 from learnable_sparsity.lvm.settings import LvmCell
 from learnable_sparsity.lvm.training import train_and_evaluate
+from learnable_sparsity.precision import check_precision
 from learnable_sparsity.reporting.figures import experiment_figures
 from learnable_sparsity.settings import build, params_of
 from pipelines.experiments import LVM
@@ -47,6 +48,7 @@ def train_cell(run: CellRun) -> dict:
     experiment = LVM[run.payload["experiment"]]
     task = experiment.task()
     settings = build(task.settings, run.payload["settings"], f"lvm.{experiment.name}")
+    check_precision(settings.precision, run.device, f"lvm.{experiment.name}.precision")
     cell = LvmCell(**run.payload["cell"])
     result = train_and_evaluate(
         task.setup,

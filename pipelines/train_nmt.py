@@ -24,6 +24,7 @@ from learnable_sparsity.nmt.batching import encode_pairs
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.model import Transformer
 from learnable_sparsity.nmt.training import TrainingSettings
+from learnable_sparsity.precision import check_precision
 from learnable_sparsity.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
 from pipelines.scaffold import layout
@@ -41,6 +42,7 @@ def train_cell(run: CellRun) -> dict:
     """Ray task: train one cell; its summary and history."""
     cell, config, bpe = open_cell(run)
     settings = build(TrainingSettings, run.payload["train"], "nmt.train", seed=cell.seed)
+    check_precision(settings.precision, run.device, "nmt.train.precision")
     corpus = read_corpus(layout.corpus_dir(cell.corpus), ("train", "valid"))
     train_set, valid_set = encode_pairs(bpe, corpus["train"]), encode_pairs(bpe, corpus["valid"])
     torch.manual_seed(cell.seed)

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
+from learnable_sparsity.precision import Precision
 from learnable_sparsity.settings import Settings, SettingsError, setting
 
 # The entry of a per-method table (``lr``, ``entropy_coef``) that applies to unlisted methods.
@@ -50,7 +51,8 @@ class LvmSettings(Settings):
     on batches of ``batch_size``, learning rate ``lr`` (a table: an entry per method, ``default``
     for the others) and ``weight_decay`` (Adam's L2 term; the released SSVAE code's 1e-5);
     ``gumbel_rate``: r of the Gumbel temperature τ = max(0.5, exp(−r·t));
-    metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``.
+    metrics logged every ``log_every`` steps, a checkpoint every ``checkpoint_every``;
+    ``precision``: the arithmetic of the training steps (:mod:`learnable_sparsity.precision`).
     ``overrides``: settings of single series of cells, keyed by :attr:`LvmCell.series`
     (``sparsemap``, or ``D128/sparsemap`` where D is an axis), e.g.
     ``{D128/sparsemap: {batch_size: 16}}``: the released scripts set some values per method and
@@ -78,6 +80,7 @@ class LvmSettings(Settings):
     gumbel_rate: float = setting(at_least=0)
     log_every: int = setting(at_least=1)
     checkpoint_every: int = setting(at_least=1)
+    precision: Precision = "float32"
     overrides: dict[str, dict[str, float]] | None = None
 
     def validate(self) -> None:

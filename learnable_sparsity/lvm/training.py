@@ -35,6 +35,7 @@ from learnable_sparsity.checkpoints import Checkpoint, restore_rng, rng_state
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.lvm.methods import Method
 from learnable_sparsity.lvm.settings import LvmCell, LvmSettings
+from learnable_sparsity.precision import Precision, autocast, check_precision, matmul_precision
 
 log = logging.getLogger(__name__)
 
@@ -67,29 +68,36 @@ def fit(
     on_log: LogFn | None = None,
     start_step: int = 0,
     max_grad_norm: float | None = None,
+    precision: Precision = "float32",
 ) -> History:
     """Run ``n_steps`` optimizer steps of ``step_fn``; returns the :class:`History` of the logs.
 
     ``method`` names the run in error messages. The gradient norm is over the optimizer's
     parameters; ``max_grad_norm`` clips it (None: no clipping). ``on_log(step, averages)`` is
-    called at each logged step.
+    called at each logged step. ``precision`` (:mod:`learnable_sparsity.precision`): TF32
+    matmuls for the step, or ``step_fn`` under bf16 autocast; its loss is taken in float32 and
+    the gradients and optimizer stay float32.
     """
     if n_steps < 1 or log_every < 1:
         raise LearnableSparsityError(
             f"need n_steps >= 1 and log_every >= 1, got n_steps={n_steps}, log_every={log_every}"
         )
     parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    device = parameters[0].device
     history = History()
     window: dict[str, list[float]] = {}
     last = start_step + n_steps - 1
     for step in range(start_step, last + 1):
         optimizer.zero_grad(set_to_none=True)
-        loss, metrics = step_fn(step)
-        if not bool(torch.isfinite(loss)):
-            raise LearnableSparsityError(
-                f"non-finite loss {float(loss.detach())} at step {step} (method {method!r})"
-            )
-        loss.backward()
+        with matmul_precision(precision, device):
+            with autocast(precision, device):
+                loss, metrics = step_fn(step)
+            loss = loss.float()
+            if not bool(torch.isfinite(loss)):
+                raise LearnableSparsityError(
+                    f"non-finite loss {float(loss.detach())} at step {step} (method {method!r})"
+                )
+            loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(
             parameters, math.inf if max_grad_norm is None else max_grad_norm
         )
@@ -229,6 +237,7 @@ def train_and_evaluate(
     """
     name = cell.key if name is None else name
     settings = settings.for_cell(cell)  # the cell's own lr, overrides, … in place
+    check_precision(settings.precision, device)
     torch.manual_seed(cell.seed)
     generator = torch.Generator(device=device).manual_seed(cell.seed)
     model, method, step_fn, evaluate, warm = setup(settings, data, cell, generator)
@@ -292,6 +301,7 @@ def train_and_evaluate(
             log_every=settings.log_every,
             on_log=progress,
             start_step=step,
+            precision=settings.precision,
         )
         history.steps += part.steps
         history.records += part.records

@@ -64,6 +64,7 @@ from learnable_sparsity.checkpoints import (
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.nmt.batching import Batch, Example, batches_of, collate_examples
 from learnable_sparsity.nmt.seq2seq import Seq2Seq
+from learnable_sparsity.precision import Precision, autocast, check_precision, matmul_precision
 from learnable_sparsity.schedules import inverse_sqrt_schedule, linear_schedule
 from learnable_sparsity.settings import Settings, SettingsError, setting
 
@@ -100,6 +101,7 @@ class TrainingSettings(Settings):
     checkpoint_every: int = setting(200, at_least=1)
     keep_checkpoints: int = setting(5, at_least=1)
     schedule: Schedule = "inverse_sqrt"
+    precision: Precision = "float32"  # of the updates (learnable_sparsity.precision)
     seed: int = setting(0, at_least=0, derived=True)
 
     def validate(self) -> None:
@@ -220,9 +222,13 @@ def train_step(
     *,
     step: int,
     variant: str,
+    precision: Precision = "float32",
 ) -> dict[str, float]:
     """One update on the per-token label-smoothed loss of ``batch``, or of several batches
     accumulated (normalised by all their target tokens); returns its metrics.
+
+    ``precision`` (:mod:`learnable_sparsity.precision`): TF32 matmuls for the update, or bf16
+    autocast of the forward pass and loss; the loss, gradients and optimizer stay float32.
 
     Gradients are clipped to global norm ``clip_norm`` (0 disables clipping). A non-finite
     loss or gradient norm raises ``LearnableSparsityError`` naming ``step`` and ``variant``
@@ -233,19 +239,22 @@ def train_step(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     pad_id = model.config.pad_id
+    device = next(model.parameters()).device
     n_tokens = sum(int((b.tgt_out != pad_id).sum()) for b in batches)
     loss_total, nll_total = 0.0, 0.0
-    for part in batches:  # one backward per batch: only one batch's activations at a time
-        loss_sum, nll_sum, _ = label_smoothed_nll(
-            model(part.src, part.tgt_in), part.tgt_out, label_smoothing, pad_id
-        )
-        loss = loss_sum / max(n_tokens, 1)
-        if not torch.isfinite(loss):
-            raise LearnableSparsityError(
-                f"non-finite loss {loss.item()} at step {step} of variant {variant!r}"
-            )
-        loss.backward()
-        loss_total, nll_total = loss_total + loss.item(), nll_total + nll_sum.item()
+    with matmul_precision(precision, device):
+        for part in batches:  # one backward per batch: only one batch's activations at a time
+            with autocast(precision, device):  # the loss is float32 (label_smoothed_nll)
+                loss_sum, nll_sum, _ = label_smoothed_nll(
+                    model(part.src, part.tgt_in), part.tgt_out, label_smoothing, pad_id
+                )
+            loss = loss_sum / max(n_tokens, 1)
+            if not torch.isfinite(loss):
+                raise LearnableSparsityError(
+                    f"non-finite loss {loss.item()} at step {step} of variant {variant!r}"
+                )
+            loss.backward()
+            loss_total, nll_total = loss_total + loss.item(), nll_total + nll_sum.item()
     max_norm = clip_norm if clip_norm > 0 else math.inf
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     if not torch.isfinite(grad_norm):
@@ -266,7 +275,8 @@ def train_step(
 
 @torch.no_grad()
 def validation_nll(model: Seq2Seq, examples: Sequence[Example], max_tokens: int) -> float:
-    """Per-token negative log-likelihood (no label smoothing) of ``examples``, in eval mode."""
+    """Per-token negative log-likelihood (no label smoothing) of ``examples``, in eval mode, in
+    float32 whatever the training's precision."""
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
@@ -337,6 +347,7 @@ def train(
             f"training needs examples: got {len(train_set)} train and {len(valid_set)} valid"
         )
     device = next(model.parameters()).device
+    check_precision(settings.precision, device)
     optimizer, scheduler = build_optimizer(
         model,
         settings.peak_lr,
@@ -426,6 +437,7 @@ def train(
                     settings.label_smoothing,
                     step=step,
                     variant=variant,
+                    precision=settings.precision,
                 )
             )
             if settings.average_decay > 0:

@@ -29,6 +29,7 @@ CPU only).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -53,6 +54,7 @@ from learnable_sparsity.lvm.ssvae import SsvaeSettings
 from learnable_sparsity.lvm.training import StepFn, fit
 from learnable_sparsity.nmt.batching import Batch, Example, collate_examples
 from learnable_sparsity.nmt.training import TrainingSettings, build_optimizer, train, train_step
+from learnable_sparsity.settings import SettingsError
 from tests.conftest import DEVICES
 from tests.tiny_transformer import VOCAB, tiny_model
 
@@ -380,3 +382,92 @@ def test_latent_variable_step(device: torch.device, experiment: str, name: str) 
     assert torch.isfinite(torch.tensor(history.records[0]["loss"])), history.records
     assert_trained(named, before, exempt=lambda _: False)
     assert_on_device(device, named, setup.model.named_buffers(), optimizer, [("loss", losses[0])])
+
+
+# --------------------------------------------------------------------------- precision
+
+# bf16 against float32 on one step: each bf16 rounding is off by at most u = 2⁻⁸ relative, and the
+# gradient of a step meets about 32 of them in sequence (forward and backward through 4 blocks of
+# attention and feed-forward matmuls), so the linear bound 32·u = 2⁻³ holds it. Measured on the
+# CPU, gradients of the whole model in norm: NMT 2.5e-2 (softmax, α-entmax) to 5.7e-2 (top-k,
+# whose cut moves); latent-variable steps 5.6e-3 (SSVAE dense) to 1.4e-2 (top-k sparsemax).
+BF16_STEP_TOLERANCE = 2.0**-3
+
+
+def _gradient(named: Iterable[tuple[str, nn.Parameter]]) -> Tensor:
+    return torch.cat([p.grad.flatten().float() for _, p in named])
+
+
+def _relative(a: Tensor, b: Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("normalizer", NORMALIZERS)
+def test_nmt_step_in_bf16_matches_float32(device: torch.device, normalizer: str) -> None:
+    """One ``train_step`` with ``precision="bf16"`` (no dropout: the same step as float32's):
+    the logits are bf16, the loss, gradients and α float32 and finite, the gradient within
+    :data:`BF16_STEP_TOLERANCE` of the float32 step's and not equal to it (autocast ran)."""
+    examples = _copy_examples()
+    gradients, logits = {}, {}
+    outputs: list[Tensor] = []
+    for precision in ("float32", "bf16"):
+        model = tiny_model(normalizer, seed=0, dropout=0.0).to(device)
+        batch = collate_examples(examples, range(len(examples)), model).to(device)
+        optimizer, scheduler = build_optimizer(model, 1e-3, warmup=1)
+        hook = model.register_forward_hook(lambda _module, _inputs, out: outputs.append(out))
+        metrics = train_step(
+            model, batch, optimizer, scheduler, 1.0, 0.1, step=1, variant=normalizer,
+            precision=precision,
+        )  # fmt: skip
+        hook.remove()
+        logits[precision] = outputs[-1]
+        assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["grad_norm"])
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        assert all(a.dtype == torch.float32 for a in model.alphas().values())
+        gradients[precision] = _gradient(model.named_parameters())
+    assert logits["bf16"].dtype == torch.bfloat16 and logits["float32"].dtype == torch.float32
+    assert bool(torch.isfinite(gradients["bf16"]).all())
+    error = _relative(gradients["bf16"], gradients["float32"])
+    assert 0 < error <= BF16_STEP_TOLERANCE, f"bf16 gradient off by {error:.2e}"
+
+
+# Latent-variable methods whose step draws nothing that bf16 could change (exact
+# marginalization, SparseMAP, top-k sparsemax).
+DETERMINISTIC_LVM = [
+    ("ssvae", "dense"),
+    ("ssvae", "sparsemax"),
+    ("signal_game", "sparsemax"),
+    ("bitvector_vae", "sparsemap"),
+    ("bitvector_vae", "topk_sparsemax"),
+]
+
+
+@pytest.mark.parametrize(("experiment", "name"), DETERMINISTIC_LVM)
+def test_latent_variable_step_in_bf16_matches_float32(
+    device: torch.device, experiment: str, name: str
+) -> None:
+    """One :func:`fit` step with ``precision="bf16"``: a float32 finite loss, gradients within
+    :data:`BF16_STEP_TOLERANCE` of the float32 step's and not equal to them."""
+    gradients = {}
+    for precision in ("float32", "bf16"):
+        generator = torch.Generator(device=device).manual_seed(0)
+        setup = LVM_EXPERIMENTS[experiment][1](name, device, generator)
+        named = _named_parameters(setup)
+        optimizer = torch.optim.Adam([p for _, p in named], lr=1e-2)
+        history = fit(setup.step_fn, optimizer, 1, method=name, precision=precision)
+        assert math.isfinite(history.records[0]["loss"])
+        gradients[precision] = _gradient(named)
+    assert bool(torch.isfinite(gradients["bf16"]).all())
+    error = _relative(gradients["bf16"], gradients["float32"])
+    assert 0 < error <= BF16_STEP_TOLERANCE, f"bf16 gradient off by {error:.2e}"
+
+
+def test_training_refuses_a_precision_the_device_cannot_run(tmp_path: Path) -> None:
+    """TF32 on the CPU: the NMT loop names the setting before any step."""
+    settings = TrainingSettings(
+        max_steps=1, max_tokens=64, warmup=1, peak_lr=1e-3, precision="tf32"
+    )
+    with pytest.raises(SettingsError, match=r"^precision is 'tf32', which needs a CUDA device"):
+        train(tiny_model("softmax"), _copy_examples(), _copy_examples(), settings,
+              checkpoint_dir=tmp_path, variant="v")  # fmt: skip
+    assert not list(tmp_path.iterdir())
