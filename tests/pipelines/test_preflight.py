@@ -166,6 +166,20 @@ def test_gpus_asked_of_a_machine_without_any(project: Path) -> None:
     assert "set ray.task_gpus: 0" in problems["GPUs"]
 
 
+def test_a_precision_the_cells_device_cannot_run(project: Path) -> None:
+    """TF32 asked of CPU cells (ray.task_gpus 0) fails naming the key; bf16 runs on a CPU."""
+    params = smoke_with(
+        {"nmt": {"train": {"precision": "tf32"}}, "lvm": {"ssvae": {"precision": "bf16"}}}
+    )
+    checks = {c.what: c for c in preflight.preflight(params)}
+    assert not checks["params nmt.train.precision"].ok
+    assert "nmt.train.precision is 'tf32', which needs a CUDA device" in (
+        checks["params nmt.train.precision"].detail
+    )
+    assert checks["params lvm.ssvae.precision"].ok
+    assert "params ape.train.precision" not in checks  # float32: nothing to check
+
+
 def test_an_unreachable_cluster(project: Path) -> None:
     address = f"127.0.0.1:{_closed_port()}"
     problems = failed(smoke_with({"ray": {"address": address}}))
