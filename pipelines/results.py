@@ -42,7 +42,9 @@ class Bleu:
 
 class SpeedRounds(TypedDict):
     """``results/speed/rounds.json``: per variant (``rows``) every round's tokens/s and ratio to
-    softmax, per phase, with the median ratio, its quartiles and the noisy flag."""
+    softmax, per phase, with the median ratio, its quartiles and the noisy flag, in float32; per
+    precision of ``speed.precisions`` (``precisions``, absent in files of older runs) its rows,
+    with each variant's ratio to float32, or why the device does not run it."""
 
     device: str
     threads: int
@@ -51,6 +53,7 @@ class SpeedRounds(TypedDict):
     rounds: int
     seed: int
     rows: list[dict[str, Any]]
+    precisions: NotRequired[dict[str, dict[str, Any]]]
 
 
 class HeadSummary(TypedDict):

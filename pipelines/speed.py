@@ -11,12 +11,18 @@ of the per-round ratios is reported with its spread (quartiles, range, IQR ÷ me
 spread exceeds ``learnable_sparsity.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged
 as a warning (the stage still writes its outputs).
 
+Precisions (``speed.precisions``): the rounds run once per precision, float32 first; the rows of
+float32 are the table's, each other precision's rows add every variant's ratio of tokens/s to its
+float32 median (``<phase>_ratio_to_float32``). A precision the device does not run (TF32 on a CPU)
+is reported as not applicable, with the reason.
+
 Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax,
-its relative spread and the median round's tokens/s, train and inference) and
-``results/speed/rounds.json`` (every round's measurement, the spread and noisy flags, the device
-and threads), both also logged to MLflow; the table itself is rendered by the ``tables`` stage
-from ``rounds.json``. ``rounds.json`` is a plain output that DVC does not cache, so DVC never
-claims a measurement can be restored from its run cache.
+its relative spread and the median round's tokens/s, train and inference, in float32; and the
+tokens/s of each other precision measured) and ``results/speed/rounds.json`` (every round's
+measurement, the spread and noisy flags, the device and threads; ``precisions``: per precision its
+rows or why it is not applicable), both also logged to MLflow; the table itself is rendered by the
+``tables`` stage from ``rounds.json``. ``rounds.json`` is a plain output that DVC does not cache,
+so DVC never claims a measurement can be restored from its run cache.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ from learnable_sparsity.data.local import read_corpus
 from learnable_sparsity.nmt.batching import encode_pairs
 from learnable_sparsity.nmt.model import TransformerConfig
 from learnable_sparsity.nmt.search import DecodeSettings
-from learnable_sparsity.nmt.speed import PHASES, SpeedSettings, measure_speed, summarize_rounds
+from learnable_sparsity.nmt.speed import (
+    PHASES,
+    SpeedSettings,
+    measure_precisions,
+)
 from learnable_sparsity.timing import MIN_ROUNDS_FOR_SPREAD, NOISY_RELATIVE_SPREAD
 from pipelines.scaffold import layout
 from pipelines.scaffold.stage import Stage, run_stage
@@ -49,8 +59,14 @@ def main(stage: Stage) -> None:
     bpe = BpeModel(layout.bpe_model(settings.corpus))
     splits = read_corpus(layout.corpus_dir(settings.corpus), ("train", "test"))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    log.info("timing %s in %d rounds on %s", ", ".join(settings.variants), settings.rounds, device)
-    rounds = measure_speed(
+    log.info(
+        "timing %s in %d rounds on %s in %s",
+        ", ".join(settings.variants),
+        settings.rounds,
+        device,
+        ", ".join(settings.precisions),
+    )
+    precisions = measure_precisions(
         config.for_vocabulary(bpe.vocab_size, "softmax"),
         encode_pairs(bpe, splits["train"]),
         encode_pairs(bpe, splits["test"][: settings.infer_sentences]),
@@ -59,18 +75,7 @@ def main(stage: Stage) -> None:
         on_round=lambda index: log.info("round %d/%d done", index + 1, settings.rounds),
         device=device,
     )
-    rows = summarize_rounds(rounds)
-    result = {
-        "device": device.type,
-        "threads": torch.get_num_threads(),
-        # the CPU kernels or the PyTorch solvers: the table says why its ratios differ from EST's
-        "fused_kernels": device.type == "cpu" and fused.available(),
-        "corpus": settings.corpus,
-        "rounds": settings.rounds,
-        "seed": settings.seed,
-        "rows": rows,
-    }
-    stage.write_json(layout.SPEED_ROUNDS, result, artifact="")
+    rows = precisions["float32"]["rows"]
     metrics = {
         row["variant"]: {
             f"{phase}_{name}": value
@@ -83,6 +88,26 @@ def main(stage: Stage) -> None:
         }
         for row in rows
     }
+    for precision, measured in precisions.items():
+        if "not_applicable" in measured:
+            log.info("not measured: %s", measured["not_applicable"])
+        elif precision != "float32":
+            for row in measured["rows"]:
+                for phase in PHASES:
+                    speed = row[phase]["tokens_per_second"]
+                    metrics[row["variant"]][f"{phase}_tokens_per_second_{precision}"] = speed
+    result = {
+        "device": device.type,
+        "threads": torch.get_num_threads(),
+        # the CPU kernels or the PyTorch solvers: the table says why its ratios differ from EST's
+        "fused_kernels": device.type == "cpu" and fused.available(),
+        "corpus": settings.corpus,
+        "rounds": settings.rounds,
+        "seed": settings.seed,
+        "rows": rows,
+        "precisions": precisions,
+    }
+    stage.write_json(layout.SPEED_ROUNDS, result, artifact="")
     stage.write_metrics(metrics, logged=True)
     for row in rows:
         log.info(

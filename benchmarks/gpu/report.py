@@ -165,10 +165,11 @@ def _transformer(data: dict) -> list[str]:
         "## Transformer-base (EST Table 4 layout): tokens/s as ratios to softmax",
         "",
         f"{model['enc_layers']}+{model['dec_layers']} layers, d_model {model['d_model']}, "
-        f"{model['n_heads']} heads, FFN {model['d_ff']}, float32 (TF32 matmuls: "
-        f"{data['tf32_matmul']}); training {speed['train_steps']} updates of "
+        f"{model['n_heads']} heads, FFN {model['d_ff']}, float32 (TF32 off); training "
+        f"{speed['train_steps']} updates of "
         f"{speed['max_tokens']} tokens per round, inference beam search of "
-        f"{speed['infer_sentences']} sentences (fixed lengths), {data['rounds_done']} rounds, "
+        f"{speed['infer_sentences']} sentences (fixed lengths), "
+        f"{data['precisions']['float32']['rounds_done']} rounds, "
         f"synthetic token ids ({data['data']['min_length']}–{data['data']['max_length']} tokens).",
         "",
         "| variant | train tok/s | train ratio | inference tok/s | inference ratio |",
@@ -192,8 +193,22 @@ def _transformer(data: dict) -> list[str]:
         f"Goals for α-entmax: training ≥ {TRAIN_GOAL} of softmax (AST's figure): "
         f"{train_met}; inference ≥ {INFERENCE_GOAL}: {infer_met} (EST measured 0.27 and 0.09).",
         "",
+        "Precisions: tokens/s of each variant as a ratio to its float32 tokens/s (train, "
+        "inference).",
+        "",
+        "| precision | " + " | ".join(row["variant"] for row in data["rows"]) + " |",
+        "|---|" + "---|" * len(data["rows"]),
     ]
-    return lines
+    for precision, measured in data["precisions"].items():
+        if "not_applicable" in measured:
+            lines.append(f"| {precision} | not applicable: {measured['not_applicable']} |")
+        elif precision != "float32":
+            cells = [
+                f"{row['train_ratio_to_float32']:.2f}, {row['inference_ratio_to_float32']:.2f}"
+                for row in measured["rows"]
+            ]
+            lines.append(f"| {precision} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def render(results: Path) -> str:

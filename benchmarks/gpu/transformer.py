@@ -6,9 +6,9 @@ softmax, sparsemax, 1.5-entmax, α-entmax and top-k attention. Here every varian
 FFN 2048; dropout 0.1, attention dropout 0.1, pre-norm, shared embeddings over a joint vocabulary of
 ``--vocab`` ids) with the variant's normalizer in every attention block: softmax, sparsemax,
 entmax15, entmax_alpha (the model's own learned per-head α, AST's random initialisation) and
-topk (k = 8) — the same initial weights (seed 0), float32 as the project trains, on the device's
-default code path (for the sparse ones on CUDA: ``learnable_sparsity.core.fused_triton`` where it
-takes the input; ``ours_path`` in the JSON).
+topk (k = 8) — the same initial weights (seed 0), on the device's default code path (for the
+sparse ones on CUDA: ``learnable_sparsity.core.fused_triton`` where it takes the input;
+``ours_path`` in the JSON).
 
 Data: synthetic token ids (there is no corpus on the GPU machine): ``--sentences`` pairs with
 source lengths uniform in [``--min-length``, ``--max-length``] and target lengths within ±10% of
@@ -31,7 +31,13 @@ rounds of tokens/s ÷ softmax's tokens/s *of the same round*, quartiles, range, 
 and the noisy flag. Tokens: non-pad target tokens (training) and generated target tokens
 (inference); see ``learnable_sparsity.nmt.speed``.
 
-    python benchmarks/gpu/transformer.py [--device cuda|cpu] [--quick] [--rounds 3] [--out FILE]
+Precisions (``--precisions``, default float32, tf32, bf16; ``learnable_sparsity.precision``): the
+rounds run once per precision, float32 first; ``precisions`` in the JSON holds each one's rows,
+with every variant's tokens/s over its float32 median (``<phase>_ratio_to_float32``), or why the
+device does not run it (TF32 on a CPU: not applicable). ``rows`` are float32's.
+
+    python benchmarks/gpu/transformer.py [--device cuda|cpu] [--quick] [--rounds 3]
+        [--precisions float32,tf32,bf16] [--out FILE]
 """
 
 from __future__ import annotations
@@ -51,10 +57,13 @@ from learnable_sparsity.nmt.search import DecodeSettings
 from learnable_sparsity.nmt.speed import (
     PHASES,
     SpeedSettings,
+    add_ratios_to_float32,
+    applicable_precisions,
     interleaved_variants,
     speed_inputs,
     summarize_rounds,
 )
+from learnable_sparsity.precision import PRECISIONS
 
 VARIANTS = ("softmax", "sparsemax", "entmax15", "entmax_alpha", "topk")
 # The project's evaluation decoding (params.yaml nmt.decode).
@@ -84,6 +93,25 @@ def synthetic_pairs(
     return pairs
 
 
+def print_table(precision: str, rows: list[dict]) -> None:
+    """The rows of one precision as a Markdown table (ratios to softmax, and to float32)."""
+    print(
+        f"| {precision:<8} | {'variant':<13} | {'train tok/s':>12} | {'train/sm':>8} "
+        f"| {'train/f32':>9} | {'infer tok/s':>12} | {'infer/sm':>8} | {'infer/f32':>9} | noisy |",
+        flush=True,
+    )
+    for row in rows:
+        noisy = ",".join(p for p in PHASES if row[f"{p}_noisy"])
+        to_float32 = [row.get(f"{p}_ratio_to_float32", 1.0) for p in PHASES]
+        print(
+            f"| {precision:<8} | {row['variant']:<13} | {row['train']['tokens_per_second']:12.0f} "
+            f"| {row['train_ratio_to_softmax']:8.3f} | {to_float32[0]:9.3f} "
+            f"| {row['inference']['tokens_per_second']:12.0f} "
+            f"| {row['inference_ratio_to_softmax']:8.3f} | {to_float32[1]:9.3f} | {noisy} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -102,6 +130,12 @@ def main() -> None:
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--precisions",
+        type=lambda text: tuple(text.split(",")),
+        default=PRECISIONS,
+        help="comma-separated, float32 first (default float32,tf32,bf16)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu-transformer.json"))
     args = parser.parse_args()
     quick = args.quick
@@ -124,6 +158,7 @@ def main() -> None:
         max_tokens=pick(args.max_tokens, 4096, 256),
         infer_sentences=pick(args.infer_sentences, 128, 8),
         batch_sentences=args.batch_sentences,
+        precisions=args.precisions,
     )
     config = (TINY if quick else BASE).for_vocabulary(vocab, "softmax")
     first_id = max(config.pad_id, config.bos_id, config.eos_id) + 1
@@ -139,7 +174,6 @@ def main() -> None:
         "benchmark": "transformer",
         "machine": machine(device),
         "ours_path_fp32": ours_path(torch.empty(1, 1, 1, 64, device=device)),
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "model": dataclasses.asdict(config),
         "decode": dataclasses.asdict(DECODE),
         "speed": dataclasses.asdict(settings),
@@ -151,6 +185,7 @@ def main() -> None:
             "max_length": pick(args.max_length, 50, 20),
         },
         "rows": None,
+        "precisions": {},
         "error": None,
     }
     log(f"machine: {payload['machine']}")
@@ -159,41 +194,36 @@ def main() -> None:
     start = time.perf_counter()
     models, batches, sources = speed_inputs(config, pairs, pairs, settings, device)
     log(f"models and batches built in {time.perf_counter() - start:.1f} s")
-    rounds: list = []
-    for index in range(args.rounds):
-        # One round per call, the order seeded by seed + round, so that the JSON can be rewritten
-        # after every round: a run cut short by its timeout keeps the rounds it finished.
-        rounds += interleaved_variants(
-            models,
-            batches,
-            sources,
-            DECODE,
-            rounds=1,
-            train_steps=settings.train_steps,
-            warmup_steps=settings.warmup_steps,
-            batch_size=settings.batch_sentences,
-            seed=settings.seed + index,
-        )
-        payload["rows"] = summarize_rounds(rounds)
-        payload["rounds_done"] = len(rounds)
-        payload["seconds"] = time.perf_counter() - start
-        write_json(args.out, payload)
-        log(f"round {index + 1}/{args.rounds} done")
-    rows = summarize_rounds(rounds)
-    print(
-        f"| {'variant':<13} | {'train tok/s':>12} | {'train/sm':>8} | {'infer tok/s':>12} "
-        f"| {'infer/sm':>8} | noisy |",
-        flush=True,
-    )
-    for row in rows:
-        noisy = ",".join(p for p in PHASES if row[f"{p}_noisy"])
-        print(
-            f"| {row['variant']:<13} | {row['train']['tokens_per_second']:12.0f} "
-            f"| {row['train_ratio_to_softmax']:8.3f} "
-            f"| {row['inference']['tokens_per_second']:12.0f} "
-            f"| {row['inference_ratio_to_softmax']:8.3f} | {noisy} |",
-            flush=True,
-        )
+    precisions: dict[str, dict] = payload["precisions"]
+    for precision, reason in applicable_precisions(settings.precisions, device).items():
+        if reason is not None:
+            precisions[precision] = {"not_applicable": f"{precision} {reason}"}
+            log(f"{precision}: not applicable ({reason})")
+            continue
+        rounds: list = []
+        for index in range(args.rounds):
+            # One round per call, the order seeded by seed + round, so that the JSON can be
+            # rewritten after every round: a run cut short by its timeout keeps the rounds it
+            # finished.
+            rounds += interleaved_variants(
+                models,
+                batches,
+                sources,
+                DECODE,
+                rounds=1,
+                train_steps=settings.train_steps,
+                warmup_steps=settings.warmup_steps,
+                batch_size=settings.batch_sentences,
+                seed=settings.seed + index,
+                precision=precision,
+            )
+            precisions[precision] = {"rows": summarize_rounds(rounds), "rounds_done": len(rounds)}
+            add_ratios_to_float32(precisions)
+            payload["rows"] = precisions["float32"]["rows"]
+            payload["seconds"] = time.perf_counter() - start
+            write_json(args.out, payload)
+            log(f"{precision}: round {index + 1}/{args.rounds} done")
+        print_table(precision, precisions[precision]["rows"])
     log(f"wrote {args.out}")
 
 

@@ -20,6 +20,10 @@ What is counted:
 
 Throughput = tokens / seconds of wall-clock time (``time.perf_counter``), with
 ``torch.cuda.synchronize`` at both ends of the timed region when the model is on CUDA.
+
+Precision (:mod:`learnable_sparsity.precision`): every measurement runs in one — float32, TF32
+(CUDA only) or bf16 autocast — the training step's as ``train_step`` applies it, beam search's
+under the same TF32 mode or autocast; :func:`applicable_precisions` says which a device runs.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ from learnable_sparsity.nmt.batching import Batch, Example, batches_of, collate_
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from learnable_sparsity.nmt.search import DecodeSettings
 from learnable_sparsity.nmt.training import build_optimizer, train_step
+from learnable_sparsity.precision import (
+    Precision,
+    autocast,
+    matmul_precision,
+    unsupported,
+)
 from learnable_sparsity.settings import Settings, SettingsError, setting
 from learnable_sparsity.timing import summarize
 
@@ -119,11 +129,13 @@ def _training_session(
     warmup: int,
     label_smoothing: float,
     clip_norm: float,
+    precision: Precision,
 ) -> Iterator[Callable[[int], Batch]]:
-    """Yields ``update(step)``: one ``train_step`` on ``batches[step % len(batches)]`` (moved to
-    the model's device beforehand) with a fresh ``build_optimizer(model, peak_lr, warmup)``
-    optimizer, returning the batch. Afterwards the model is as it was found: parameters and
-    buffers restored, gradients cleared, train/eval mode kept."""
+    """Yields ``update(step)``: one ``train_step`` in ``precision`` on
+    ``batches[step % len(batches)]`` (moved to the model's device beforehand) with a fresh
+    ``build_optimizer(model, peak_lr, warmup)`` optimizer, returning the batch. Afterwards the
+    model is as it was found: parameters and buffers restored, gradients cleared, train/eval
+    mode kept."""
     device, was_training = _device(model), model.training
     on_device = [Batch(*(t.to(device) for t in batch)) for batch in batches]
     saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
@@ -141,6 +153,7 @@ def _training_session(
             label_smoothing,
             step=step,
             variant=variant,
+            precision=precision,
         )
         return batch
 
@@ -174,8 +187,9 @@ def training_round(
     warmup: int = 4000,
     label_smoothing: float = 0.1,
     clip_norm: float = 0.0,
+    precision: Precision = "float32",
 ) -> dict[str, Throughput]:
-    """Training throughput of every model, interleaved step by step.
+    """Training throughput of every model, interleaved step by step, in ``precision``.
 
     Each model first makes ``warmup_steps`` untimed updates; then, for each of ``steps`` steps,
     every model makes one timed update, in an order shuffled by ``rng`` at every step (None: the
@@ -195,7 +209,9 @@ def training_round(
     with ExitStack() as stack:
         updates = {
             name: stack.enter_context(
-                _training_session(model, batches, peak_lr, warmup, label_smoothing, clip_norm)
+                _training_session(
+                    model, batches, peak_lr, warmup, label_smoothing, clip_norm, precision
+                )
             )
             for name, model in models.items()
         }
@@ -246,8 +262,10 @@ def inference_throughput(
     *,
     batch_size: int = 128,
     warmup_batches: int = 1,
+    precision: Precision = "float32",
 ) -> Throughput:
-    """Inference throughput of batched beam search (``decode``) in eval mode without gradients.
+    """Inference throughput of batched beam search (``decode``) in eval mode without gradients,
+    under ``precision``'s TF32 mode or autocast.
 
     ``sources`` (source ids without padding) are sorted by length (stable) and cut into batches
     of ``batch_size`` sentences (128 in Zhao et al.), padded and moved to the model's device
@@ -272,12 +290,15 @@ def inference_throughput(
 
     model.eval()
     try:
-        for src in padded[:warmup_batches]:
-            decode.search(model, src, fixed_length=True)
-        with _timer(device) as elapsed:
-            hypotheses = [
-                hyp for src in padded for hyp in decode.search(model, src, fixed_length=True).tokens
-            ]
+        with matmul_precision(precision, device), autocast(precision, device):
+            for src in padded[:warmup_batches]:
+                decode.search(model, src, fixed_length=True)
+            with _timer(device) as elapsed:
+                hypotheses = [
+                    hyp
+                    for src in padded
+                    for hyp in decode.search(model, src, fixed_length=True).tokens
+                ]
     finally:
         model.train(was_training)
     return Throughput(
@@ -327,15 +348,17 @@ def interleaved_variants(
     batch_size: int = 128,
     seed: int = 0,
     on_round: Callable[[int], None] | None = None,
+    precision: Precision = "float32",
 ) -> list[dict[str, dict[str, Throughput]]]:
     """``rounds`` rounds of training and inference throughput of every variant on identical
-    inputs (``models`` as :func:`_check_variants` describes). Each round times the variants'
-    training interleaved step by step (:func:`training_round`, the order shuffled afresh at
-    every step; ``training_throughput``'s optimizer defaults, no clipping), then each variant's
-    beam search (:func:`inference_throughput`) in an order shuffled afresh every round; every
-    measurement warms up on its own. All orders come from ``random.Random(seed)``; the ratio of
-    a variant to softmax is taken within a round (:func:`summarize_rounds`). ``on_round(i)`` is
-    called after round ``i``. Returns per round {variant: {"train": …, "inference": …}}.
+    inputs (``models`` as :func:`_check_variants` describes), in ``precision``. Each round times
+    the variants' training interleaved step by step (:func:`training_round`, the order shuffled
+    afresh at every step; ``training_throughput``'s optimizer defaults, no clipping), then each
+    variant's beam search (:func:`inference_throughput`) in an order shuffled afresh every
+    round; every measurement warms up on its own. All orders come from ``random.Random(seed)``;
+    the ratio of a variant to softmax is taken within a round (:func:`summarize_rounds`).
+    ``on_round(i)`` is called after round ``i``. Returns per round
+    {variant: {"train": …, "inference": …}}.
     """
     _check_count("rounds", rounds, 1)
     _check_variants(models)
@@ -343,12 +366,19 @@ def interleaved_variants(
     measured = []
     for index in range(rounds):
         train = training_round(
-            models, batches, steps=train_steps, warmup_steps=warmup_steps, rng=rng
+            models,
+            batches,
+            steps=train_steps,
+            warmup_steps=warmup_steps,
+            rng=rng,
+            precision=precision,
         )
         order = list(models)
         rng.shuffle(order)
         inference = {
-            name: inference_throughput(models[name], sources, decode, batch_size=batch_size)
+            name: inference_throughput(
+                models[name], sources, decode, batch_size=batch_size, precision=precision
+            )
             for name in order
         }
         measured.append(
@@ -368,10 +398,13 @@ class SpeedSettings(Settings):
     ``max_tokens``, and beam search over the first ``infer_sentences`` test sources in batches
     of ``batch_sentences`` (Zhao et al.: 128), decoded as the evaluation decodes. ``model``:
     the architecture timed, or None for the trained models' (``nmt.model``): EST timed its
-    IWSLT architecture, not the Transformer-Base of its WMT runs."""
+    IWSLT architecture, not the Transformer-Base of its WMT runs. ``precisions``: the
+    arithmetic of each set of rounds (:mod:`learnable_sparsity.precision`; float32 first, the
+    baseline of the others; one the device does not run is reported as not applicable)."""
 
     corpus: str
     variants: tuple[str, ...] = setting(distinct=True)
+    precisions: tuple[Precision, ...] = setting(("float32",), distinct=True)
     rounds: int = setting(3, at_least=1)
     seed: int = setting(0, at_least=0)
     threads: int = setting(2, at_least=1)
@@ -388,6 +421,19 @@ class SpeedSettings(Settings):
             raise SettingsError(
                 "variants", f"must include softmax and only name {list(NORMALIZERS)}"
             )
+        if self.precisions[:1] != ("float32",):
+            raise SettingsError(
+                "precisions",
+                f"must start with 'float32' (the baseline), got {list(self.precisions)}",
+            )
+
+
+def applicable_precisions(
+    precisions: Sequence[Precision], device: torch.device | str
+) -> dict[str, str | None]:
+    """Each of ``precisions`` with None where ``device`` runs it, else why not (TF32 on a CPU:
+    not applicable)."""
+    return {precision: unsupported(precision, device) for precision in precisions}
 
 
 def speed_inputs(
@@ -421,10 +467,11 @@ def measure_speed(
     decode: DecodeSettings,
     on_round: Callable[[int], None] | None = None,
     device: torch.device | str = "cpu",
+    precision: Precision = "float32",
 ) -> list[dict[str, dict[str, Throughput]]]:
     """``settings.rounds`` interleaved rounds (:func:`interleaved_variants`) of the variants of
-    ``settings`` on ``device``, on :func:`speed_inputs`: per round, every variant's train and
-    inference throughput. ``on_round(i)`` is called after each round.
+    ``settings`` on ``device`` in ``precision``, on :func:`speed_inputs`: per round, every
+    variant's train and inference throughput. ``on_round(i)`` is called after each round.
     """
     models, batches, sources = speed_inputs(config, train, test, settings, device)
     return interleaved_variants(
@@ -438,7 +485,48 @@ def measure_speed(
         batch_size=settings.batch_sentences,
         seed=settings.seed,
         on_round=on_round,
+        precision=precision,
     )
+
+
+def measure_precisions(
+    config: TransformerConfig,
+    train: Sequence[Example],
+    test: Sequence[Example],
+    settings: SpeedSettings,
+    decode: DecodeSettings,
+    on_round: Callable[[int], None] | None = None,
+    device: torch.device | str = "cpu",
+) -> dict[str, dict]:
+    """:func:`measure_speed` in each of ``settings.precisions`` that ``device`` runs (float32
+    first), per precision ``{"rows": summarize_rounds(...)}`` — beside float32, each row with
+    ``<phase>_ratio_to_float32``: the variant's median tokens/s over its float32 median — or
+    ``{"not_applicable": why}``."""
+    measured: dict[str, dict] = {}
+    for precision, reason in applicable_precisions(settings.precisions, device).items():
+        if reason is not None:
+            measured[precision] = {"not_applicable": f"{precision} {reason}"}
+            continue
+        rounds = measure_speed(
+            config, train, test, settings, decode, on_round, device, precision=precision
+        )
+        measured[precision] = {"rows": summarize_rounds(rounds)}
+    add_ratios_to_float32(measured)
+    return measured
+
+
+def add_ratios_to_float32(measured: Mapping[str, dict]) -> None:
+    """Give every row of ``measured`` (per precision ``{"rows": …}`` or ``{"not_applicable":
+    …}``) other than float32's ``<phase>_ratio_to_float32``: its median tokens/s over the same
+    variant's float32 median."""
+    float32 = {row["variant"]: row for row in measured["float32"]["rows"]}
+    for precision, result in measured.items():
+        if precision == "float32" or "rows" not in result:
+            continue
+        for row in result["rows"]:
+            for phase in PHASES:
+                baseline = float32[row["variant"]][phase]["tokens_per_second"]
+                row[f"{phase}_ratio_to_float32"] = row[phase]["tokens_per_second"] / baseline
 
 
 def summarize_rounds(rounds: Sequence[Mapping[str, Mapping[str, Throughput]]]) -> list[dict]:
