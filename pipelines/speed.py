@@ -11,10 +11,11 @@ of the per-round ratios is reported with its spread (quartiles, range, IQR ÷ me
 spread exceeds ``learnable_sparsity.timing.NOISY_RELATIVE_SPREAD`` is flagged ``noisy`` and logged
 as a warning (the stage still writes its outputs).
 
-Precisions (``speed.precisions``): the rounds run once per precision, float32 first; the rows of
-float32 are the table's, each other precision's rows add every variant's ratio of tokens/s to its
-float32 median (``<phase>_ratio_to_float32``). A precision the device does not run (TF32 on a CPU)
-is reported as not applicable, with the reason.
+Precisions (``speed.precisions``, float32 first): every round times each precision the device runs,
+in a shuffled order (``learnable_sparsity.nmt.speed.precision_round``); the rows of float32 are the
+table's, each other precision's rows add every variant's ratio of tokens/s to its float32 tokens/s
+of the same round, the median over rounds with its spread (``<phase>_ratio_to_float32``). A
+precision the device does not run (TF32 on a CPU) is reported as not applicable, with the reason.
 
 Outputs: ``results/speed/metrics.json`` (DVC metrics: per variant the median ratio to softmax,
 its relative spread and the median round's tokens/s, train and inference, in float32; and the

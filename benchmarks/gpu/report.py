@@ -169,7 +169,7 @@ def _transformer(data: dict) -> list[str]:
         f"{speed['train_steps']} updates of "
         f"{speed['max_tokens']} tokens per round, inference beam search of "
         f"{speed['infer_sentences']} sentences (fixed lengths), "
-        f"{data['precisions']['float32']['rounds_done']} rounds, "
+        f"{data['rounds_done']} rounds, "
         f"synthetic token ids ({data['data']['min_length']}–{data['data']['max_length']} tokens).",
         "",
         "| variant | train tok/s | train ratio | inference tok/s | inference ratio |",
@@ -193,8 +193,12 @@ def _transformer(data: dict) -> list[str]:
         f"Goals for α-entmax: training ≥ {TRAIN_GOAL} of softmax (AST's figure): "
         f"{train_met}; inference ≥ {INFERENCE_GOAL}: {infer_met} (EST measured 0.27 and 0.09).",
         "",
-        "Precisions: tokens/s of each variant as a ratio to its float32 tokens/s (train, "
-        "inference).",
+    ]
+    if "precisions" not in data:  # runs before the precision setting timed float32 alone
+        return [*lines, "This run measured float32 alone (it predates `--precisions`).", ""]
+    lines += [
+        "Precisions: tokens/s of each variant as a ratio to its float32 tokens/s of the same "
+        "round (train, inference).",
         "",
         "| precision | " + " | ".join(row["variant"] for row in data["rows"]) + " |",
         "|---|" + "---|" * len(data["rows"]),

@@ -16,9 +16,9 @@ them, ids uniform over the non-special vocabulary. Untrained weights and random 
 throughput depends on the shapes, and the fixed-length search generates the same tokens with
 every variant.
 
-Measurement: what ``learnable_sparsity.nmt.speed.measure_speed`` does — the models and batches of
-``learnable_sparsity.nmt.speed.speed_inputs`` (the pairs as both training and test set), then
-``learnable_sparsity.nmt.speed.interleaved_variants``: training —
+Measurement: what ``learnable_sparsity.nmt.speed.measure_precisions`` does — the models and
+batches of ``learnable_sparsity.nmt.speed.speed_inputs`` (the pairs as both training and test
+set), then ``learnable_sparsity.nmt.speed.interleaved_variants``: training —
 ``train_step`` (forward, label-smoothed loss, backward, Adam step) on token batches of at most
 ``--max-tokens`` padded tokens, ``--train-steps`` timed after ``--warmup-steps`` untimed, the
 variants interleaved step by step; inference — fixed-length beam search (beam 4, length penalty
@@ -31,10 +31,13 @@ rounds of tokens/s ÷ softmax's tokens/s *of the same round*, quartiles, range, 
 and the noisy flag. Tokens: non-pad target tokens (training) and generated target tokens
 (inference); see ``learnable_sparsity.nmt.speed``.
 
-Precisions (``--precisions``, default float32, tf32, bf16; ``learnable_sparsity.precision``): the
-rounds run once per precision, float32 first; ``precisions`` in the JSON holds each one's rows,
-with every variant's tokens/s over its float32 median (``<phase>_ratio_to_float32``), or why the
-device does not run it (TF32 on a CPU: not applicable). ``rows`` are float32's.
+Precisions (``--precisions``, default float32, tf32, bf16; ``learnable_sparsity.precision``): every
+round runs each precision the device runs (``learnable_sparsity.nmt.speed.precision_round``, the
+precisions in a shuffled order), so ``<phase>_ratio_to_float32`` is the median over rounds of a
+variant's tokens/s over its float32 tokens/s *of the same round*
+(``learnable_sparsity.nmt.speed.summarize_precisions``); ``precisions`` in the JSON holds each
+one's rows, or why the device does not run it (TF32 on a CPU: not applicable). ``rows`` are
+float32's.
 
     python benchmarks/gpu/transformer.py [--device cuda|cpu] [--quick] [--rounds 3]
         [--precisions float32,tf32,bf16] [--out FILE]
@@ -57,11 +60,10 @@ from learnable_sparsity.nmt.search import DecodeSettings
 from learnable_sparsity.nmt.speed import (
     PHASES,
     SpeedSettings,
-    add_ratios_to_float32,
     applicable_precisions,
-    interleaved_variants,
+    precision_round,
     speed_inputs,
-    summarize_rounds,
+    summarize_precisions,
 )
 from learnable_sparsity.precision import PRECISIONS
 
@@ -194,36 +196,26 @@ def main() -> None:
     start = time.perf_counter()
     models, batches, sources = speed_inputs(config, pairs, pairs, settings, device)
     log(f"models and batches built in {time.perf_counter() - start:.1f} s")
-    precisions: dict[str, dict] = payload["precisions"]
-    for precision, reason in applicable_precisions(settings.precisions, device).items():
+    applicable = applicable_precisions(settings.precisions, device)
+    for precision, reason in applicable.items():
         if reason is not None:
-            precisions[precision] = {"not_applicable": f"{precision} {reason}"}
             log(f"{precision}: not applicable ({reason})")
-            continue
-        rounds: list = []
-        for index in range(args.rounds):
-            # One round per call, the order seeded by seed + round, so that the JSON can be
-            # rewritten after every round: a run cut short by its timeout keeps the rounds it
-            # finished.
-            rounds += interleaved_variants(
-                models,
-                batches,
-                sources,
-                DECODE,
-                rounds=1,
-                train_steps=settings.train_steps,
-                warmup_steps=settings.warmup_steps,
-                batch_size=settings.batch_sentences,
-                seed=settings.seed + index,
-                precision=precision,
-            )
-            precisions[precision] = {"rows": summarize_rounds(rounds), "rounds_done": len(rounds)}
-            add_ratios_to_float32(precisions)
-            payload["rows"] = precisions["float32"]["rows"]
-            payload["seconds"] = time.perf_counter() - start
-            write_json(args.out, payload)
-            log(f"{precision}: round {index + 1}/{args.rounds} done")
-        print_table(precision, precisions[precision]["rows"])
+    rounds: dict[str, list] = {p: [] for p, reason in applicable.items() if reason is None}
+    for index in range(args.rounds):
+        # One round per call, so that the JSON can be rewritten after every round: a run cut
+        # short by its timeout keeps the rounds it finished.
+        measured = precision_round(models, batches, sources, DECODE, settings, list(rounds), index)
+        for precision, variants in measured.items():
+            rounds[precision].append(variants)
+        payload["precisions"] = summarize_precisions(rounds, applicable)
+        payload["rows"] = payload["precisions"]["float32"]["rows"]
+        payload["rounds_done"] = index + 1
+        payload["seconds"] = time.perf_counter() - start
+        write_json(args.out, payload)
+        log(f"round {index + 1}/{args.rounds} done")
+    for precision, result in payload["precisions"].items():
+        if "rows" in result:
+            print_table(precision, result["rows"])
     log(f"wrote {args.out}")
 
 

@@ -489,6 +489,39 @@ def measure_speed(
     )
 
 
+def precision_round(
+    models: Mapping[str, Transformer],
+    batches: Sequence[Batch],
+    sources: Sequence[Sequence[int]],
+    decode: DecodeSettings,
+    settings: SpeedSettings,
+    precisions: Sequence[Precision],
+    index: int,
+) -> dict[str, dict[str, dict[str, Throughput]]]:
+    """Round ``index`` of every precision in ``precisions``: one :func:`interleaved_variants`
+    round each (order seed ``settings.seed + index``), the precisions in an order shuffled by
+    ``random.Random(settings.seed + index)``, so that a ratio to float32 is taken between
+    measurements made minutes apart, not a whole set of rounds apart. Returns precision →
+    {variant: {"train": …, "inference": …}}."""
+    order = list(precisions)
+    random.Random(settings.seed + index).shuffle(order)
+    measured = {}
+    for precision in order:
+        (measured[precision],) = interleaved_variants(
+            models,
+            batches,
+            sources,
+            decode,
+            rounds=1,
+            train_steps=settings.train_steps,
+            warmup_steps=settings.warmup_steps,
+            batch_size=settings.batch_sentences,
+            seed=settings.seed + index,
+            precision=precision,
+        )
+    return {precision: measured[precision] for precision in precisions}
+
+
 def measure_precisions(
     config: TransformerConfig,
     train: Sequence[Example],
@@ -498,35 +531,60 @@ def measure_precisions(
     on_round: Callable[[int], None] | None = None,
     device: torch.device | str = "cpu",
 ) -> dict[str, dict]:
-    """:func:`measure_speed` in each of ``settings.precisions`` that ``device`` runs (float32
-    first), per precision ``{"rows": summarize_rounds(...)}`` — beside float32, each row with
-    ``<phase>_ratio_to_float32``: the variant's median tokens/s over its float32 median — or
-    ``{"not_applicable": why}``."""
+    """``settings.rounds`` rounds of :func:`precision_round` over the precisions of ``settings``
+    that ``device`` runs, on :func:`speed_inputs` (``on_round(i)`` called after round ``i``);
+    summarized by :func:`summarize_precisions`."""
+    applicable = applicable_precisions(settings.precisions, device)
+    runnable = [precision for precision, reason in applicable.items() if reason is None]
+    models, batches, sources = speed_inputs(config, train, test, settings, device)
+    rounds: dict[str, list] = {precision: [] for precision in runnable}
+    for index in range(settings.rounds):
+        measured = precision_round(models, batches, sources, decode, settings, runnable, index)
+        for precision, variants in measured.items():
+            rounds[precision].append(variants)
+        if on_round is not None:
+            on_round(index)
+    return summarize_precisions(rounds, applicable)
+
+
+def summarize_precisions(
+    rounds: Mapping[str, Sequence[Mapping[str, Mapping[str, Throughput]]]],
+    applicable: Mapping[str, str | None],
+) -> dict[str, dict]:
+    """Per precision of ``applicable`` (precision → None, or why the device does not run it):
+    ``{"rows": summarize_rounds(rounds[precision])}`` or ``{"not_applicable": why}``. Beside
+    float32 each row also holds, per phase, ``<phase>_ratio_to_float32`` — the median over
+    rounds of its tokens/s over the same variant's float32 tokens/s *in the same round* — with
+    ``<phase>_ratio_to_float32_quartiles``, ``<phase>_ratio_to_float32_relative_spread`` and
+    ``ratio_to_float32_each_round``."""
     measured: dict[str, dict] = {}
-    for precision, reason in applicable_precisions(settings.precisions, device).items():
+    for precision, reason in applicable.items():
         if reason is not None:
             measured[precision] = {"not_applicable": f"{precision} {reason}"}
-            continue
-        rounds = measure_speed(
-            config, train, test, settings, decode, on_round, device, precision=precision
-        )
-        measured[precision] = {"rows": summarize_rounds(rounds)}
-    add_ratios_to_float32(measured)
-    return measured
-
-
-def add_ratios_to_float32(measured: Mapping[str, dict]) -> None:
-    """Give every row of ``measured`` (per precision ``{"rows": …}`` or ``{"not_applicable":
-    …}``) other than float32's ``<phase>_ratio_to_float32``: its median tokens/s over the same
-    variant's float32 median."""
-    float32 = {row["variant"]: row for row in measured["float32"]["rows"]}
+        elif rounds[precision]:
+            measured[precision] = {"rows": summarize_rounds(rounds[precision])}
+    done = min(len(rounds[precision]) for precision in rounds)
     for precision, result in measured.items():
         if precision == "float32" or "rows" not in result:
             continue
         for row in result["rows"]:
+            variant = row["variant"]
+            per_round = {
+                name: {
+                    phase: [r[variant][phase].tokens_per_second for r in rounds[name][:done]]
+                    for phase in PHASES
+                }
+                for name in ("float32", precision)
+            }
+            summary = summarize(per_round, "float32")[precision]
             for phase in PHASES:
-                baseline = float32[row["variant"]][phase]["tokens_per_second"]
-                row[f"{phase}_ratio_to_float32"] = row[phase]["tokens_per_second"] / baseline
+                row[f"{phase}_ratio_to_float32"] = summary[phase].ratio
+                row[f"{phase}_ratio_to_float32_quartiles"] = list(summary[phase].ratio_quartiles)
+                row[f"{phase}_ratio_to_float32_relative_spread"] = summary[phase].relative_spread
+                row.setdefault("ratio_to_float32_each_round", {})[phase] = list(
+                    summary[phase].ratios
+                )
+    return measured
 
 
 def summarize_rounds(rounds: Sequence[Mapping[str, Mapping[str, Throughput]]]) -> list[dict]:

@@ -293,23 +293,30 @@ def test_invalid_arguments_name_the_value(make_model) -> None:
 
 
 def test_measure_precisions_times_each_precision_the_device_runs(make_config) -> None:
-    """On the CPU: float32 and bf16 rounds (bf16 rows with their ratios to float32), TF32
-    reported as not applicable; the precisions must start with the float32 baseline."""
+    """On the CPU: float32 and bf16 in every round (bf16 rows with their ratios to float32 of
+    the same round), TF32 reported as not applicable; the precisions must start with the float32
+    baseline."""
     examples = [([4 + i % 10, 5, 6], [7, 8 + i % 5]) for i in range(12)]
     settings = SpeedSettings(
-        corpus="tiny", variants=("softmax", "entmax_alpha"), rounds=1, train_steps=1,
+        corpus="tiny", variants=("softmax", "entmax_alpha"), rounds=2, train_steps=1,
         warmup_steps=0, max_tokens=20, infer_sentences=3, batch_sentences=2,
         precisions=("float32", "tf32", "bf16"),
     )  # fmt: skip
-    measured = measure_precisions(make_config("softmax"), examples, examples, settings, DECODE)
-    assert list(measured) == ["float32", "tf32", "bf16"]
+    seen: list[int] = []
+    measured = measure_precisions(
+        make_config("softmax"), examples, examples, settings, DECODE, on_round=seen.append
+    )
+    assert seen == [0, 1] and list(measured) == ["float32", "tf32", "bf16"]
     assert "needs a CUDA device" in measured["tf32"]["not_applicable"]
     float32, bf16 = measured["float32"]["rows"], measured["bf16"]["rows"]
     assert [row["variant"] for row in bf16] == ["softmax", "entmax_alpha"]
     for row, baseline in zip(bf16, float32, strict=True):
         for phase in ("train", "inference"):
-            ratio = row[phase]["tokens_per_second"] / baseline[phase]["tokens_per_second"]
-            assert row[f"{phase}_ratio_to_float32"] == pytest.approx(ratio)
+            ours = row["tokens_per_second_each_round"][phase]
+            theirs = baseline["tokens_per_second_each_round"][phase]
+            ratios = [a / b for a, b in zip(ours, theirs, strict=True)]  # round by round
+            assert row["ratio_to_float32_each_round"][phase] == pytest.approx(ratios)
+            assert row[f"{phase}_ratio_to_float32"] == pytest.approx(sum(ratios) / 2)
     assert "train_ratio_to_float32" not in float32[0]
     with pytest.raises(SettingsError, match=r"precisions must start with 'float32'"):
         SpeedSettings(corpus="c", variants=("softmax",), precisions=("bf16", "float32"))
