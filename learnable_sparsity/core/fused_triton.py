@@ -75,9 +75,15 @@ def _launch_options(d: int) -> dict[str, int]:
     return {"BLOCK": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
 
 
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """The kernels' compute dtype (and α's) for ``dtype``; not ``torch.promote_types``, which is
+    a dispatched op: host time on every call."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _solver_constants(dtype: torch.dtype) -> dict[str, float]:
     """The compute dtype's epsilon, iteration cap (twice its mantissa bits) and ½ log(tiny)."""
-    info = torch.finfo(torch.promote_types(dtype, torch.float32))
+    info = torch.finfo(_at_least_float32(dtype))
     return {
         "EPS": info.eps,
         "MAX_ITER": 2 * round(-math.log2(info.eps)),
@@ -111,7 +117,7 @@ def _backward(
     grad_x = torch.empty_like(p)
     per_row = None
     if alpha_grad:
-        per_row = p.new_empty(p[..., :1].shape, dtype=torch.promote_types(p.dtype, torch.float32))
+        per_row = p.new_empty(p[..., :1].shape, dtype=_at_least_float32(p.dtype))
     d = p.shape[-1]
     rows = p.numel() // d
     if rows == 0:
@@ -128,8 +134,7 @@ def _backward(
 def _per_row(alpha: Tensor, x: Tensor) -> Tensor:
     """One α per row of x (α broadcastable to x[..., :1]), contiguous, in float32 or x's wider
     dtype: bf16 holds α = 1.01 as 1.0078, which puts β = α − 1 off by 22% (issue 37)."""
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    return alpha.to(dtype).expand(*x.shape[:-1], 1).contiguous()
+    return alpha.to(_at_least_float32(x.dtype)).expand(*x.shape[:-1], 1).contiguous()
 
 
 def sparsemax(x: Tensor) -> Tensor:
