@@ -215,13 +215,68 @@ def _transformer(data: dict) -> list[str]:
     return [*lines, ""]
 
 
+# How the lead runs the device run (the `run` tool's call), and how its files come back here.
+DEVICE_RUN = """## The device run
+
+On the development machine, from the repository root: `bash benchmarks/gpu/run.sh --prepare`
+(downloads the wheels of adasplash 0.2.2, entmax 1.3, pytest-xdist and execnet into the ignored
+`.whl/` and writes the stamp `benchmarks/gpu/COMMIT`, which travels as an untracked file), then
+the `run` tool with
+
+- command: `bash benchmarks/gpu/run.sh --device cuda`
+- carry: `[".whl"]`
+- timeout_s: `360` (the steps' limits add up to 290 s, see `run.sh`)
+
+`run.sh` writes into `$OUT` (which comes back): `env.json`, `junit.xml`, `normalizers.json`,
+`attention.json`, `transformer.json`, `run.log` and `summary.json`. They become
+`results/benchmarks/gpu_<name>.json` (the tests' counts from `junit.xml`), and
+`python benchmarks/gpu/report.py` regenerates this page. The same command rehearses on the CPU:
+`bash benchmarks/gpu/run.sh --device cpu --quick --out /tmp/rehearsal`.
+"""
+
+
+def _leaves(value: object, prefix: str = "") -> dict[str, object]:
+    """The numbers of a nested JSON object by their slash-joined paths."""
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}{key}/"))
+        return out
+    return {prefix.rstrip("/"): value} if isinstance(value, int | float) else {}
+
+
+def _proxies(results: Path) -> list[str]:
+    """The CPU proxies' changes (``benchmarks/gpu_proxies.py``), where the file is there."""
+    path = results / "gpu_proxies.json"
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    lines = [
+        "## CPU proxies of the GPU path: before and after (issue 37)",
+        "",
+        f"`python benchmarks/gpu_proxies.py` (baseline {data['baseline']}, code {data['commit']},"
+        f" torch {data['environment']['torch']}, Triton {data['environment']['triton']}, on the"
+        " CPU): what each section measures is in its script `benchmarks/gpu/proxy_<name>.py`."
+        " Rows whose value changed; host µs are the best of 5 rounds on a shared CPU (noisy).",
+    ]
+    for name, section in sorted(data["sections"].items()):
+        before, after = _leaves(section["before"]), _leaves(section["after"])
+        lines += ["", f"### {name}", "", "| metric | before | after |", "|---|---|---|"]
+        for key in sorted(set(before) | set(after)):
+            old, new = before.get(key, "—"), after.get(key, "—")
+            if old != new:
+                lines.append(f"| {key} | {old} | {new} |")
+    return [*lines, ""]
+
+
 def render(results: Path) -> str:
     """The page, from the run's files in ``results``."""
     lines = _header(_load(results, "env"), _load(results, "tests"))
     lines += _normalizers(_load(results, "normalizers"))
     lines += _attention(_load(results, "attention"))
     lines += _transformer(_load(results, "transformer"))
-    return "\n".join(lines) + "\n" + FINDINGS
+    lines += _proxies(results)
+    return "\n".join(lines) + "\n" + FINDINGS + "\n" + DEVICE_RUN
 
 
 def main() -> None:

@@ -2,8 +2,10 @@
 # The one prepared GPU run: environment facts, the CUDA tests, and the three GPU benchmarks.
 #
 #   bash benchmarks/gpu/run.sh [--device cuda|cpu] [--quick] [--out DIR] [--tests "PATHS"]
-#   bash benchmarks/gpu/run.sh --stamp     # on the development machine, before the GPU run:
-#                                          # writes benchmarks/gpu/COMMIT (commit + code digest)
+#   bash benchmarks/gpu/run.sh --prepare   # on the development machine, before the GPU run:
+#                                          # fetches the wheels into .whl/ (pip download from
+#                                          # PyPI, --no-deps) and stamps (as --stamp)
+#   bash benchmarks/gpu/run.sh --stamp     # writes benchmarks/gpu/COMMIT (commit + code digest)
 #
 # Run from anywhere (it changes to the repository root). Steps, each under its own `timeout`
 # (a failing or hanging step cannot eat the others' time), each one's output prefixed with the
@@ -24,10 +26,12 @@
 # installed with pip --no-index --no-deps --target into a fresh temporary folder (or unzipped
 # there when pip is missing: they are pure-Python wheels) that goes first on PYTHONPATH, followed
 # by the repository root. Nothing here needs the network. The interpreter is ${PYTHON:-python3}.
-# Budget on one H100 (timeouts, seconds): env 20, tests 240 (prewarm 140 beside them; the first
-# H100 run, 2026-11-26, needed 193 s for them with a warm Triton cache and ran out at 150 cold),
-# normalizers 60, attention 100, transformer 80 (that run: 29, 52 and 54 s): 500 s at most, plus
-# the wheel install (seconds). Override a step's limit with TIMEOUT_<STEP>=seconds
+# Budget on one H100, 5 minutes in all (timeouts, seconds): env 15, tests 140 (prewarm 120 beside
+# them; the first H100 run, 2026-11-26, needed 193 s for them on one process with a warm Triton
+# cache: Triton's compilations, CPU-bound, now go to 8 pytest-xdist workers where the wheels
+# bring it), normalizers 35, attention 55, transformer 45 (that run: 29, 52 and 54 s for more
+# rounds and lengths: now 3 rounds, no L = 1024 attention, 2 Transformer rounds): 290 s at most,
+# plus the wheel install (seconds). Override a step's limit with TIMEOUT_<STEP>=seconds
 # (e.g. TIMEOUT_TESTS=300).
 # Triton's cache: $TRITON_CACHE_DIR, else a fresh folder beside the wheels' (shared by the steps).
 # Exit status: the number of steps that did not pass (0: all passed).
@@ -42,6 +46,7 @@ QUICK=0
 DIR=${OUT:-}
 TESTS=""
 STAMP=0
+PREPARE=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --device) DEVICE=$2; shift 2 ;;
@@ -49,12 +54,22 @@ while [ $# -gt 0 ]; do
         --out) DIR=$2; shift 2 ;;
         --tests) TESTS=$2; shift 2 ;;
         --stamp) STAMP=1; shift ;;
+        --prepare) PREPARE=1; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' \
             "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 case "$DEVICE" in cuda|cpu) ;; *) echo "--device must be cuda or cpu" >&2; exit 2 ;; esac
+# The wheels the GPU machine lacks (pure Python; pinned: the versions of the first run).
+PREPARED_WHEELS=(adasplash==0.2.2 entmax==1.3 pytest-xdist==3.6.1 execnet==2.1.1)
+if [ "$PREPARE" = 1 ]; then
+    mkdir -p .whl || exit 2
+    "$PYTHON" -m pip download --no-deps --only-binary=:all: --dest .whl \
+        --disable-pip-version-check "${PREPARED_WHEELS[@]}" || exit 2
+    ls -l .whl
+    STAMP=1
+fi
 if [ "$STAMP" = 1 ]; then
     exec "$PYTHON" benchmarks/gpu/environment.py --stamp
 fi
@@ -172,10 +187,10 @@ if [ "$QUICK" = 1 ]; then
     TRANS_ARGS=(--quick)
     WARM_ARGS=(--quick --workers 2)
 else
-    NORM_ARGS=(--rows 2048 --dims 1024 4096 --rounds 5 --repeats 3)
-    ATTN_ARGS=(--lengths 1024 4096 16384 --shapes 1024:2x8 4096:1x8 16384:1x2 --rounds 5 --repeats 3)
-    TRANS_ARGS=(--rounds 3)
-    WARM_ARGS=(--workers 8)
+    NORM_ARGS=(--rows 2048 --dims 1024 4096 --rounds 3 --repeats 3)
+    ATTN_ARGS=(--lengths 4096 16384 --shapes 4096:1x8 16384:1x2 --rounds 3 --repeats 3)
+    TRANS_ARGS=(--rounds 2)
+    WARM_ARGS=(--workers 6)
 fi
 if [ -z "$TESTS" ]; then
     for path in tests/core tests/devices; do
@@ -183,19 +198,21 @@ if [ -z "$TESTS" ]; then
     done
 fi
 
-step env 20 "$PYTHON" benchmarks/gpu/environment.py --out "$DIR/env.json"
-background prewarm 140 "$PYTHON" benchmarks/gpu/prewarm.py --device "$DEVICE" "${WARM_ARGS[@]}"
+step env 15 "$PYTHON" benchmarks/gpu/environment.py --out "$DIR/env.json"
+background prewarm 120 "$PYTHON" benchmarks/gpu/prewarm.py --device "$DEVICE" "${WARM_ARGS[@]}"
 # shellcheck disable=SC2086  # TESTS is a list of paths
 # On CUDA only the tests that touch it (the CPU ones are CI's); every failure, not the first.
 if [ "$DEVICE" = cuda ]; then SELECT=(-k "cuda or triton or fused_attention"); else SELECT=(); fi
-step tests 240 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
+# Parallel where pytest-xdist is there (a wheel of --prepare) and on CUDA (16 cores compile).
+if [ "$DEVICE" = cuda ] && "$PYTHON" -c "import xdist" 2>/dev/null; then SELECT+=(-n 8); fi
+step tests 140 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
     --junitxml="$DIR/junit.xml" $TESTS
 finish prewarm
-step normalizers 60 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "${NORM_ARGS[@]}" \
+step normalizers 35 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "${NORM_ARGS[@]}" \
     --out "$DIR/normalizers.json"
-step attention 100 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
+step attention 55 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
     --out "$DIR/attention.json"
-step transformer 80 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
+step transformer 45 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
     --out "$DIR/transformer.json"
 
 # ---------------------------------------------------------------- summary

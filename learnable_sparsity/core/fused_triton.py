@@ -1,9 +1,11 @@
 """The Triton kernels of the sparse normalizers (``triton_kernels``), for CUDA tensors.
 
-``normalizers`` calls these for CUDA tensors of float32/float64 (half precision is computed in
-float32 there) with rows of at most ``MAX_D`` entries, whenever Triton is importable; the eager
-solvers otherwise. Same functions and signatures as the C++ kernels of ``fused``; the tests hold
-both to the eager path, to the ``entmax`` package and to brute force.
+``normalizers`` calls these for CUDA tensors of float64, float32, float16 or bfloat16 (the
+kernels load and store half precision and compute in float32: no cast kernels) with rows of at
+most ``MAX_D`` entries, whenever Triton is importable; the eager solvers otherwise. Nothing here
+waits for the device: α is not checked on the host (an invalid α gives NaN rows, see
+``triton_kernels.forward``). Same functions and signatures as the C++ kernels of ``fused``; the
+tests hold both to the eager path, to the ``entmax`` package and to brute force.
 
 ``LEARNABLE_SPARSITY_TRITON=0`` switches the kernels off for a process; :func:`disabled` does so
 for a block (tests, benchmarks). Without a GPU, Triton's interpreter runs the same kernels on CPU
@@ -27,7 +29,7 @@ from learnable_sparsity.core.switch import Switch
 # A row lives in registers: 32K fp32 entries is 64 per thread at 16 warps; longer rows go to the
 # eager solvers.
 MAX_D = 32768
-_DTYPES = (torch.float32, torch.float64)
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # ``triton_kernels``' KIND values.
 _SPARSEMAX, _ENTMAX15, _ENTMAX = 0, 1, 2
 _enabled = Switch(os.environ.get("LEARNABLE_SPARSITY_TRITON", "1") != "0")
@@ -50,8 +52,8 @@ def available() -> bool:
 
 
 def usable(x: Tensor) -> bool:
-    """Whether ``x`` goes to these kernels: a CUDA (or, in :func:`on_cpu`, CPU) float32/float64
-    tensor with 1 to ``MAX_D`` entries per row, kernels available."""
+    """Whether ``x`` goes to these kernels: a CUDA (or, in :func:`on_cpu`, CPU) floating tensor
+    with 1 to ``MAX_D`` entries per row, kernels available."""
     device = x.is_cuda or (bool(_on_cpu) and x.device.type == "cpu")
     return device and x.dtype in _DTYPES and 0 < x.shape[-1] <= MAX_D and available()
 
@@ -73,9 +75,15 @@ def _launch_options(d: int) -> dict[str, int]:
     return {"BLOCK": block, "num_warps": 4 if block <= 2048 else 8 if block <= 8192 else 16}
 
 
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """The kernels' compute dtype (and α's) for ``dtype``; not ``torch.promote_types``, which is
+    a dispatched op: host time on every call."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _solver_constants(dtype: torch.dtype) -> dict[str, float]:
-    """The dtype's epsilon, iteration cap (twice its mantissa bits) and ½ log(tiny)."""
-    info = torch.finfo(dtype)
+    """The compute dtype's epsilon, iteration cap (twice its mantissa bits) and ½ log(tiny)."""
+    info = torch.finfo(_at_least_float32(dtype))
     return {
         "EPS": info.eps,
         "MAX_ITER": 2 * round(-math.log2(info.eps)),
@@ -91,11 +99,14 @@ def _forward(x: Tensor, kind: int, alpha: Tensor | None = None) -> Tensor:
     if rows == 0:
         return p
     alpha_rows = x if alpha is None else _per_row(alpha, x)
+    # α-entmax of rows narrower than float64: a second launch for the rows solved in float64.
+    wide = (False, True) if kind == _ENTMAX and x.dtype != torch.float64 else (False,)
+    constants = {**_solver_constants(x.dtype), **_launch_options(d)}
     with torch.cuda.device(x.device) if x.is_cuda else nullcontext():
-        _kernels().forward[(rows,)](
-            x, alpha_rows, p, d, d.bit_length(), KIND=kind,
-            **_solver_constants(x.dtype), **_launch_options(d),
-        )  # fmt: skip
+        for launch in wide:
+            _kernels().forward[(rows,)](
+                x, alpha_rows, p, d, d.bit_length(), KIND=kind, WIDE=launch, **constants
+            )
     return p
 
 
@@ -104,7 +115,9 @@ def _backward(
 ) -> tuple[Tensor, Tensor | None]:
     grad = grad.to(p.dtype).contiguous()
     grad_x = torch.empty_like(p)
-    per_row = torch.empty_like(p[..., :1]) if alpha_grad else None
+    per_row = None
+    if alpha_grad:
+        per_row = p.new_empty(p[..., :1].shape, dtype=_at_least_float32(p.dtype))
     d = p.shape[-1]
     rows = p.numel() // d
     if rows == 0:
@@ -121,8 +134,7 @@ def _backward(
 def _per_row(alpha: Tensor, x: Tensor) -> Tensor:
     """One α per row of x (α broadcastable to x[..., :1]), contiguous, in float32 or x's wider
     dtype: bf16 holds α = 1.01 as 1.0078, which puts β = α − 1 off by 22% (issue 37)."""
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    return alpha.to(dtype).expand(*x.shape[:-1], 1).contiguous()
+    return alpha.to(_at_least_float32(x.dtype)).expand(*x.shape[:-1], 1).contiguous()
 
 
 def sparsemax(x: Tensor) -> Tensor:

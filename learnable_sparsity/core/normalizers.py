@@ -19,8 +19,11 @@ Conventions shared by every function here:
   NaN in a masked position is replaced by the mask like any other score. The sparse solvers find
   such rows from the row max (which NaN propagates to: no extra pass) and solve them as empty
   rows, so they neither stall the batch's iterations nor disable the candidate packing.
-* fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype. α-entmax
-  with α > 2 is computed in fp64 (see ``_FLOAT64_ABOVE_ALPHA``) and cast back likewise.
+* fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype (the
+  Triton kernels load and store half precision themselves: no cast kernels). α-entmax with α > 2
+  is computed in fp64 (see ``_FLOAT64_ABOVE_ALPHA``) and cast back likewise.
+* α is checked (α ≥ 1, not NaN) with a clear error, except a tensor α on the Triton kernels: the
+  check would wait for the device on every call, so an invalid α gives NaN rows there instead.
 * Under ``torch.autocast`` the autograd Functions run with autocast off (``core.amp``), the scores
   in their dtype and α in float32: autocast would narrow the solvers' row sums to bf16.
 * Any ``dim``; non-contiguous inputs are fine.
@@ -85,12 +88,12 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
-def _to_last_dim(x: Tensor, dim: int, mask: Tensor | None) -> Tensor:
-    """Cast to the compute dtype, move ``dim`` last and replace masked entries by −inf."""
+def _to_last_dim(x: Tensor, dim: int, mask: Tensor | None, native: bool = False) -> Tensor:
+    """Move ``dim`` last, replace masked entries by −inf and cast to the compute dtype; with
+    ``native``, half precision stays as it is where the Triton kernels take the result."""
     if not -x.ndim <= dim < max(x.ndim, 1):
         raise ValueError(f"dim={dim} is out of range for a tensor with {x.ndim} dimensions")
     compute = _compute_dtype(x)
-    x = x if x.dtype == compute else x.to(compute)
     if x.ndim == 0:
         raise ValueError("x must have at least one dimension")
     if mask is not None:
@@ -109,7 +112,10 @@ def _to_last_dim(x: Tensor, dim: int, mask: Tensor | None) -> Tensor:
                 f"{tuple(x.shape)}"
             )
         x = x.masked_fill(~mask, float("-inf"))
-    return x if dim % x.ndim == x.ndim - 1 else x.movedim(dim, -1)
+    x = x if dim % x.ndim == x.ndim - 1 else x.movedim(dim, -1)
+    if x.dtype == compute or (native and fused_triton.usable(x)):
+        return x
+    return x.to(compute)
 
 
 def _from_last_dim(p: Tensor, dim: int, dtype: torch.dtype) -> Tensor:
@@ -585,14 +591,14 @@ class TopkSoftmaxFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------- public API
 
 
-def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> tuple[Tensor, bool]:
-    """Validate α (≥ 1, broadcastable to x with size 1 along dim) and move ``dim`` last.
-
-    Also returns whether some α exceeds ``_FLOAT64_ABOVE_ALPHA`` (same device sync as the check).
-    """
+def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
+    """α in x's compute dtype on x's device, checked broadcastable to x with size 1 along
+    ``dim`` (one α per row), with ``dim`` moved last. Its values are ``_checked``'s."""
     dtype = _compute_dtype(x)
-    a = alpha.to(dtype) if isinstance(alpha, Tensor) else torch.tensor(alpha, dtype=dtype)
-    a = a.to(x.device)
+    if isinstance(alpha, Tensor):
+        a = alpha.to(device=x.device, dtype=dtype)
+    else:
+        a = torch.tensor(alpha, dtype=dtype, device=x.device)
     if a.ndim > x.ndim:
         raise ValueError(
             f"alpha of shape {tuple(a.shape)} has more dimensions than x of shape {tuple(x.shape)}"
@@ -612,11 +618,17 @@ def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> tuple[Tens
         raise ValueError(
             f"alpha of shape {tuple(a.shape)} is not broadcastable to x of shape {tuple(x.shape)}"
         )
+    return a if d == x.ndim - 1 else a.movedim(d, -1)
+
+
+def _checked(a: Tensor) -> bool:
+    """Raise unless every α ≥ 1; whether some α exceeds ``_FLOAT64_ABOVE_ALPHA``. One wait for
+    the device (a single transfer for both answers): the Triton path does without it."""
     bad = torch.isnan(a) | (a < 1)
     any_bad, above = torch.stack([bad.any(), (a > _FLOAT64_ABOVE_ALPHA).any()]).tolist()
     if any_bad:
         raise ValueError(f"alpha must be >= 1 (α = 1 is softmax); got {a[bad].flatten()[0].item()}")
-    return a.movedim(d, -1), above
+    return above
 
 
 def _softmax_with_empty_rows(x: Tensor, row_max: Tensor) -> Tensor:
@@ -636,13 +648,13 @@ def softmax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
 
 def sparsemax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
     """sparsemax(x) = argmin_{p ∈ Δ} ‖p − x‖² = [x − τ]_+ (Martins & Astudillo 2016); exact."""
-    p = SparsemaxFunction.apply(_to_last_dim(x, dim, mask))
+    p = SparsemaxFunction.apply(_to_last_dim(x, dim, mask, native=True))
     return _from_last_dim(p, dim, x.dtype)
 
 
 def entmax15(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
     """1.5-entmax(x) = [x/2 − τ]_+² (Peters et al. 2019); exact."""
-    p = Entmax15Function.apply(_to_last_dim(x, dim, mask))
+    p = Entmax15Function.apply(_to_last_dim(x, dim, mask, native=True))
     return _from_last_dim(p, dim, x.dtype)
 
 
@@ -652,18 +664,24 @@ def entmax(x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None 
     ``alpha`` is a float or a tensor broadcastable to ``x`` with size 1 along ``dim`` (one α per
     row, per head with shape [1, H, 1, 1], ...); the result is differentiable in x and in α.
     Float α = 1, 1.5 and 2 dispatch to softmax, ``entmax15`` and ``sparsemax``. Calls where some
-    α exceeds 2 are computed in float64 (``_FLOAT64_ABOVE_ALPHA``); others in the input dtype.
+    α exceeds 2 are computed in float64 (``_FLOAT64_ABOVE_ALPHA``; the Triton kernels: those
+    rows); others in the input dtype. An α below 1 or NaN raises ValueError, except a tensor α on
+    the Triton kernels (CUDA), which gives NaN rows: checking it would wait for the device.
     """
     if not isinstance(alpha, Tensor):
+        if not alpha >= 1:  # NaN too
+            raise ValueError(f"alpha must be >= 1 (α = 1 is softmax); got {alpha}")
         if alpha == 1:
             return softmax(x, dim, mask)
         if alpha == 1.5:
             return entmax15(x, dim, mask)
         if alpha == 2:
             return sparsemax(x, dim, mask)
-    a, above = _alpha_to_last_dim(alpha, x, dim)
-    xl = _to_last_dim(x, dim, mask)
-    if above:
+    xl = _to_last_dim(x, dim, mask, native=True)
+    a = _alpha_to_last_dim(alpha, x, dim)
+    # The Triton kernels solve α > 2 rows in float64 themselves, and make rows of an invalid
+    # (tensor) α NaN: no wait for the device there. Elsewhere α is checked.
+    if not fused_triton.usable(xl) and _checked(a):
         xl, a = xl.to(torch.float64), a.to(torch.float64)
     p = EntmaxFunction.apply(xl, a)
     return _from_last_dim(p, dim, x.dtype)
@@ -700,8 +718,8 @@ def entmax_threshold(
     """
     xl = _to_last_dim(x, dim, mask)
     if isinstance(alpha, Tensor) or alpha not in (1.5, 2):
-        a, above = _alpha_to_last_dim(alpha, x, dim)
-        if above:
+        a = _alpha_to_last_dim(alpha, x, dim)
+        if _checked(a):
             xl, a = xl.to(torch.float64), a.to(torch.float64)
         beta = (a - 1).clamp(min=_MIN_BETA)
         rows = _scaled_candidates(xl, beta)

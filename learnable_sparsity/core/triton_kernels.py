@@ -15,8 +15,11 @@ The same mappings and solvers as the eager path (``normalizers``) and the C++ ke
 * α-entmax, p = [1 + βz − u]_+^{1/β} with β = α − 1 per row: safeguarded Newton on
   (Σp)^β − 1 inside the bisection bracket u ∈ [0, 1 − n^{−β}] (n finite entries), stopped at
   |Σp − 1| ≤ 4·eps·bits(d) or when the bracket collapses to two ulps, then p/Σp. Rows with
-  β < ``DOUBLE_BELOW_BETA`` are solved in float64 whatever the input (the 1/β power multiplies
-  the solve's rounding); β below ``MIN_BETA`` is softmax, exactly.
+  β < ``DOUBLE_BELOW_BETA`` (the 1/β power multiplies the solve's rounding) or α >
+  ``FLOAT64_ABOVE_ALPHA`` are solved in float64 whatever the input, by a launch of their own
+  (``WIDE``); β below ``MIN_BETA`` is softmax, exactly; an α below 1 or NaN gives NaN.
+
+Half precision is loaded and stored as it is and computed in float32.
 
 A row with a NaN score gives NaN everywhere (and NaN gradients); a row with no finite score gives
 zeros (and zero gradients). Backward, with s = p^{2−α} on the support (the indicator for
@@ -38,6 +41,7 @@ ENTMAX: tl.constexpr = tl.constexpr(2)
 # The same constants as ``normalizers`` and ``fused_cpu.cpp`` (each explains its reason there).
 MIN_BETA: tl.constexpr = tl.constexpr(1e-7)
 DOUBLE_BELOW_BETA: tl.constexpr = tl.constexpr(1e-2)
+FLOAT64_ABOVE_ALPHA: tl.constexpr = tl.constexpr(2.0)
 STABLE_ALPHA_GRAD_BELOW: tl.constexpr = tl.constexpr(0.5)
 # float64's machine epsilon, Newton/bisection cap (twice its mantissa bits) and ½ log(tiny).
 EPS64: tl.constexpr = tl.constexpr(2.220446049250313e-16)
@@ -123,11 +127,11 @@ def _entmax15_row(z):
 
 @triton.jit
 def _entmax_terms(gap, inv_beta_m1, below_two, half_log_tiny):
-    """s = p^{1−β} and p = (1 + gap)^{1/β} for gap ∈ [−1, 0] (``normalizers._entmax_terms``)."""
+    """s = p^{1−β} and p = (1 + gap)^{1/β} for gap ∈ [−1, 0] (``normalizers._entmax_terms``),
+    with one exp per entry: floored at ½ log(tiny) for α < 2, zeroed off the support above."""
     exponent = _log1p(gap) * inv_beta_m1
-    s_below = tl.exp(tl.maximum(exponent, half_log_tiny))
-    s_above = tl.where(gap > -1.0, tl.exp(exponent), 0.0)
-    s = tl.where(below_two, s_below, s_above)
+    s = tl.exp(tl.where(below_two, tl.maximum(exponent, half_log_tiny), exponent))
+    s = tl.where(below_two, s, tl.where(gap > -1.0, s, 0.0))
     return s, s + s * gap
 
 
@@ -171,22 +175,12 @@ def _entmax_solve(
 
 
 @triton.jit
-def _entmax_row(
-    shifted, alpha, bits, EPS: tl.constexpr, MAX_ITER: tl.constexpr, HALF_LOG_TINY: tl.constexpr
-):
-    n = tl.sum((shifted > float("-inf")).to(shifted.dtype), axis=0)
-    if alpha - 1.0 < MIN_BETA:
-        e = tl.exp(shifted)
-        p = e / tl.sum(e, axis=0)
-    elif alpha - 1.0 < DOUBLE_BELOW_BETA:
-        wide = shifted.to(tl.float64)
-        beta = alpha.to(tl.float64) - 1.0
-        p = _entmax_solve(
-            wide, beta, n.to(tl.float64), bits, EPS64, MAX_ITER64, HALF_LOG_TINY64
-        ).to(shifted.dtype)
-    else:
-        p = _entmax_solve(shifted, alpha - 1.0, n, bits, EPS, MAX_ITER, HALF_LOG_TINY)
-    return p
+def _wide(alpha):
+    """Whether a row of this α and narrower scores than float64 is solved in float64: β below
+    ``DOUBLE_BELOW_BETA`` (the 1/β power multiplies the solve's rounding) but not softmax, or α
+    above ``FLOAT64_ABOVE_ALPHA`` (``normalizers._FLOAT64_ABOVE_ALPHA`` gives the reason)."""
+    beta = alpha - 1.0
+    return ((beta >= MIN_BETA) & (beta < DOUBLE_BELOW_BETA)) | (alpha > FLOAT64_ABOVE_ALPHA)
 
 
 @triton.jit
@@ -201,12 +195,30 @@ def forward(
     EPS: tl.constexpr,
     MAX_ITER: tl.constexpr,
     HALF_LOG_TINY: tl.constexpr,
+    WIDE: tl.constexpr,
 ):
-    """p = KIND(x) for row ``program_id`` of x (α from ``alpha_ptr`` for α-entmax)."""
+    """p = KIND(x) for row ``program_id`` of x (α from ``alpha_ptr`` for α-entmax).
+
+    x and p are float64, float32, or half precision computed in float32 (no cast kernels around
+    the launch). α-entmax of rows narrower than float64 takes two launches that share out the
+    rows: WIDE=False the softmax rows, rows of an invalid α (NaN or below 1: NaN everywhere, as
+    the host does not sync to check α) and the float32 solve; WIDE=True only the rows ``_wide``
+    sends to the float64 solve, so that the float32 kernel carries no float64 code (registers,
+    issue 37). A launch neither reads nor writes the other's rows.
+    """
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < d
+    if KIND == ENTMAX:
+        alpha = tl.load(alpha_ptr + row)
+        if x_ptr.dtype.element_ty != tl.float64:
+            wide = _wide(alpha)
+            if not WIDE:
+                wide = not wide
+            inside = tl.where(wide, inside, False)  # `&` of these fails in the interpreter
     x = tl.load(x_ptr + row * d + cols, mask=inside, other=float("-inf"))
+    if x.dtype != tl.float64:
+        x = x.to(tl.float32)
     nan_row = tl.sum((x != x).to(tl.int32), axis=0) > 0
     x = tl.where(x != x, float("-inf"), x)
     row_max = tl.max(x, axis=0)
@@ -217,11 +229,22 @@ def forward(
     elif KIND == ENTMAX15:
         p = _entmax15_row(0.5 * shifted)
     else:
-        alpha = tl.load(alpha_ptr + row)
-        p = _entmax_row(shifted, alpha, bits, EPS, MAX_ITER, HALF_LOG_TINY)
+        nan_row = nan_row | (alpha != alpha) | (alpha < 1.0)
+        n = tl.sum((shifted > float("-inf")).to(shifted.dtype), axis=0)
+        if WIDE:
+            p = _entmax_solve(
+                shifted.to(tl.float64), alpha.to(tl.float64) - 1.0, n.to(tl.float64), bits,
+                EPS64, MAX_ITER64, HALF_LOG_TINY64,
+            ).to(shifted.dtype)  # fmt: skip
+        elif alpha - 1.0 < MIN_BETA:
+            e = tl.exp(shifted)
+            p = e / tl.sum(e, axis=0)
+        else:
+            beta = (alpha - 1.0).to(shifted.dtype)
+            p = _entmax_solve(shifted, beta, n, bits, EPS, MAX_ITER, HALF_LOG_TINY)
     p = tl.where(live, p, 0.0)
     p = tl.where(nan_row, float("nan"), p)
-    tl.store(p_ptr + row * d + cols, p, mask=inside)
+    tl.store(p_ptr + row * d + cols, p.to(p_ptr.dtype.element_ty), mask=inside)
 
 
 @triton.jit
@@ -244,12 +267,18 @@ def backward(
     KIND: tl.constexpr,
     ALPHA_GRAD: tl.constexpr,
 ):
-    """∂L/∂x of row ``program_id`` from p and g = ∂L/∂p; with ALPHA_GRAD, Σ_i g_i ∂p_i/∂α."""
+    """∂L/∂x of row ``program_id`` from p and g = ∂L/∂p; with ALPHA_GRAD, Σ_i g_i ∂p_i/∂α.
+
+    p, g and ∂L/∂x in p's dtype (half precision computed in float32); α and its gradient in
+    float32 at least."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < d
     p = tl.load(p_ptr + row * d + cols, mask=inside, other=0.0)
     g = tl.load(g_ptr + row * d + cols, mask=inside, other=0.0)
+    if p.dtype != tl.float64:
+        p = p.to(tl.float32)
+        g = g.to(tl.float32)
     nan_row = tl.sum((p != p).to(tl.int32), axis=0) > 0
     on = p > 0
     log_p = tl.log(tl.where(on, p, 1.0))
@@ -265,7 +294,7 @@ def backward(
     s_sum_safe = tl.where(s_sum > 0, s_sum, 1.0)
     gs_hat = tl.sum(s * g, axis=0) / s_sum_safe
     grad_x = tl.where(nan_row, float("nan"), s * (g - gs_hat))
-    tl.store(grad_x_ptr + row * d + cols, grad_x, mask=inside)
+    tl.store(grad_x_ptr + row * d + cols, grad_x.to(grad_x_ptr.dtype.element_ty), mask=inside)
     if ALPHA_GRAD:
         gp = g * p
         gp_sum = tl.sum(gp, axis=0)

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -24,6 +25,8 @@ import torch
 from entmax import entmax15 as ref_entmax15
 from entmax import entmax_bisect as ref_entmax_bisect
 from entmax import sparsemax as ref_sparsemax
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from learnable_sparsity.core import fused, fused_triton
 from learnable_sparsity.core.normalizers import entmax, entmax15, sparsemax
@@ -217,21 +220,28 @@ HOPPER_COMPILE = """
 import triton, torch
 from triton.backends.compiler import GPUTarget
 from learnable_sparsity.core import fused_triton, triton_kernels as K
-for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64")):
-    for kind in (0, 1, 2):
-        constants = dict(KIND=kind, BLOCK=128, **fused_triton._solver_constants(dtype))
-        signature = {"x_ptr": f"*{name}", "alpha_ptr": f"*{name}", "p_ptr": f"*{name}",
+# Half precision is loaded and stored by the kernels (issue 37); α and its gradient float32.
+for dtype, name in ((torch.float32, "fp32"), (torch.float64, "fp64"), (torch.bfloat16, "bf16")):
+    alpha = "*fp64" if name == "fp64" else "*fp32"
+    for kind, wide in ((0, False), (1, False), (2, False), (2, True)):
+        constants = dict(KIND=kind, BLOCK=128, WIDE=wide, **fused_triton._solver_constants(dtype))
+        signature = {"x_ptr": f"*{name}", "alpha_ptr": alpha, "p_ptr": f"*{name}",
                      "d": "i32", "bits": "i32", **dict.fromkeys(constants, "constexpr")}
         compiled = triton.compile(triton.compiler.ASTSource(K.forward, signature, constants),
                                   target=GPUTarget("cuda", 90, 32))
+        ptx = compiled.asm["ptx"]
         if kind == 0:  # sparsemax's τ correctly rounded: div.full cycles (issue 37)
-            ptx = compiled.asm["ptx"]
-            assert f"div.rn.f{name[2:]}" in ptx and "div.full" not in ptx, name
-        for alpha_grad in (False, True) if kind == 2 else (False,):
+            assert f"div.rn.f{'64' if name == 'fp64' else '32'}" in ptx, name
+            assert "div.full" not in ptx, name
+        if name != "fp64" and not wide:  # the float64 solve has a launch of its own (issue 37)
+            assert ".f64" not in ptx, (kind, [l for l in ptx.splitlines() if ".f64" in l][:5])
+        for alpha_grad in (False, True) if kind == 2 and not wide else (False,) * (not wide):
             constants = dict(KIND=kind, BLOCK=128, ALPHA_GRAD=alpha_grad)
-            pointers = ("p_ptr", "alpha_ptr", "g_ptr", "grad_x_ptr", "grad_alpha_ptr")
-            signature = {**dict.fromkeys(pointers, f"*{name}"), "d": "i32",
+            pointers = ("p_ptr", "g_ptr", "grad_x_ptr")
+            signature = {**dict.fromkeys(pointers, f"*{name}"), "alpha_ptr": alpha,
+                         "grad_alpha_ptr": alpha, "d": "i32",
                          **dict.fromkeys(constants, "constexpr")}
+            signature = {key: signature[key] for key in K.backward.arg_names}
             triton.compile(triton.compiler.ASTSource(K.backward, signature, constants),
                            target=GPUTarget("cuda", 90, 32))
 from learnable_sparsity.core import triton_attention as A
@@ -273,3 +283,75 @@ def test_every_kernel_compiles_for_a_hopper_gpu() -> None:
         timeout=600,
     )
     assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
+
+
+class _HostOps(TorchDispatchMode):
+    """Counts, per aten op name, the ops dispatched inside the block (the kernels' launches are
+    not ops; the interpreter's own copies are not dispatched either)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+        self.casts = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.counts[func.overloadpacket.__name__] += 1
+        sources = [a for a in args if isinstance(a, torch.Tensor)]
+        if isinstance(out, torch.Tensor) and any(t.dtype != out.dtype for t in sources[:1]):
+            self.casts += func.overloadpacket.__name__ in ("_to_copy", "copy_")
+        return out
+
+
+class _HostReads(TorchFunctionMode):
+    """Counts the reads of a tensor's value on the host inside the block: each waits for the
+    device on CUDA (``tolist`` is not an aten op, so a dispatch mode would miss it)."""
+
+    READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: Counter[str] = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            self.reads[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_tensor_alpha_reaches_the_kernels_without_waiting_for_the_device() -> None:
+    """Issue 37: α was checked with a host read on every call (18 waits per Transformer step).
+    On the kernels an invalid α gives NaN rows instead; elsewhere it still raises."""
+    x = torch.randn(4, 50, generator=torch.Generator().manual_seed(6)).to(DEVICE)
+    alpha = torch.tensor([[1.3], [0.5], [float("nan")], [3.0]], device=DEVICE)
+    with _HostReads() as host:
+        p = entmax(x, alpha)
+    assert not host.reads, host.reads
+    assert bool(p[1:3].isnan().all()), "an α below 1 or NaN: NaN rows"
+    torch.testing.assert_close(p[[0, 3]].to(F64), _oracle("entmax", x[[0, 3]], alpha[[0, 3]]),
+                               atol=1e-5, rtol=0)  # fmt: skip
+    with pytest.raises(ValueError, match="alpha must be >= 1"):
+        entmax(x, 0.5)
+    with fused_triton.disabled(), pytest.raises(ValueError, match=r"alpha must be >= 1 .*got 0.5"):
+        entmax(x, alpha)
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax"])
+def test_half_precision_reaches_the_kernels_without_cast_kernels(name: str) -> None:
+    """Issue 37: bf16 scores were cast to float32 and the output back, forward and backward;
+    the kernels now load and store bf16 and compute in float32."""
+    x = _scores(6, 40, F32, seed=7)[[0, 1, 4, 5]].to(torch.bfloat16).requires_grad_()
+    alpha = torch.tensor([[1.2], [1.5], [1.8], [2.5]], device=DEVICE) if name == "entmax" else None
+    g = torch.randn(4, 40, generator=torch.Generator().manual_seed(8)).to(DEVICE, torch.bfloat16)
+    with _HostOps() as ops:
+        p = _call(name, x, alpha)
+        (grad,) = torch.autograd.grad(p, x, g)
+    assert ops.casts == 0, ops.counts
+    assert p.dtype == grad.dtype == torch.bfloat16
+    x32 = x.detach().float().requires_grad_()
+    with fused_triton.disabled():
+        p32 = _call(name, x32, alpha)
+        (grad32,) = torch.autograd.grad(p32, x32, g.float())
+    torch.testing.assert_close(p.float(), p32, atol=1e-2, rtol=0)
+    torch.testing.assert_close(grad.float(), grad32, atol=2e-2, rtol=2e-2)

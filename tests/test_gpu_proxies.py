@@ -1,0 +1,58 @@
+"""``benchmarks/gpu_proxies.py`` end to end (``--quick``, ~1 min on 2 cores): its JSON, and each
+change of issue 37 no worse after than before by the proxies that do not depend on timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("triton", reason="the compiled proxies need Triton (a test-only dependency)")
+
+
+@pytest.fixture(scope="module")
+def proxies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("proxies") / "gpu_proxies.json"
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_proxies.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_the_driver_writes_every_section_before_and_after(proxies: dict[str, Any]) -> None:
+    assert proxies["baseline"] and proxies["commit"] and proxies["quick"] is True
+    assert proxies["environment"]["torch"] and proxies["environment"]["triton"]
+    scripts = sorted((ROOT / "benchmarks" / "gpu").glob("proxy_*.py"))
+    assert set(proxies["sections"]) == {s.stem.removeprefix("proxy_") for s in scripts}
+    for name, section in proxies["sections"].items():
+        assert set(section) == {"before", "after"}, name
+        for side, result in section.items():
+            assert "error" not in result, (name, side, result.get("error"))
+
+
+def test_the_normalizer_kernels_are_no_worse_after(proxies: dict[str, Any]) -> None:
+    before = proxies["sections"]["normalizers"]["before"]
+    after = proxies["sections"]["normalizers"]["after"]
+    old, new = before["compiled"]["entmax_f32/d=1024"], after["compiled"]["entmax_f32/d=1024"]
+    assert new["registers"] <= old["registers"] and new["spill_bytes"] <= old["spill_bytes"]
+    assert new["loop_instructions_per_element"] <= old["loop_instructions_per_element"]
+    assert new["f64_ptx_lines"] == 0, "the float32 kernel carries no float64 solve (item 5)"
+    for call, measured in after["host"]["cuda_path"].items():
+        baseline = before["host"]["cuda_path"][call]
+        assert measured["host_reads"] <= baseline["host_reads"], call
+        assert measured["cast_kernels"] <= baseline["cast_kernels"], call
+        assert measured["host_reads"] == 0, f"{call}: a wait for the GPU per call (item 4)"
+        assert measured["cast_kernels"] == 0, f"{call}: cast kernels around the kernel (item 6)"
+    for key, passes in after["passes"].items():
+        assert passes["max"] <= before["passes"][key]["max"], key
