@@ -225,7 +225,7 @@ the `run` tool with
 
 - command: `bash benchmarks/gpu/run.sh --device cuda`
 - carry: `[".whl"]`
-- timeout_s: `360` (the steps' limits add up to 290 s, see `run.sh`)
+- timeout_s: `360` (the steps' limits add up to 300 s, see `run.sh`)
 
 `run.sh` writes into `$OUT` (which comes back): `env.json`, `junit.xml`, `normalizers.json`,
 `attention.json`, `transformer.json`, `run.log` and `summary.json`. They become

@@ -29,8 +29,10 @@
 # Budget on one H100, 5 minutes in all (timeouts, seconds): env 15, tests 140 (prewarm 120 beside
 # them; the first H100 run, 2026-11-26, needed 193 s for them on one process with a warm Triton
 # cache: Triton's compilations, CPU-bound, now go to 8 pytest-xdist workers where the wheels
-# bring it), normalizers 35, attention 55, transformer 45 (that run: 29, 52 and 54 s for more
-# rounds and lengths: now 3 rounds, no L = 1024 attention, 2 Transformer rounds): 290 s at most,
+# bring it), normalizers 35, attention 55, transformer 55 (that run: 29, 52 and 54 s for more
+# rounds and lengths: now 3 rounds, no L = 1024 attention; the Transformer in 2 rounds of float32,
+# TF32 and bf16, each of 6 updates and 64 sentences, ~half the work of that run's 3 rounds of
+# float32 alone, JSON rewritten after each round): 300 s at most,
 # plus the wheel install (seconds). Override a step's limit with TIMEOUT_<STEP>=seconds
 # (e.g. TIMEOUT_TESTS=300).
 # Triton's cache: $TRITON_CACHE_DIR, else a fresh folder beside the wheels' (shared by the steps).
@@ -189,7 +191,7 @@ if [ "$QUICK" = 1 ]; then
 else
     NORM_ARGS=(--rows 2048 --dims 1024 4096 --rounds 3 --repeats 3)
     ATTN_ARGS=(--lengths 4096 16384 --shapes 4096:1x8 16384:1x2 --rounds 3 --repeats 3)
-    TRANS_ARGS=(--rounds 2)
+    TRANS_ARGS=(--rounds 2 --train-steps 6 --infer-sentences 64)
     WARM_ARGS=(--workers 6)
 fi
 if [ -z "$TESTS" ]; then
@@ -212,7 +214,7 @@ step normalizers 35 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "
     --out "$DIR/normalizers.json"
 step attention 55 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
     --out "$DIR/attention.json"
-step transformer 45 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
+step transformer 55 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
     --out "$DIR/transformer.json"
 
 # ---------------------------------------------------------------- summary
