@@ -345,7 +345,7 @@ class Cluster:
 
 class Watcher(threading.Thread):
     """Looks at both nodes' process trees every ``SAMPLE_S`` seconds: on which node (``head``,
-    ``node``, ``node#2`` once restarted...) each trial worker seen ran."""
+    ``node``, ``node#2`` once restarted...) each trial worker seen ran (``seen``: pid → node)."""
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(daemon=True)
@@ -675,6 +675,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         rng = random.Random(args.seed)
         for name in PHASES:
             sweep = Sweep(name, project, cluster, folder / "storage" / name, deadline)
+            watcher.seen.clear()  # the trial workers of this sweep only
             sweep.submit()
             log(f"{name}: submitted")
             if name == "node_death":
