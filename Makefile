@@ -10,6 +10,8 @@
 #   make lock    re-resolves the locks (requirements/*.txt) from pyproject.toml on PyPI, with uv
 #   make mutation  mutation testing of the claims' checks (benchmarks/mutation.py, mutmut in its
 #                own environment .mutmut, outside the lock): reports/measurements/claims_mutation
+#   make chaos   a sweep on a two-node Ray cluster on this machine, its worker node killed whole,
+#                then its trial workers one by one (benchmarks/chaos.py): reports/measurements/chaos
 # The venv's Python: 3.11 as CI runs it; 3.12 and 3.13 are supported too (make PYTHON=python3.13).
 PYTHON ?= python3.11
 VENV := .venv
@@ -23,7 +25,7 @@ PIP := $(VENV)/bin/pip --quiet --disable-pip-version-check
 IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 STALE_LOCK := echo "$(LOCK) does not hold what pyproject.toml requires: run make lock" >&2
 
-.PHONY: repro test ui debian lock mutation
+.PHONY: repro test ui debian lock mutation chaos
 
 # The environment is the lock's: every distribution at its version and hash (no resolution, no
 # unpinned download), made anew when the lock changes. Then the project itself, editable, built
@@ -71,6 +73,12 @@ test: $(INSTALLED) debian
 # scratch: about 10 minutes on 2 cores. Its counts go to reports/measurements/claims_mutation.
 mutation: $(INSTALLED)
 	$(IN_VENV) python benchmarks/mutation.py
+
+# Three sweeps of 24 trials on a head and a worker node started here (loopback, token auth, a
+# loopback MLflow server): no fault, the worker node SIGKILLed mid-sweep and restarted, a trial
+# worker SIGKILLed every 15 s; about 15 minutes on 2 cores. Counts: reports/measurements/chaos.
+chaos: $(INSTALLED)
+	$(IN_VENV) python benchmarks/chaos.py --kill-every 15
 
 # The locks: one universal resolution (Linux, Python 3.11-3.13) of the dev extra on PyPI, with every
 # wheel's hash; the CPU lock the same, at the same torch release, without torch and what only its

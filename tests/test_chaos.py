@@ -1,0 +1,106 @@
+"""The pieces of the chaos command (benchmarks/chaos.py, `make chaos`: minutes, so not run here;
+its last result is reports/measurements/chaos/result.json): its refusals before anything starts,
+the killing of a node's processes, and the counting of metric points against the twin."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks/chaos.py"
+_spec = importlib.util.spec_from_file_location("chaos", SCRIPT)
+chaos = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = chaos  # its dataclasses look their module up
+_spec.loader.exec_module(chaos)
+
+
+def run_chaos(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--kill-every", "0"], "--kill-every must be > 0, got 0.0"),
+        (["--node-down", "-1"], "--node-down must be >= 0, got -1.0"),
+        (["--port", "80"], "--port must be a port in 1024-65535, got 80"),
+        (["--port", "5055"], "the ports must differ"),
+    ],
+)
+def test_bad_arguments_are_refused(arguments: list[str], message: str) -> None:
+    done = run_chaos(*arguments)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_a_port_something_listens_on_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        before = set(Path("/tmp").glob("chaos-*"))
+        ports = ["--port", str(chaos.free_port()), "--mlflow-port", str(chaos.free_port())]
+        out = ["--out", str(tmp_path / "result.json")]
+        done = run_chaos(*ports, "--dashboard-port", str(port), *out)
+    assert done.returncode == 2
+    assert f"something listens on 127.0.0.1:{port} (--dashboard-port)" in done.stderr
+    assert "did not start" in done.stderr
+    assert set(Path("/tmp").glob("chaos-*")) == before  # no working folder, no cluster
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_group_kills_its_process_tree_and_what_names_its_marker(tmp_path: Path) -> None:
+    """A node's processes: the tree of its command (here a shell and its two children) and a
+    process outside the tree whose command line names the node's folder; not another one."""
+    marker = tmp_path / "node"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
+    shell = ["bash", "-c", "sleep 300 & sleep 300 & wait"]
+    group = chaos.Group(shell, str(marker), tmp_path / "log")
+    group.start()
+    outside = subprocess.Popen([*sleeper, str(marker)], start_new_session=True)
+    other = subprocess.Popen([*sleeper, str(tmp_path / "nodes")], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(group.processes()) < 4:  # the shell forks its children
+            assert time.monotonic() < deadline, group.processes()
+            time.sleep(0.1)
+        pids = {process.pid for process in group.processes()}
+        assert {group.process.pid, outside.pid} <= pids and other.pid not in pids
+        assert group.kill() == 4
+        for pid in pids:  # gone, or a child of this test not yet reaped
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert other.poll() is None
+        assert group.processes() == []
+    finally:
+        for process in (outside, other):
+            process.kill()
+            process.wait()
+
+
+def test_points_are_counted_against_the_twin() -> None:
+    """One point missing, one logged twice, one the twin has not."""
+    twin = {"a": {"points": {"loss": [(9, 1.0), (19, 2.0)], "results/accuracy": [(0, 0.5)]}}}
+    trials = {"a": {"points": {"loss": [(9, 1.0), (9, 1.0), (29, 3.0)], "other": [(0, 1.0)]}}}
+    assert chaos.point_counts(trials, twin) == {
+        "expected": 3,
+        "found_once": 0,
+        "missing": 2,
+        "duplicated": 1,
+        "found": 4,
+        "unexpected": 2,
+    }
+    assert chaos.point_counts(twin, twin)["found_once"] == 3
