@@ -171,7 +171,8 @@ class CellRun:
         """Write the buffered metrics and the cell's wall time so far (``task_seconds``, over
         all its attempts) now. Call it before every checkpoint is written: what an interrupted
         cell logged up to its checkpoint is then kept, and the resumed cell continues the same
-        MLflow run from there (points after the checkpoint are logged again, with equal values)."""
+        MLflow run from there (the points after the checkpoint that an earlier attempt had
+        written are not logged again: ``RunLogger.skip_written``)."""
         seconds = self.seconds_before + time.perf_counter() - self.started
         self.run.log_metrics({TASK_SECONDS: seconds}, step=0)
         self.run.flush()
@@ -209,6 +210,8 @@ def run_cell(cell: CellRun) -> dict:
         with system_metrics(cell.run):
             cell.run.set_tags(system_tags())
             cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
+            if cell.seconds_before:  # an earlier attempt logged to this run
+                cell.run.skip_written(except_keys={TASK_SECONDS})
             cell.started = time.perf_counter()
             result = cell.task(cell)
             cell.flush()

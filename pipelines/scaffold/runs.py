@@ -136,6 +136,8 @@ class RunLogger:
         self.uri, self.run_id, self.flush_every = uri, run_id, flush_every
         self._buffer: list[Metric] = []
         self._client: MlflowClient | None = None
+        # (metric, step) points the run held when skip_written was called: not written again.
+        self._written: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def client(self) -> MlflowClient:
@@ -171,7 +173,8 @@ class RunLogger:
                 raise LearnableSparsityError(
                     f"metric {key!r} at step {step} is {value!r}, not a number"
                 ) from None
-            self._buffer.append(Metric(key, number, timestamp, int(step)))
+            if (key, int(step)) not in self._written:
+                self._buffer.append(Metric(key, number, timestamp, int(step)))
         if len(self._buffer) >= self.flush_every:
             self.flush()
 
@@ -179,6 +182,19 @@ class RunLogger:
         """The value of metric ``key`` at its latest step in this run (written ones only)."""
         history = retry(self.client.get_metric_history, self.run_id, key)
         return max(history, key=lambda m: (m.step, m.timestamp)).value if history else None
+
+    def skip_written(self, *, except_keys: Collection[str] = ()) -> None:
+        """From now on, drop every point at a (metric, step) the run already holds, but those of
+        ``except_keys`` (running totals re-logged at one step on purpose). A resumed attempt
+        re-logs the points after its checkpoint, and an earlier attempt may have written some
+        of them (its buffer flushed between checkpoints): each point is then in the run once."""
+        run = retry(self.client.get_run, self.run_id)
+        self._written = frozenset(
+            (key, point.step)
+            for key in run.data.metrics
+            if key not in except_keys
+            for point in retry(self.client.get_metric_history, self.run_id, key)
+        )
 
     def flush(self) -> None:
         """Write the buffered metrics (batches of at most 1000)."""

@@ -290,6 +290,25 @@ def test_a_busy_database_is_retried(mlflow_uri: str, monkeypatch: pytest.MonkeyP
     assert sorted(m.step for m in history) == list(range(10))
 
 
+def test_a_resumed_attempt_writes_no_point_twice(mlflow_uri: str) -> None:
+    """An attempt killed after flushing points beyond its checkpoint (step 4 here), resumed from
+    the checkpoint: the points it logs again are written once, the running total again."""
+    prepare(mlflow_uri, "resumed")
+    with stage_run(mlflow_uri, "resumed", "train", {}) as stage:
+        run_id = stage.child("cell", {})
+        first = RunLogger(mlflow_uri, run_id, flush_every=3)
+        for step in range(8):
+            first.log_metrics({"loss": step, "total": 1.0}, step)
+        first.flush()  # then killed: steps 0-7 written, its checkpoint holds step 4
+        with RunLogger(mlflow_uri, run_id, flush_every=3) as second:
+            second.skip_written(except_keys={"total"})
+            for step in range(5, 10):
+                second.log_metrics({"loss": step, "total": 2.0}, step)
+    client = MlflowClient(mlflow_uri)
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(10))
+    assert client.get_run(run_id).data.metrics["total"] == 2.0
+
+
 def test_bad_metrics_and_statuses_name_the_value(mlflow_uri: str) -> None:
     run = RunLogger(mlflow_uri, "no-such-run")
     with pytest.raises(LearnableSparsityError, match="metric name 'bad:name'"):
