@@ -56,3 +56,18 @@ def test_the_normalizer_kernels_are_no_worse_after(proxies: dict[str, Any]) -> N
         assert measured["cast_kernels"] == 0, f"{call}: cast kernels around the kernel (item 6)"
     for key, passes in after["passes"].items():
         assert passes["max"] <= before["passes"][key]["max"], key
+
+
+def test_the_attention_kernels_are_no_worse_after(proxies: dict[str, Any]) -> None:
+    """--quick compiles the causal forward: no more spills than before, and the launch order
+    of causal query tiles (item 8) brings the modelled causal makespan to half the non-causal
+    one at L = 16,384, where the first-to-last order left it at 0.79."""
+    before = proxies["sections"]["attention"]["before"]
+    after = proxies["sections"]["attention"]["after"]
+    old, new = before["compiled"]["forward/causal=True"], after["compiled"]["forward/causal=True"]
+    assert new["spill_bytes"] <= old["spill_bytes"]
+    assert new["loop_sass_instructions"] <= old["loop_sass_instructions"]
+    assert after["causal_schedule"]["causal_tiles_last_first"]
+    assert after["causal_schedule"]["L=16384"]["ratio"] == pytest.approx(0.5, abs=0.02)
+    assert before["causal_schedule"]["L=16384"]["ratio"] > 0.75
+    assert after["masked_tiles"]["share"] < 0.01 < before["masked_tiles"]["share"]

@@ -28,12 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 # The host proxies route CPU tensors to the kernels' module (``on_cpu`` asks for the interpreter);
@@ -43,6 +40,7 @@ COMPILING = "--compiled" in sys.argv
 os.environ["TRITON_INTERPRET"] = "0" if COMPILING else "1"
 
 import torch  # noqa: E402
+from sm90 import ptxas_usage, sass_counts  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
@@ -158,39 +156,6 @@ def passes(dims: tuple[int, ...], rows: int) -> dict[str, object]:
     return out
 
 
-def _tool(name: str) -> str:
-    import triton
-
-    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
-
-
-def _sass_counts(cubin: bytes) -> dict[str, int]:
-    """Instructions of the whole kernel and of its loops (backward branches) in the SASS."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        sass = subprocess.run(
-            [_tool("nvdisasm"), "-hex", f.name], capture_output=True, text=True, check=True
-        ).stdout
-    address = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
-    instructions: list[tuple[int, str]] = []
-    labels: dict[str, int] = {}
-    for line in sass.splitlines():
-        label = re.match(r"^\s*\.?(L_x_\d+):", line)
-        if label:
-            labels[label.group(1)] = len(instructions)
-        m = address.search(line)
-        if m:
-            instructions.append((int(m.group(1), 16), m.group(2)))
-    loops = 0
-    for index, (_, text) in enumerate(instructions):
-        branch = re.search(r"\bBRA\b.*?`?\(?\.?(L_x_\d+)", text)
-        if branch and labels.get(branch.group(1), index + 1) <= index:
-            loops += index - labels[branch.group(1)] + 1
-    real = sum(1 for _, text in instructions if not text.strip().startswith("NOP"))
-    return {"sass_instructions": real, "loop_sass_instructions": loops}
-
-
 def _compile(kind: int, d: int, wide: bool | None) -> dict[str, object]:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -210,20 +175,10 @@ def _compile(kind: int, d: int, wide: bool | None) -> dict[str, object]:
         target=GPUTarget("cuda", 90, 32),
         options={"num_warps": options["num_warps"]},
     )
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(compiled.asm["ptx"])
-        f.flush()
-        info = subprocess.run(
-            [_tool("ptxas"), "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stderr
-    counts = _sass_counts(compiled.asm["cubin"])
+    counts = sass_counts(compiled.asm["cubin"])
     per_thread = options["BLOCK"] / (32 * options["num_warps"])
     return {
-        "registers": int(re.search(r"Used (\d+) registers", info).group(1)),
-        "spill_bytes": sum(int(n) for n in re.findall(r"(\d+) bytes spill", info)),
+        **ptxas_usage(compiled.asm["ptx"]),
         "f64_ptx_lines": sum(".f64" in line for line in compiled.asm["ptx"].splitlines()),
         **counts,
         "loop_instructions_per_element": round(counts["loop_sass_instructions"] / per_thread, 1),

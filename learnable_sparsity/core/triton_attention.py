@@ -36,15 +36,45 @@ EPS32: tl.constexpr = tl.constexpr(2.0**-23)
 
 @triton.jit
 def _scores(
-    q, k_ptrs, offs_m, offs_n, key_length, scale, CAUSAL: tl.constexpr, PRECISION: tl.constexpr
-):
-    """The [BM, BN] tile of scale·QKᵀ, −inf where the key is not visible."""
+    q, k_ptrs, offs_m, offs_n, key_length, masked, scale, CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The [BM, BN] tile of scale·QKᵀ, −inf where the key is not visible; ``masked`` (a scalar)
+    is False for a tile every row sees whole (:func:`_unmasked_keys`), which skips the mask:
+    causal attention masks its diagonal tiles only."""
     k = tl.load(k_ptrs, mask=(offs_n < key_length)[:, None], other=0.0)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-    visible = offs_n[None, :] < key_length
+    if masked:
+        visible = offs_n[None, :] < key_length
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _unmasked_keys(start_m, key_length, BM: tl.constexpr, CAUSAL: tl.constexpr):
+    """The keys every row of query tile ``start_m`` sees (causal: row i sees keys j ≤ i): a key
+    tile that ends at or before it needs no mask."""
     if CAUSAL:
-        visible = visible & (offs_n[None, :] <= offs_m[:, None])
-    return tl.where(visible, s, float("-inf"))
+        return tl.minimum(key_length, start_m * BM + 1)
+    return key_length
+
+
+@triton.jit
+def _program(CAUSAL: tl.constexpr):
+    """(batch·head, query tile, query tiles) of this program, on the grid (query tiles,
+    batch·head). Causal query tiles run from the last (which sees every key) to the first, so the
+    longest start first and the short ones fill the SMs at the end (launched first to last, the
+    longest ran last, alone). The grid keeps the tiles on its first axis: (batch·head, tiles)
+    would start every head's longest tile first but made the causal forward spill (203 → 255
+    registers and 72 bytes of spills, sm_90a)."""
+    tile = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    tiles = tl.num_programs(0)
+    if CAUSAL:
+        tile = tiles - 1 - tile
+    return bh, tile, tiles
 
 
 @triton.jit
@@ -64,8 +94,7 @@ def forward(
     HAS_LENGTHS: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """O and the row statistics (m, u, Σp) of one query tile of one batch·head."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    bh, start_m, n_tiles_m = _program(CAUSAL)
     offs_m = start_m * BM + tl.arange(0, BM)
     offs_n = tl.arange(0, BN)
     offs_d = tl.arange(0, D)
@@ -80,14 +109,15 @@ def forward(
     end_n = key_length
     if CAUSAL:
         end_n = tl.minimum(key_length, (start_m + 1) * BM)
-    tile_row = tile_max_ptr + (bh * tl.num_programs(0) + start_m) * n_tiles_n
+    full = _unmasked_keys(start_m, key_length, BM, CAUSAL)
+    tile_row = tile_max_ptr + (bh * n_tiles_m + start_m) * n_tiles_n
 
     m = tl.full([BM], float("-inf"), tl.float32)
     n = tl.zeros([BM], tl.float32)
     for start_n in tl.range(0, end_n, BN):
         cols = start_n + offs_n
         s = _scores(q, k_base + cols[:, None] * D + offs_d[None, :], offs_m, cols, key_length,
-                    scale, CAUSAL, PRECISION)  # fmt: skip
+                    start_n + BN > full, scale, CAUSAL, PRECISION)  # fmt: skip
         m = tl.maximum(m, tl.max(s, axis=1))
         n += tl.sum((s > float("-inf")).to(tl.float32), axis=1)
         tl.store(tile_row + start_n // BN, tl.max(s))
@@ -107,7 +137,7 @@ def forward(
             if tl.load(tile_row + start_n // BN) > floor:
                 cols = start_n + offs_n
                 s = _scores(q, k_base + cols[:, None] * D + offs_d[None, :], offs_m, cols,
-                            key_length, scale, CAUSAL, PRECISION)  # fmt: skip
+                            key_length, start_n + BN > full, scale, CAUSAL, PRECISION)  # fmt: skip
                 t, p = _entmax_tile(s, m_safe, u, beta)
                 mass += tl.sum(p, axis=1)
                 t_sum += tl.sum(t, axis=1)
@@ -136,7 +166,7 @@ def forward(
         if tl.load(tile_row + start_n // BN) > floor:
             cols = start_n + offs_n
             s = _scores(q, k_base + cols[:, None] * D + offs_d[None, :], offs_m, cols,
-                        key_length, scale, CAUSAL, PRECISION)  # fmt: skip
+                        key_length, start_n + BN > full, scale, CAUSAL, PRECISION)  # fmt: skip
             _, p = _entmax_tile(s, m_safe, u, beta)
             v = tl.load(v_base + cols[:, None] * D + offs_d[None, :],
                         mask=(cols < key_length)[:, None], other=0.0)  # fmt: skip
@@ -171,11 +201,11 @@ def _query_tile(
 ):  # fmt: skip
     """What both backward passes over a query tile's keys start from: the program's (batch ×
     head) index, the offsets, the tile's Q and dO, the forward's per-row (m, u, Σp), the visible
-    keys, β = α − 1, where the key loop ends (causal: the diagonal tile) and the score below
-    which no row of the tile has support (a key tile whose recorded maximum is at most this is
-    skipped); ``tile_row`` points at the recorded maxima of the tile's key tiles."""
-    start_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    keys, β = α − 1, where the key loop ends (causal: the diagonal tile), the keys every row
+    sees (:func:`_unmasked_keys`) and the score below which no row of the tile has support (a
+    key tile whose recorded maximum is at most this is skipped); ``tile_row`` points at the recorded
+    maxima of the tile's key tiles."""
+    bh, start_m, n_tiles_m = _program(CAUSAL)
     offs_m = start_m * BM + tl.arange(0, BM)
     offs_n = tl.arange(0, BN)
     offs_d = tl.arange(0, D)
@@ -194,10 +224,11 @@ def _query_tile(
     end_n = key_length
     if CAUSAL:
         end_n = tl.minimum(key_length, (start_m + 1) * BM)
-    tile_row = tile_max_ptr + (bh * tl.num_programs(0) + start_m) * n_tiles_n
+    full = _unmasked_keys(start_m, key_length, BM, CAUSAL)
+    tile_row = tile_max_ptr + (bh * n_tiles_m + start_m) * n_tiles_n
     floor = tl.min(tl.where(rows, m + (u - 1.0) / beta, float("inf")))
     return (bh, offs_m, offs_n, offs_d, rows, tile, q, do, m, u, mass, key_length, beta, end_n,
-            tile_row, floor)  # fmt: skip
+            full, tile_row, floor)  # fmt: skip
 
 
 @triton.jit
@@ -208,7 +239,7 @@ def backward_rows(
     HAS_LENGTHS: tl.constexpr, ALPHA_GRAD: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Per row: c_i = Σ t̂ dP / Σ t̂ and Σ_j dP_ij ∂p̂_ij/∂α (``normalizers._alpha_grad``)."""
-    (bh, offs_m, offs_n, offs_d, rows, _, q, do, m, u, mass, key_length, beta, end_n,
+    (bh, offs_m, offs_n, offs_d, rows, _, q, do, m, u, mass, key_length, beta, end_n, _,
      tile_row, floor) = (
         _query_tile(
             q_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, q_len, k_len,
@@ -226,9 +257,10 @@ def backward_rows(
         if tl.load(tile_row + start_n // BN) > floor:
             cols = start_n + offs_n
             keys = cols[:, None] * D + offs_d[None, :]
-            s = _scores(
-                q, k_ptr + bh * k_len * D + keys, offs_m, cols, key_length, scale, CAUSAL, PRECISION
-            )
+            # Every tile masked: skipping the mask off the diagonal raised this kernel's
+            # registers from 179 to 255 (sm_90a, causal), where the others lose some.
+            s = _scores(q, k_ptr + bh * k_len * D + keys, offs_m, cols, key_length, True, scale,
+                        CAUSAL, PRECISION)  # fmt: skip
             t, p, log_p = _normalised_tile(s, m, u, mass, beta)
             v = tl.load(v_ptr + bh * k_len * D + keys, mask=(cols < key_length)[:, None],
                         other=0.0)  # fmt: skip
@@ -264,7 +296,7 @@ def backward_dq(
     HAS_LENGTHS: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """dQ of one query tile: scale·Σ_j ds_ij k_j."""
-    (bh, offs_m, offs_n, offs_d, rows, tile, q, do, m, u, mass, key_length, beta, end_n,
+    (bh, offs_m, offs_n, offs_d, rows, tile, q, do, m, u, mass, key_length, beta, end_n, full,
      tile_row, floor) = (
         _query_tile(
             q_ptr, do_ptr, alpha_ptr, lengths_ptr, stats_ptr, tile_max_ptr, q_len, k_len,
@@ -277,9 +309,8 @@ def backward_dq(
         if tl.load(tile_row + start_n // BN) > floor:
             cols = start_n + offs_n
             keys = cols[:, None] * D + offs_d[None, :]
-            s = _scores(
-                q, k_ptr + bh * k_len * D + keys, offs_m, cols, key_length, scale, CAUSAL, PRECISION
-            )
+            s = _scores(q, k_ptr + bh * k_len * D + keys, offs_m, cols,
+                        key_length, start_n + BN > full, scale, CAUSAL, PRECISION)  # fmt: skip
             t, _, _ = _normalised_tile(s, m, u, mass, beta)
             visible = (cols < key_length)[:, None]
             v = tl.load(v_ptr + bh * k_len * D + keys, mask=visible, other=0.0)
@@ -299,7 +330,8 @@ def backward_dkdv(
     D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr,
     HAS_LENGTHS: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """dK and dV of one key tile: scale·Σ_i ds_ij q_i and Σ_i p̂_ij dO_i."""
+    """dK and dV of one key tile: scale·Σ_i ds_ij q_i and Σ_i p̂_ij dO_i (causal key tiles run
+    heaviest first already: the first is seen by every query)."""
     start_n = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     offs_n = start_n * BN + tl.arange(0, BN)
