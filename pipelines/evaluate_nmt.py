@@ -22,7 +22,7 @@ import logging
 from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.data.local import read_corpus
 from learnable_sparsity.metrics.translation import translation_metrics
-from learnable_sparsity.nmt.cell_evaluation import evaluate_model, metric_scores, cell_scores
+from learnable_sparsity.nmt.cell_evaluation import cell_scores, evaluate_model, metric_scores
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.search import DecodeSettings
 from learnable_sparsity.settings import build, params_of

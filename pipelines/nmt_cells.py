@@ -13,12 +13,12 @@ from typing import Any
 
 from learnable_sparsity.data.bpe import BpeModel
 from learnable_sparsity.nmt.batching import Example
-from learnable_sparsity.nmt.cell_training import train_model
+from learnable_sparsity.nmt.cell_training import load_trained, train_model
 from learnable_sparsity.nmt.cells import NmtCell
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from learnable_sparsity.nmt.seq2seq import Seq2Seq
-from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings, load_weights
+from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings
 from learnable_sparsity.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, GridCell
@@ -57,9 +57,7 @@ def open_cell(run: CellRun) -> tuple[NmtCell, TransformerConfig, BpeModel]:
 
 def trained_model(cell: NmtCell, config: TransformerConfig, average_last: int) -> Transformer:
     """The trained model of ``cell`` (the mean of its last ``average_last`` saves), in eval mode."""
-    model = Transformer(config)
-    model.load_state_dict(load_weights(layout.NMT_MODELS / cell.key, average_last))
-    return model.eval()
+    return load_trained(config, layout.NMT_MODELS / cell.key, average_last)
 
 
 def train_in_cell(

@@ -15,7 +15,7 @@ from learnable_sparsity.nmt.batching import Example, encode_pairs
 from learnable_sparsity.nmt.cells import NmtCell
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from learnable_sparsity.nmt.seq2seq import Seq2Seq
-from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings, train
+from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings, load_weights, train
 
 Pairs = Sequence[tuple[str, str]]
 OnLog = Callable[[int, dict[str, float]], None]
@@ -84,3 +84,11 @@ def train_cell(
         before_checkpoint=before_checkpoint,
     )
     return model, history, result
+
+
+def load_trained(config: TransformerConfig, checkpoint_dir: Path, average_last: int) -> Transformer:
+    """The model trained in ``checkpoint_dir`` (the mean of its last ``average_last`` saves:
+    :func:`~learnable_sparsity.nmt.training.load_weights`), in eval mode."""
+    model = Transformer(config)
+    model.load_state_dict(load_weights(checkpoint_dir, average_last))
+    return model.eval()
