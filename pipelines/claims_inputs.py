@@ -45,15 +45,18 @@ def _add(table: dict, *keys: str, value: Any) -> None:
     table.setdefault(keys[-1], []).append(value)
 
 
-def nmt_results(results: Results) -> None:
-    """BLEU and validation NLL curves of every corpus, variant and seed."""
-    if _absent(results, "bleu", layout.BLEU):
+def nmt_results(
+    results: Results, bleu: Path = layout.BLEU, histories: Path = layout.NMT_HISTORIES
+) -> None:
+    """BLEU and validation NLL curves of every corpus, variant and seed (from the stages' files,
+    or a kept GPU run's files of the same form)."""
+    if _absent(results, "bleu", bleu):
         return
-    for cell, scores in sorted(load_bleu().cells.items()):
+    for cell, scores in sorted(load_bleu(bleu).cells.items()):
         _add(results.bleu, cell.corpus, cell.variant, value=scores["bleu"])
-    for cell, curve in sorted(load_valid_nll().items()):
+    for cell, curve in sorted(load_valid_nll(histories).items()):
         _add(results.valid_nll, cell.corpus, cell.variant, value=curve)
-    for cell, tokens in sorted(load_target_tokens().items()):
+    for cell, tokens in sorted(load_target_tokens(histories).items()):
         _add(results.target_tokens, cell.corpus, cell.variant, value=tokens)
 
 
@@ -87,10 +90,12 @@ def _density(summary: HeadSummary) -> dict[str, list[float | None]]:
     }
 
 
-def head_results(results: Results) -> dict[str, list[float]]:
+def head_results(
+    results: Results, heads: Path = layout.HEADS, alphas: Path = layout.ALPHA_TRAJECTORIES
+) -> dict[str, list[float]]:
     """Fills the head results; returns the final α per block, pooled over seeds (the figure)."""
-    if not _absent(results, "heads", layout.HEADS):
-        for cell, summary in sorted(load_heads().items()):
+    if not _absent(results, "heads", heads):
+        for cell, summary in sorted(load_heads(heads).items()):
             variant = cell.variant
             _add(results.js, variant, value=summary["js"])
             for role, found in summary["roles"].items():
@@ -101,11 +106,11 @@ def head_results(results: Results) -> dict[str, list[float]]:
             if "head_density" in summary:
                 _add(results.density, variant, value=_density(summary))
             else:
-                results.missing["density"] = f"{layout.HEADS} has no per-head densities"
-    if _absent(results, "alphas", layout.ALPHA_TRAJECTORIES):
+                results.missing["density"] = f"{heads} has no per-head densities"
+    if _absent(results, "alphas", alphas):
         return {}
     per_block: dict[str, list[float]] = {}
-    for _, trajectory in sorted(load_alpha_trajectories().items()):
+    for _, trajectory in sorted(load_alpha_trajectories(alphas).items()):
         results.alpha_trajectories.append(
             [
                 (entry["step"], [a for v in entry["alphas"].values() for a in v])

@@ -21,10 +21,10 @@ import logging
 
 from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.data.local import read_corpus
-from learnable_sparsity.metrics.translation import empty_hypotheses, translation_metrics
-from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.metrics.translation import translation_metrics
+from learnable_sparsity.nmt.cell_evaluation import cell_scores, evaluate_model, metric_scores
 from learnable_sparsity.nmt.grid import NmtSettings
-from learnable_sparsity.nmt.search import DecodeSettings, translate
+from learnable_sparsity.nmt.search import DecodeSettings
 from learnable_sparsity.settings import build, params_of
 from pipelines.nmt_cells import nmt_cells, open_cell, trained_model
 from pipelines.scaffold import layout
@@ -43,27 +43,21 @@ def evaluate_cell(run: CellRun) -> dict:
     decode = build(DecodeSettings, run.payload["decode"], "nmt.decode")
     test = read_corpus(layout.corpus_dir(cell.corpus), ("test",))["test"]
     model = trained_model(cell, config, decode.average_last).to(run.device)
-    tokens = translate(
+    hypotheses, metrics, empty = evaluate_model(
         model,
-        [source for source, _ in encode_pairs(bpe, test)],
+        bpe,
+        test,
         decode,
         on_batch=lambda done: log.info("%s: translated %d/%d", cell.key, done, len(test)),
     )
-    hypotheses = [bpe.decode(sentence) for sentence in tokens]
-    metrics = translation_metrics(hypotheses, [target for _, target in test])
-    empty = empty_hypotheses(hypotheses)
     if empty:
         log.warning("%s: %d of %d hypotheses are empty", cell.key, empty, len(hypotheses))
     atomic_write_text(run.directory / "translations.txt", "\n".join(hypotheses) + "\n")
     write_json(run.directory / "metrics.json", metrics)
-    run.log_metrics({**scalars(metrics), "empty_hypotheses": float(empty)}, step=0)
+    run.log_metrics({**metric_scores(metrics), "empty_hypotheses": float(empty)}, step=0)
     run.run.log_dict(metrics, "metrics.json")
     run.run.log_artifact(run.directory / "translations.txt")
     return {"metrics": metrics, "empty_hypotheses": empty}
-
-
-def scalars(metrics: dict) -> dict[str, float]:
-    return {name: float(value["score"]) for name, value in metrics.items()}
 
 
 def grid(stage: Stage) -> Grid:
@@ -82,11 +76,10 @@ def main(stage: Stage) -> None:
     for corpus in nmt.corpora:
         test = read_corpus(layout.corpus_dir(corpus), ("test",))["test"]
         baseline = translation_metrics([s for s, _ in test], [t for _, t in test])
-        copy_baseline[corpus] = scalars(baseline)
+        copy_baseline[corpus] = metric_scores(baseline)
     summary = {
         "cells": {
-            key: {**scalars(r["metrics"]), "empty_hypotheses": r["empty_hypotheses"]}
-            for key, r in results.items()
+            key: cell_scores(r["metrics"], r["empty_hypotheses"]) for key, r in results.items()
         },
         "copy_source_baseline": copy_baseline,
         "signatures": {

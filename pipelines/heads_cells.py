@@ -8,14 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import fmean
 
-from learnable_sparsity.analysis import figures
-from learnable_sparsity.analysis.alpha import flagged_heads
 from learnable_sparsity.analysis.blocks import split_block
-from learnable_sparsity.analysis.heads import AnalysisSettings, analyze_heads, summary
+from learnable_sparsity.analysis.cell_analysis import analyze_model
+from learnable_sparsity.analysis.heads import AnalysisSettings
 from learnable_sparsity.data.atomic import atomic_write_bytes
 from learnable_sparsity.data.corpora import corpus_settings, source_language
 from learnable_sparsity.data.local import read_corpus
-from learnable_sparsity.nmt.batching import encode_pairs
 from learnable_sparsity.settings import build
 from pipelines.nmt_cells import open_cell, trained_model
 from pipelines.scaffold import layout
@@ -37,31 +35,19 @@ def analyze_cell(run: CellRun) -> dict:
     valid = read_corpus(layout.corpus_dir(cell.corpus), ("valid",))["valid"]
     model = trained_model(cell, config, run.payload["average_last"])
     language = run.payload["source_languages"][cell.corpus]
-    report = analyze_heads(model, bpe, valid, settings, language)
     trained = done_record(layout.NMT_MODELS, cell.key)
     history = trained["result"]["history"]["alphas"]
-    flagged = flagged_heads(history) if history else []
-    example = encode_pairs(bpe, [valid[report["example"]]])[0]
-    paths = []
-    for name, figure in figures.report_figures(model, example, report, history, flagged).items():
-        # Heat maps of all variants share a folder per corpus and seed; α only has α-entmax.
-        name = name.replace("heatmaps_", f"heatmaps_{cell.variant}_")
-        paths.append(atomic_write_bytes(run.directory / FIGURES / f"{name}.png", png(figure)))
-    cell_summary = summary(report, flagged)
+    result, drawn = analyze_model(model, bpe, valid, settings, language, history)
+    paths = [
+        atomic_write_bytes(run.directory / FIGURES / f"{name}.png", png(figure))
+        for name, figure in drawn.items()
+    ]
     # Also on the model's training run, which the stage annotates (ANNOTATION).
-    run.run.log_metrics(analysis_metrics(cell_summary), step=0)
+    run.run.log_metrics(analysis_metrics(result["summary"]), step=0)
     run.run.flush()
     for path in paths:
         run.run.log_artifact(path, ANNOTATION)
-    result = {
-        "analysis": report["analysis"],
-        "source_language": language,
-        "roles": report["roles"],
-        "alphas": report["alphas"],
-        "flagged_heads": flagged,
-        "summary": cell_summary,
-        "figures": [path.name for path in paths],
-    }
+    result["figures"] = [path.name for path in paths]
     write_json(run.directory / "analysis.json", result)
     return result
 

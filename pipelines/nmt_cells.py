@@ -13,16 +13,12 @@ from typing import Any
 
 from learnable_sparsity.data.bpe import BpeModel
 from learnable_sparsity.nmt.batching import Example
+from learnable_sparsity.nmt.cell_training import load_trained, train_model
 from learnable_sparsity.nmt.cells import NmtCell
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from learnable_sparsity.nmt.seq2seq import Seq2Seq
-from learnable_sparsity.nmt.training import (
-    TrainingHistory,
-    TrainingSettings,
-    load_weights,
-    train,
-)
+from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings
 from learnable_sparsity.settings import build, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, GridCell
@@ -61,9 +57,7 @@ def open_cell(run: CellRun) -> tuple[NmtCell, TransformerConfig, BpeModel]:
 
 def trained_model(cell: NmtCell, config: TransformerConfig, average_last: int) -> Transformer:
     """The trained model of ``cell`` (the mean of its last ``average_last`` saves), in eval mode."""
-    model = Transformer(config)
-    model.load_state_dict(load_weights(layout.NMT_MODELS / cell.key, average_last))
-    return model.eval()
+    return load_trained(config, layout.NMT_MODELS / cell.key, average_last)
 
 
 def train_in_cell(
@@ -72,12 +66,12 @@ def train_in_cell(
     train_set: Sequence[Example],
     valid_set: Sequence[Example],
     settings: TrainingSettings,
-) -> tuple[TrainingHistory, dict[str, float]]:
-    """The NMT training loop in a grid cell: checkpoints (and resume) in the cell's directory,
-    every logged record to its MLflow run, flushed before each checkpoint, and the trained model
-    logged there; the history and a summary (steps, final train loss and validation NLL,
-    parameters)."""
-    history = train(
+) -> tuple[TrainingHistory, dict[str, object]]:
+    """The NMT training loop in a grid cell (``learnable_sparsity.nmt.cell_training.train_model``):
+    checkpoints (and resume) in the cell's directory, every logged record to its MLflow run,
+    flushed before each checkpoint, and the trained model logged there; the history and its
+    summary."""
+    history, summary = train_model(
         model,
         train_set,
         valid_set,
@@ -88,10 +82,4 @@ def train_in_cell(
         before_checkpoint=run.flush,
     )
     run.log_model(model)
-    summary = {
-        "steps": settings.max_steps,
-        "final_train_loss": history.train[-1]["loss"],
-        "final_valid_nll": history.valid[-1]["valid_nll"],
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
     return history, summary

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-import torch
-
 from learnable_sparsity.data.local import read_corpus
-from learnable_sparsity.nmt.batching import encode_pairs
+from learnable_sparsity.nmt.cell_training import train_cell as train_cell_model
 from learnable_sparsity.nmt.grid import NmtSettings
-from learnable_sparsity.nmt.model import Transformer
 from learnable_sparsity.nmt.training import TrainingSettings
 from learnable_sparsity.precision import check_precision
 from learnable_sparsity.settings import build, params_of
-from pipelines.nmt_cells import nmt_cells, open_cell, train_in_cell
+from pipelines.nmt_cells import nmt_cells, open_cell
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, Grid
 from pipelines.scaffold.files import clear
@@ -44,12 +41,18 @@ def train_cell(run: CellRun) -> dict:
     settings = build(TrainingSettings, run.payload["train"], "nmt.train", seed=cell.seed)
     check_precision(settings.precision, run.device, "nmt.train.precision")
     corpus = read_corpus(layout.corpus_dir(cell.corpus), ("train", "valid"))
-    train_set, valid_set = encode_pairs(bpe, corpus["train"]), encode_pairs(bpe, corpus["valid"])
-    torch.manual_seed(cell.seed)
-    model = Transformer(config).to(run.device)
-    history, summary = train_in_cell(run, model, train_set, valid_set, settings)
-    if history.alphas:
-        summary["final_alphas"] = history.alphas[-1]["alphas"]
+    model, history, summary = train_cell_model(
+        cell,
+        config,
+        bpe,
+        corpus,
+        settings,
+        run.device,
+        checkpoint_dir=run.directory,
+        on_log=lambda step, metrics: run.log_metrics(metrics, step),
+        before_checkpoint=run.flush,
+    )
+    run.log_model(model)
     run.log_metrics({k: v for k, v in summary.items() if isinstance(v, float)}, step=0)
     run.run.log_dict(asdict(history), "history.json")
     return {"summary": summary, "history": asdict(history)}

@@ -1,0 +1,94 @@
+"""Training of one NMT grid cell's model, without paths or tracking. The stage ``train_nmt`` (and
+the APE stages' translation cells) run it in Ray tasks and log what it returns to MLflow; the
+prepared GPU run of the AST grid (``benchmarks/gpu/ast_grid.py``) runs it in plain processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from learnable_sparsity.data.bpe import BpeModel
+from learnable_sparsity.nmt.batching import Example, encode_pairs
+from learnable_sparsity.nmt.cells import NmtCell
+from learnable_sparsity.nmt.model import Transformer, TransformerConfig
+from learnable_sparsity.nmt.seq2seq import Seq2Seq
+from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings, load_weights, train
+
+Pairs = Sequence[tuple[str, str]]
+OnLog = Callable[[int, dict[str, float]], None]
+
+
+def train_model(
+    model: Seq2Seq,
+    train_set: Sequence[Example],
+    valid_set: Sequence[Example],
+    settings: TrainingSettings,
+    *,
+    checkpoint_dir: Path,
+    variant: str,
+    on_log: OnLog | None = None,
+    before_checkpoint: Callable[[int], None] | None = None,
+) -> tuple[TrainingHistory, dict[str, object]]:
+    """:func:`~learnable_sparsity.nmt.training.train` (checkpoints and resume in
+    ``checkpoint_dir``); the history and a summary: steps, final train loss and validation NLL,
+    parameters and, for α-entmax, the final α per block."""
+    history = train(
+        model,
+        train_set,
+        valid_set,
+        settings,
+        checkpoint_dir=checkpoint_dir,
+        variant=variant,
+        on_log=on_log,
+        before_checkpoint=before_checkpoint,
+    )
+    result: dict[str, object] = {
+        "steps": settings.max_steps,
+        "final_train_loss": history.train[-1]["loss"],
+        "final_valid_nll": history.valid[-1]["valid_nll"],
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    if history.alphas:
+        result["final_alphas"] = history.alphas[-1]["alphas"]
+    return history, result
+
+
+def train_cell(
+    cell: NmtCell,
+    config: TransformerConfig,
+    bpe: BpeModel,
+    corpus: Mapping[str, Pairs],
+    settings: TrainingSettings,
+    device: torch.device | str,
+    *,
+    checkpoint_dir: Path,
+    on_log: OnLog | None = None,
+    before_checkpoint: Callable[[int], None] | None = None,
+) -> tuple[Transformer, TrainingHistory, dict[str, object]]:
+    """The model of ``cell`` (initialised from the cell's seed) trained on the ``train`` pairs
+    of ``corpus`` and validated on its ``valid`` pairs (:func:`train_model`)."""
+    train_set, valid_set = encode_pairs(bpe, corpus["train"]), encode_pairs(bpe, corpus["valid"])
+    torch.manual_seed(cell.seed)
+    model = Transformer(config).to(device)
+    history, result = train_model(
+        model,
+        train_set,
+        valid_set,
+        settings,
+        checkpoint_dir=checkpoint_dir,
+        variant=cell.key,
+        on_log=on_log,
+        before_checkpoint=before_checkpoint,
+    )
+    return model, history, result
+
+
+def load_trained(config: TransformerConfig, checkpoint_dir: Path, average_last: int) -> Transformer:
+    """The model trained in ``checkpoint_dir`` (the mean of its last ``average_last`` saves:
+    :func:`~learnable_sparsity.nmt.training.load_weights`), in eval mode."""
+    model = Transformer(config)
+    model.load_state_dict(load_weights(checkpoint_dir, average_last))
+    return model.eval()
