@@ -39,6 +39,8 @@ import torch
 import yaml
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import try_to_load_from_cache
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from learnable_sparsity.analysis.heads import AnalysisSettings
 from learnable_sparsity.ape.bert import BertSettings
@@ -83,7 +85,7 @@ from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
 from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.store import MlflowSettings, tracking_uri
+from pipelines.scaffold.store import REFUSED_CODES, MlflowSettings, refused, tracking_uri
 
 # Every params section a stage reads, with the settings it becomes.
 SECTIONS: dict[str, type[Settings]] = {
@@ -441,7 +443,8 @@ def precision_checks(params: Params) -> Iterator[Check]:
 
 
 def tracking_check() -> Check:
-    """The MLflow store can be written (a SQLite file's folder) or reached (a server)."""
+    """The MLflow store can be written (a SQLite file's folder) or reached (a server, which
+    takes the credentials given, if it asks for any)."""
     try:
         uri = tracking_uri(Path.cwd())
     except LearnableSparsityError as error:
@@ -455,6 +458,13 @@ def tracking_check() -> Check:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
         except (urllib.error.URLError, OSError) as error:
             return Check("MLflow server", False, f"{uri} does not answer ({error})")
+        try:  # /health answers anyone; a server with authentication refuses the API
+            MlflowClient(uri).search_experiments(max_results=1)
+        except MlflowException as error:
+            refusal = error.error_code in REFUSED_CODES
+            return Check(
+                "MLflow server", False, str(refused(error, uri)) if refusal else str(error)
+            )
         return Check("MLflow server", True, uri)
     return Check("MLflow store", True, uri)
 

@@ -53,7 +53,7 @@ from pipelines.scaffold.provenance import (
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, Resources, check_feasible, connect
 from pipelines.scaffold.runs import RunLogger, StageRun, find_run
 from pipelines.scaffold.stage import Stage, run_stage
-from pipelines.scaffold.store import MlflowSettings, tracking_uri
+from pipelines.scaffold.store import MlflowSettings, prepare, tracking_uri
 from pipelines.sweep_spec import SweepSpec, load_spec
 from pipelines.sweep_trials import (
     RESULTS,
@@ -258,19 +258,24 @@ def fetch_reports(spec: SweepSpec, uri: str, job: str | None = None) -> Path:
 def submit(path: Path, address: str) -> str:
     """Submit the sweep ``path`` as a Ray job to the cluster whose dashboard is at ``address``
     (``http://<head>:8265``), with this checkout as its working directory (``data/`` included),
-    ``$MLFLOW_TRACKING_URI`` and the checkout's commit; follow its log; once it ended, fetch its
+    ``$MLFLOW_TRACKING_URI`` and the checkout's commit (no credentials: a job's environment is
+    shown by the dashboard and ``ray job list``; its tasks read each node's
+    ``~/.mlflow/credentials``); follow its log; once it ended, fetch its
     reports (:func:`fetch_reports`); its final status. Ctrl-C detaches: the job goes on, and the
     command to fetch its reports later is logged."""
     spec = load_spec(path, PARAMS_FILE, PROFILES)  # a broken spec fails here, not on the cluster
     here = Path.cwd().resolve()
     if not path.resolve().is_relative_to(here):
         raise LearnableSparsityError(f"{path} is not inside {here}, the job's working directory")
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    uri = tracking_uri(here)  # refuses a URI holding credentials: it goes into the job's env
     if not uri.startswith(("http://", "https://")):
         raise LearnableSparsityError(
             "set MLFLOW_TRACKING_URI to the tracking server the cluster logs to (http://host:5000)"
             ": the job's runs cannot reach this checkout's mlflow.db"
         )
+    # The server takes this machine's credentials (the reports are fetched with them) before
+    # the job starts; the job's own come from each node's ~/.mlflow/credentials, not from here.
+    prepare(uri, spec.params.settings("mlflow", MlflowSettings).experiment)
     source = source_tags("sweep")
     env = {"MLFLOW_TRACKING_URI": uri}
     if GIT_COMMIT_TAG in source:

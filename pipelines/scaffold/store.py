@@ -5,7 +5,11 @@ top level, or ``$DVC_ROOT``, the real repository of a ``dvc exp run --queue/--te
 which runs in a copy under ``.dvc/tmp/exps/`` (a store there would be thrown away with the copy).
 Its experiments keep their artifacts in ``<directory of the DB>/mlartifacts/<experiment>``; a
 project copied or moved with its store has its artifact locations moved along on first use. A
-server (``MLFLOW_TRACKING_URI=http://...``) decides for itself.
+server (``MLFLOW_TRACKING_URI=http://...``) decides for itself; one with authentication
+(``mlflow server --app-name basic-auth``, docs/tracking.md) takes the credentials MLflow reads
+from ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD`` or ``~/.mlflow/credentials``, never
+from the URI: a URI is logged, printed and handed to Ray jobs, so one holding a password is
+refused, and a server that refuses the credentials stops a stage before any work.
 Many tasks writing to one SQLite file can meet "database is locked": every call to the store
 goes through :func:`retry`, with exponential backoff.
 """
@@ -50,9 +54,41 @@ _ARTIFACT_COLUMNS = (
 
 def tracking_uri(start: Path) -> str:
     """``$MLFLOW_TRACKING_URI`` if set, else the SQLite file ``mlflow.db`` at the project root
-    around ``start`` (absolute; see :func:`project_root`)."""
+    around ``start`` (absolute; see :func:`project_root`). A URI with a password in it
+    (``http://user:password@host``) is refused, the password left out of the error."""
     given = os.environ.get("MLFLOW_TRACKING_URI")
+    if given and _USERINFO.search(given):
+        raise LearnableSparsityError(
+            f"MLFLOW_TRACKING_URI ({_USERINFO.sub('//***@', given)}) holds credentials, which "
+            "would be logged and shown to every Ray job: give the server's address alone and "
+            "the credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD or "
+            "~/.mlflow/credentials (docs/tracking.md)"
+        )
     return given or f"sqlite:///{project_root(start) / 'mlflow.db'}"
+
+
+# The user information of a URL ("//user:password@" or "//token@"), where credentials would hide.
+_USERINFO = re.compile(r"//[^/@]*@")
+# What a tracking server answers to requests without (valid) credentials, or without the right.
+REFUSED_CODES = ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
+def refused(error: MlflowException, uri: str) -> LearnableSparsityError:
+    """The error a stage stops with when the tracking server at ``uri`` refused a request:
+    what to set, by name."""
+    given = "the credentials given" if _credentials_given() else "no credentials"
+    return LearnableSparsityError(
+        f"the MLflow tracking server {uri} refused the request ({error.error_code}) with "
+        f"{given}: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or write them in "
+        "~/.mlflow/credentials on every machine that logs (docs/tracking.md), for a user with "
+        "the right to edit the experiment"
+    )
+
+
+def _credentials_given() -> bool:
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    return read_mlflow_creds().username is not None
 
 
 def project_root(start: Path) -> Path:
@@ -83,7 +119,8 @@ def project_root(start: Path) -> Path:
 
 
 def prepare(uri: str, experiment: str) -> str:
-    """Create the store (a new SQLite DB migrates its schema) and ``experiment``; its id.
+    """Create the store (a new SQLite DB migrates its schema) and ``experiment``; its id. A
+    server that refuses the credentials (or their absence) raises :func:`refused`'s error.
 
     Call it once in the driver before fanning out: tasks that open a fresh SQLite DB at the same
     time race in the migration. Idempotent. A new experiment of a SQLite store gets the absolute
@@ -100,11 +137,18 @@ def prepare(uri: str, experiment: str) -> str:
         folder = re.sub(r"[^A-Za-z0-9_-]", "_", experiment)
         location = (database.parent / ARTIFACTS_FOLDER / folder).as_uri()
     client = MlflowClient(uri)
-    found = retry(client.get_experiment_by_name, experiment)
+    try:
+        found = retry(client.get_experiment_by_name, experiment)
+    except MlflowException as error:
+        if error.error_code in REFUSED_CODES:
+            raise refused(error, uri) from None
+        raise
     if found is None:
         try:
             return retry(client.create_experiment, experiment, location, tags=EXPERIMENT_KIND)
         except MlflowException as error:
+            if error.error_code in REFUSED_CODES:
+                raise refused(error, uri) from None
             if error.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
             # Created meanwhile by another driver.

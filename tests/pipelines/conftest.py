@@ -59,21 +59,20 @@ def mlflow_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
     return f"sqlite:///{tmp_path_factory.mktemp('mlflow').resolve() / 'mlflow.db'}"
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A real `mlflow server` on 127.0.0.1 (SQLite backend, proxied artifacts, as on a
-    cluster), shared by the session; (its URI, its artifacts folder)."""
-    folder = tmp_path_factory.mktemp("server")
-    artifacts = folder / "artifacts"
+def _start_server(
+    folder: Path, *options: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """``mlflow server`` on 127.0.0.1 (SQLite in ``folder``, proxied artifacts in
+    ``folder/artifacts``) with ``options``, once it answers /health: (process, URI)."""
     port = free_port()
     command = [
-        *(sys.executable, "-m", "mlflow", "server"),
+        *(sys.executable, "-m", "mlflow", "server", *options),
         *("--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"),
-        *("--artifacts-destination", str(artifacts)),
+        *("--artifacts-destination", str(folder / "artifacts")),
         *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
     ]
     # Without MLflow's job execution for GenAI jobs: eight processes (~240 MB each) no test uses.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
     process = subprocess.Popen(
         command,
         env=env,
@@ -87,13 +86,56 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
         assert process.poll() is None, "mlflow server exited"
         try:
             urllib.request.urlopen(f"{uri}/health", timeout=2).close()
-            break
+            return process, uri
         except (urllib.error.URLError, OSError):
             assert time.monotonic() < deadline, "mlflow server did not start"
             time.sleep(0.5)
-    yield uri, artifacts
+
+
+def _stop_server(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGTERM)  # the server and its web workers
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A real `mlflow server` on 127.0.0.1 (SQLite backend, proxied artifacts, as on a
+    cluster), shared by the session; (its URI, its artifacts folder)."""
+    folder = tmp_path_factory.mktemp("server")
+    process, uri = _start_server(folder)
+    yield uri, folder / "artifacts"
+    _stop_server(process)
+
+
+@dataclass(frozen=True)
+class AuthServer:
+    """A tracking server with basic authentication: its URI and its admin's credentials."""
+
+    uri: str
+    username: str
+    password: str
+
+
+@pytest.fixture(scope="session")
+def mlflow_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
+    """`mlflow server --app-name basic-auth` on 127.0.0.1 as docs/tracking.md sets it up: users
+    in their own database, a random admin password, nobody in without credentials."""
+    folder = tmp_path_factory.mktemp("auth-server")
+    password = secrets.token_urlsafe(16)
+    config = folder / "basic_auth.ini"
+    config.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{folder / 'users.db'}\n"
+        f"admin_username = admin\nadmin_password = {password}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+    }
+    process, uri = _start_server(folder, "--app-name", "basic-auth", env=env)
+    yield AuthServer(uri, "admin", password)
+    _stop_server(process)
 
 
 def free_port() -> int:
