@@ -24,13 +24,19 @@ queries, keys and values are N(0, 1) of shape [B, H, L, 64] (B × H per L: ``--s
 * ``adasplash`` — ``adasplash.adasplash(q, k, v, alpha=1.5, is_causal=causal)`` (AdaSplash's
   dispatcher: the AdaSplash-2 kernel for causal α = 1.5, the block-mask v1 kernel with n_iter = 10
   otherwise; fixed α = 1.5, scale 1/√d inside);
+* ``adasplash_v1`` — ``adasplash.adasplash_v1(q, k, v, alpha=1.5, is_causal=True)``: the block-mask
+  v1 kernel for causal attention too, at the same α (the dispatcher's AdaSplash-2 is specialised
+  to α = 1.5: no transcendental functions, one Halley step, so it is no peer of a learned α); not
+  run where the dispatcher already picks v1 (non-causal);
 * ``sdpa`` — ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)``
   restricted to the FlashAttention backend on CUDA (softmax attention: the speed of light).
 
 Timing as ``normalizers.py`` (``learnable_sparsity.timing``; a clock that synchronises the GPU;
 forward under ``torch.no_grad``; forward+backward with a fixed random upstream gradient into q, k, v
 and α; interleaved rounds in a new seeded order each round, ratios to sdpa of the same round,
-median, quartiles, spread, noisy flag).
+median, quartiles, spread, noisy flag). On CUDA each method's row also holds
+``kernel_ms_forward_backward``: the GPU's time in kernels during one fwd+bwd (``torch.profiler``,
+the kernels' device time summed: launch and host overhead left out), beside the end-to-end figure.
 
 Sparsity of ours on these random inputs (worst case for block skipping: random scores put the
 support anywhere): ``zero_fraction`` — entries with probability exactly 0 among those the mask
@@ -111,6 +117,29 @@ def _adasplash(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, causal: bool) -> 
     return adasplash.adasplash(q, k, v, alpha=ADASPLASH_ALPHA, is_causal=causal)
 
 
+def _adasplash_v1(q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, causal: bool) -> Tensor:
+    return adasplash.adasplash_v1(q, k, v, alpha=ADASPLASH_ALPHA, is_causal=causal)
+
+
+def kernel_ms(call: Callable[[], None]) -> float:
+    """Milliseconds the GPU spends in kernels during one ``call`` (after a warm-up call): the
+    device time of the CUDA events ``torch.profiler`` records, without launch or host time."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        call()
+        torch.cuda.synchronize()
+    device_us = sum(
+        event.self_device_time_total
+        for event in profiler.events()
+        if event.device_type == DeviceType.CUDA
+    )
+    return device_us / 1000
+
+
 def _skip_adasplash(device: torch.device) -> str | None:
     if device.type != "cuda":
         return "skipped: needs CUDA"
@@ -167,7 +196,7 @@ def run_config(
     args: argparse.Namespace,
     device: torch.device,
 ) -> list[dict[str, object]]:
-    """Rows of the three attentions at one (L, causal)."""
+    """Rows of the attentions at one (L, causal)."""
     torch.manual_seed(args.seed)
     shape = (batch, heads, length, HEAD_DIM)
     q, k, v = (torch.randn(shape, device=device, dtype=torch.bfloat16) for _ in range(3))
@@ -193,6 +222,12 @@ def run_config(
             _adasplash,
             _skip_adasplash(device),
             "v2 (causal, α=1.5)" if causal else "v1 block-mask (non-causal, n_iter=10)",
+        ),
+        "adasplash_v1": (
+            _adasplash_v1,
+            _skip_adasplash(device)
+            or (None if causal else "skipped: non-causal adasplash is this kernel already"),
+            "v1 block-mask (causal, α=1.5, n_iter=10)",
         ),
     }
     base = {
@@ -232,6 +267,8 @@ def run_config(
             measured[name] = measures(forward, forward_backward, device)
             # the first calls and the calibration: compilation and autotuning happen here
             row["setup_seconds"] = time.perf_counter() - setup_start
+            if device.type == "cuda":
+                row["kernel_ms_forward_backward"] = kernel_ms(forward_backward)
         except Exception as error:
             row["error"] = error_text(error)
             log(f"L={length} causal={causal} {name}: {row['error']}")

@@ -130,12 +130,17 @@ def _attention(data: dict) -> list[str]:
         "ours = materialised scores + the Triton α-entmax (learned α per head); ours_fused =",
         "`learnable_sparsity.core.fused_attention` (learned α per head, gradients of Q, K, V and "
         "α);",
-        "adasplash = AdaSplash 0.2.2 with a fixed α = 1.5 (no α-gradient). Random inputs have",
+        "adasplash = AdaSplash 0.2.2 with a fixed α = 1.5 (no α-gradient; its dispatcher picks",
+        "AdaSplash-2, specialised to α = 1.5, for causal attention); adasplash_v1 = its v1 kernel",
+        "at the same α (causal; the dispatcher's own pick otherwise). Kernel ms: the GPU's time",
+        "in kernels during one fwd+bwd (torch.profiler), without launch and host time (runs",
+        "before 2026-11-28 did not measure it, nor adasplash_v1). Random inputs have",
         "no all-zero 128×128 block outside the causal mask (block sparsity column), so no method",
         "can skip more than the mask there.",
         "",
-        "| L | causal | B×H | method | fwd+bwd ms | ratio to SDPA | block sparsity | goal |",
-        "|---|---|---|---|---|---|---|---|",
+        "| L | causal | B×H | method | fwd+bwd ms | kernel ms | ratio to SDPA | block sparsity "
+        "| goal |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     by_config: dict[tuple, dict[str, dict]] = {}
     for row in data["results"]:
@@ -148,10 +153,14 @@ def _attention(data: dict) -> list[str]:
                 over = row["forward_backward_ms"] / splash["forward_backward_ms"]
                 verdict = _met(over <= FUSED_OVER_ADASPLASH_GOAL)
                 goal = f"{over:.2f}× AdaSplash (≤ {FUSED_OVER_ADASPLASH_GOAL}×): {verdict}"
+                v1 = rows.get("adasplash_v1", {}).get("forward_backward_ms")
+                if v1:
+                    goal += f"; {row['forward_backward_ms'] / v1:.2f}× its v1 at the same α"
             missing = row.get("skipped") or row.get("error")
             cell = _cell(row.get("forward_backward_ms"), ".3f", missing)
             lines.append(
                 f"| {length} | {causal} | {row['batch']}×{row['heads']} | {method} | {cell} "
+                f"| {_cell(row.get('kernel_ms_forward_backward'), '.3f')} "
                 f"| {_ratio(row, 'forward_backward')} "
                 f"| {_cell(row.get('block_sparsity'), '.3f')} | {goal} |"
             )

@@ -26,10 +26,11 @@
 # installed with pip --no-index --no-deps --target into a fresh temporary folder (or unzipped
 # there when pip is missing: they are pure-Python wheels) that goes first on PYTHONPATH, followed
 # by the repository root. Nothing here needs the network. The interpreter is ${PYTHON:-python3}.
-# Budget on one H100, 5 minutes in all (timeouts, seconds): env 15, tests 140 (prewarm 120 beside
+# Budget on one H100, 5 minutes in all (timeouts, seconds): env 15, tests 130 (prewarm 120 beside
 # them; the first H100 run, 2026-11-26, needed 193 s for them on one process with a warm Triton
 # cache: Triton's compilations, CPU-bound, now go to 8 pytest-xdist workers where the wheels
-# bring it), normalizers 35, attention 55, transformer 55 (that run: 29, 52 and 54 s for more
+# bring it), normalizers 35, attention 65 (with AdaSplash v1 beside v2 for causal attention and a
+# profiled kernel time per row), transformer 55 (that run: 29, 52 and 54 s for more
 # rounds and lengths: now 3 rounds, no L = 1024 attention; the Transformer in 2 rounds of float32,
 # TF32 and bf16, each of 6 updates and 64 sentences, ~half the work of that run's 3 rounds of
 # float32 alone, JSON rewritten after each round): 300 s at most,
@@ -207,12 +208,12 @@ background prewarm 120 "$PYTHON" benchmarks/gpu/prewarm.py --device "$DEVICE" "$
 if [ "$DEVICE" = cuda ]; then SELECT=(-k "cuda or triton or fused_attention"); else SELECT=(); fi
 # Parallel where pytest-xdist is there (a wheel of --prepare) and on CUDA (16 cores compile).
 if [ "$DEVICE" = cuda ] && "$PYTHON" -c "import xdist" 2>/dev/null; then SELECT+=(-n 8); fi
-step tests 140 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
+step tests 130 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
     --junitxml="$DIR/junit.xml" $TESTS
 finish prewarm
 step normalizers 35 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "${NORM_ARGS[@]}" \
     --out "$DIR/normalizers.json"
-step attention 55 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
+step attention 65 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
     --out "$DIR/attention.json"
 step transformer 55 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
     --out "$DIR/transformer.json"
