@@ -11,9 +11,10 @@ and dtypes the benchmarks use, so every configuration is compiled once, by some 
 shared cache (``~/.triton/cache`` or ``$TRITON_CACHE_DIR``). The benchmarks then autotune over
 the full configuration space as usual (their choice is unaffected), but load the binaries from the
 cache instead of compiling them. Our kernels (``learnable_sparsity.core.fused_triton``: no
-autotuning) and AdaSplash's non-causal v1 kernels are compiled once each, the shapes dealt
-round-robin to the workers. Nothing is timed; a failure is printed and the rest goes on. On the CPU
-the sparse normalizers' C++ kernels are called instead (a rehearsal of the plumbing).
+autotuning) and AdaSplash's v1 kernels (non-causal, and causal for ``attention.py``'s
+``adasplash_v1`` row) are compiled once each, the shapes dealt round-robin to the workers.
+Nothing is timed; a failure is printed and the rest goes on. On the CPU the sparse normalizers'
+C++ kernels are called instead (a rehearsal of the plumbing).
 
     python benchmarks/gpu/prewarm.py [--device cuda|cpu] [--quick] [--workers 8]
 """
@@ -167,6 +168,13 @@ def _tasks(device: torch.device, shapes: dict) -> tuple[list[Task], list[Task]]:
             task = (f"adasplash {label}", lambda f=splash, m=qkv: _backward(f, *m()))
             # the causal path (AdaSplash-2) autotunes: every worker compiles its share
             (everyone if causal else dealt).append(task)
+            if causal and hasattr(adasplash, "adasplash_v1"):  # attention.py's adasplash_v1 row
+
+                def splash_v1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                    return adasplash.adasplash_v1(q, k, v, alpha=1.5, is_causal=True, niter=10)
+
+                v1 = (f"adasplash_v1 {label}", lambda f=splash_v1, m=qkv: _backward(f, *m()))
+                dealt.append(v1)
     return everyone, dealt
 
 

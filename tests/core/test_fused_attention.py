@@ -75,6 +75,18 @@ def test_float32_matches_the_materialised_scores(causal: bool, lengths) -> None:
     _assert_close_to_reference(inputs, alpha, grad, 1e-4, causal=causal, key_lengths=key_lengths)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_keys_past_the_length_get_no_weight_in_dense_rows(causal: bool) -> None:
+    """Small scores: every visible key is in the support, and so would be a padding key (its
+    zero-loaded score sits among them) if a tile straddling the key length or the diagonal went
+    unmasked; the key lengths end inside a tile (16 keys per tile in the interpreter)."""
+    inputs = [(0.05 * t).detach().requires_grad_() for t in _inputs(2, 1, 40, 16, torch.float32, 6)]
+    alpha = torch.tensor([1.5], device=DEVICE)
+    grad = torch.randn(2, 1, 40, 16, generator=torch.Generator().manual_seed(7)).to(DEVICE)
+    key_lengths = torch.tensor([37, 23], device=DEVICE)
+    _assert_close_to_reference(inputs, alpha, grad, 1e-4, causal=causal, key_lengths=key_lengths)
+
+
 def test_queries_and_keys_of_different_lengths_and_alpha_per_batch_and_head() -> None:
     g = torch.Generator().manual_seed(2)
     q = (2 * torch.randn(2, 2, 20, 32, generator=g)).to(DEVICE).requires_grad_()
