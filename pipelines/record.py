@@ -16,10 +16,10 @@ A record is a run too long for ``make repro`` (the ``evidence`` profile's, say) 
 ``python -m pipelines.record <name> --from-gpu <dir>`` keeps instead the output of the prepared
 device run of an NMT grid (``benchmarks/gpu/ast_grid.py``: ``grid.json`` and ``grid.tar.gz``,
 docs/gpu-records.md): ``results.json`` gathered from its cells by the claims stage's own loaders,
-``record.json`` with the device, environment, commit, the pre-registered length and every cell's
-seconds and throughput, ``index.md`` and ``figures/``; every cell is logged as an MLflow run of
-stage ``train_nmt`` (tag ``record``) with its full metric history, its test scores and head
-metrics, beside the CPU runs in the runs table.
+``record.json`` with the device, environment, commit, the length (rule, probe, decision), the
+kernels and every cell's seconds and throughput, ``index.md`` and ``figures/``; every cell is
+logged as an MLflow run of stage ``train_nmt`` (tag ``record``) with its full metric history, its
+test scores and head metrics, beside the CPU runs in the runs table.
 
 The verdicts themselves are not kept: stage ``rejudge@<name>`` (``dvc repro``) writes
 ``claims.md`` / ``claims.json`` from ``results.json`` with today's checks, so a record never shows
@@ -269,20 +269,26 @@ def _index(name: str, grid: dict[str, Any], figures: list[str]) -> str:
         if cell["status"] != "finished":
             rows.append(f"| {key} | {cell['status']} | | | | | |")
             continue
+        status = "finished, stopped early" if cell.get("short") else "finished"
         rows.append(
-            f"| {key} | finished | {cell['bleu']:.2f} | "
+            f"| {key} | {status} | {cell['bleu']:.2f} | "
             f"{cell['summary']['final_valid_nll']:.3f} | {cell['target_tokens']:,.0f} | "
             f"{cell['train_target_tokens_per_s']:,.0f} | {sum(cell['seconds'].values()):.0f} |"
         )
-    environment = grid["environment"]
+    environment, length = grid["environment"], grid["length"]
+    decision, rule, rates = length["decision"], length["rule"], length["inputs"]["rates"]
     lines = [
         f"# Record `{name}`: the `{grid['settings']['profile']}` grid on "
         f"{environment.get('gpu', environment['device'])}",
         "",
-        f"Pre-registered length: {grid['length']['preregistered_target_tokens']:,} target "
-        f"tokens per model ({grid['length']['max_steps']} steps). Wall time "
-        f"{grid['wall_s']:.0f} s of a {grid['budget_s']:.0f} s budget, "
-        f"{grid['parallel']} cells at a time.",
+        f"Length: {decision['rung']:,} target tokens per model "
+        f"({length['train']['max_steps']} steps), the rung of the pre-registered ladder "
+        f"{', '.join(f'{rung:,}' for rung in rule['ladder'])} that the rule chose from the probed "
+        f"rates ({min(rates.values()):,.0f}–{max(rates.values()):,.0f} target tokens/s per cell, "
+        f"safety {rule['safety']}, {length['inputs']['seconds']:.0f} s left to train)"
+        + ("" if decision["fits"] else ": no rung fitted, the smallest was trained")
+        + f". Kernels: {grid['kernels']['kernels']}. Wall time {grid['wall_s']:.0f} s of the "
+        f"call's {grid['times']['limit_s']:.0f} s, {grid['parallel']} cells at a time.",
         "",
         *rows,
         "",
@@ -349,7 +355,9 @@ def keep_gpu(
             "device": grid["environment"].get("gpu", grid["environment"]["device"]),
             "environment": grid["environment"],
             "length": grid["length"],
-            "budget_s": grid["budget_s"],
+            "kernels": grid["kernels"]["kernels"],
+            "preflight": grid["kernels"],
+            "times": grid["times"],
             "wall_s": grid["wall_s"],
             "parallel": grid["parallel"],
             "cells": grid["cells"],

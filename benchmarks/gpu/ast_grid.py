@@ -1,28 +1,49 @@
 """The AST grid (corpus × variant × seed) of a profile in one prepared device call, without Ray,
 MLflow or DVC: every cell trained, its test set translated by beam search and its heads analysed
 by the stages' own cell functions (``learnable_sparsity.nmt.cell_training``,
-``nmt.cell_evaluation``, ``analysis.cell_analysis``), several cells at once in processes.
+``nmt.cell_evaluation``, ``analysis.cell_analysis``), the cells at once in processes.
 
 On the development machine, first (CPU; reads the SWORD Bibles, minutes):
 
     python benchmarks/gpu/ast_grid.py --prepare [--profile bible-gpu]
 
 writes the profile's corpus and BPE model into ``.ast-grid/`` (git-ignored; ``carry`` it) with the
-commit of the code, and prints the batches' target tokens and what the pre-registered length
-(``gpu_grid.target_tokens`` of the profile) needs. Then on the device (docs/gpu-records.md):
+commit of the code, and prints the batches' target tokens and the steps of every rung of the
+profile's length ladder. Then on the device (docs/gpu-records.md gives the exact call):
 
-    python benchmarks/gpu/ast_grid.py --out $OUT --device cuda [--budget-s 480]
+    CALL_START=$(date +%s) python benchmarks/gpu/ast_grid.py --out $OUT --device cuda --limit-s 560
 
-Checkpoints go to ``--work`` (default /tmp/ast-grid-work, outside ``$OUT``, which is emptied before
-every call and brings back at most 8 files): a call cut off and repeated on the same (warm)
-machine resumes every cell from its last checkpoint. Before ``--budget-s`` runs out, cells still
-running are stopped and what finished is packed. ``$OUT`` receives ``grid.json`` (settings,
-pre-registered length, device, environment, commit, every cell's status, seconds and training
-throughput) and ``grid.tar.gz`` (per finished cell under ``cells/<corpus>/<variant>/seed<k>/``:
-``history.json``, ``metrics.jsonl`` (every logged metric by step, as MLflow would hold them),
-``metrics.json``, ``translations.txt``, ``analysis.json``, ``figures/*.png``), both rewritten after
-every finished cell, and ``log.txt``. ``python -m pipelines.record <name> --from-gpu <dir>`` keeps
-them as a record.
+One call, in phases, against a deadline of ``CALL_START + --limit-s − gpu_grid.margin_s`` (the
+call's own limit, so the script ends before the device tool kills it):
+
+1. **Preflight** (at most ``gpu_grid.preflight_s``): pytest runs one bf16 NMT step against float32
+   and one resume on the device (``PREFLIGHT_TESTS``), stopped with SIGINT so that its
+   ``preflight.xml`` is written. The rule fixed beforehand: if it fails, every cell runs the eager
+   normalizers (``LEARNABLE_SPARSITY_TRITON=0``, ``LEARNABLE_SPARSITY_FUSED=0``) instead of the
+   fused kernels; ``grid.json`` says which ran.
+2. **Probe**: all cells start at once (``gpu_grid.parallel`` at a time, seed-major, so that a cut
+   never loses a variant); each builds its data and a throwaway model and trains it on the real
+   batches for ``probe_warmup`` updates, then ``probe_s`` seconds, and reports its target tokens
+   per second under that concurrency.
+3. **The length, by the rule pre-registered in the profile** (:func:`choose_length`): the largest
+   rung of ``gpu_grid.ladder`` (target tokens per model) that the slowest cell's probed rate
+   trains, with the safety factor, in the seconds left before the training deadline. Its inputs
+   are throughputs and seconds only, never a result; ``grid.json`` records them and the rung.
+   A repeated call on the same warm machine reuses the decision (``plan.json`` in ``--work``).
+4. **Training**, then beam search and head analysis. At the deadline less ``eval_reserve_s`` every
+   cell still training stops (``should_stop``): it validates, checkpoints, decodes and analyses as
+   if done, and is flagged ``stopped_early``. At the deadline a cell still running is terminated
+   and reported as cut off, with its log.
+
+``$OUT`` receives ``grid.json`` (settings, the length's rule, probe and decision, device,
+environment, commit, kernels, preflight, every cell's status, seconds and training throughput, a
+failed cell's traceback), ``grid.tar.gz`` (per cell under ``cells/<corpus>/<variant>/seed<k>/``:
+``log.txt`` and ``error.txt`` for every cell; when finished ``history.json``, ``metrics.jsonl``
+(every logged metric by step, as MLflow would hold them), ``metrics.json``, ``translations.txt``,
+``analysis.json``, ``figures/*.png``), both rewritten after every finished cell, ``log.txt`` and
+``preflight.xml``. Checkpoints go to ``--work`` (outside ``$OUT``, which is emptied before every
+call): a repeated call resumes every unfinished cell. ``python -m pipelines.record <name>
+--from-gpu <dir>`` keeps the output as a record.
 """
 
 from __future__ import annotations
@@ -36,10 +57,13 @@ import multiprocessing
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
+import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -53,14 +77,38 @@ DATA = ROOT / ".ast-grid"  # corpus and BPE model made by --prepare (git-ignored
 WORK = Path("/tmp/ast-grid-work")  # checkpoints: outside $OUT, which is emptied every call
 GRID_JSON = "grid.json"
 GRID_TAR = "grid.tar.gz"
-# Seconds kept back from the budget for stopping the cells still running and packing the rest.
-RESERVE_S = 20
-POLL_S = 1.0
-# What a finished cell leaves in its work folder besides checkpoints (all of it travels back).
+PREFLIGHT_XML = "preflight.xml"
+PLAN = "plan.json"  # the decided length, in --work: a repeated call never decides again
+PROBE = "probe.json"  # a cell's probed rate
+DONE = "cell.json"  # written last: the cell finished
+CELL_LOG = "log.txt"
+CELL_ERROR = "error.txt"
 RESULT_FILES = ("history.json", "metrics.jsonl", "metrics.json", "translations.txt")
 ANALYSIS = "analysis.json"
 FIGURES = "figures"
-DONE = "cell.json"  # written last: the cell finished
+# The preflight: one bf16 update against float32 for every normalizer, and one resume (the
+# device's, by pytest's ids) — what the cells do, in seconds.
+PREFLIGHT_TESTS = "tests/devices/test_training_steps.py"
+PREFLIGHT_SELECTION = "{device} and (nmt_step_in_bf16_matches_float32 or nmt_training_resumes)"
+EAGER = {"LEARNABLE_SPARSITY_TRITON": "0", "LEARNABLE_SPARSITY_FUSED": "0"}
+SIGINT_GRACE_S = 10  # pytest writes its XML after SIGINT; then it is killed
+# Attention rows up to this length get their kernels compiled before the probe: source and target
+# sentences of at most ~50 words hold ~120 BPE tokens, decoding stops at ~200 (every variant of a
+# power-of-two block up to 256).
+PREWARM_LONGEST = 256
+POLL_S = 0.5
+# gpu_grid keys: (kind, lower bound) — checked before any work
+GRID_KEYS: dict[str, tuple[type, float]] = {
+    "parallel": (int, 1),
+    "safety": (float, 1.0),
+    "probe_warmup": (int, 1),
+    "probe_s": (float, 1.0),
+    "eval_reserve_s": (float, 0.0),
+    "margin_s": (float, 0.0),
+    "preflight_s": (float, 0.0),
+    "validations": (int, 1),
+    "checkpoints": (int, 1),
+}
 log = logging.getLogger("ast_grid")
 
 
@@ -80,10 +128,25 @@ def grid_settings(data: dict[str, Any]) -> dict[str, Any]:
 
     nmt = build(NmtSettings, data["nmt"], "nmt")
     analysis = build(AnalysisSettings, data["analysis"], "analysis")
-    grid = data.get("gpu_grid") or {}
-    for key in ("target_tokens", "parallel"):
-        if not isinstance(grid.get(key), int) or grid[key] < 1:
-            raise SystemExit(f"gpu_grid.{key} must be a positive integer, got {grid.get(key)!r}")
+    grid = dict(data.get("gpu_grid") or {})
+    for key, (kind, least) in GRID_KEYS.items():
+        value = grid.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < least:
+            raise SystemExit(f"gpu_grid.{key} must be a {kind.__name__} >= {least}, got {value!r}")
+        grid[key] = kind(value)
+    ladder = grid.get("ladder")
+    if (
+        not isinstance(ladder, list)
+        or not ladder
+        or any(isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in ladder)
+        or ladder != sorted(set(ladder))
+    ):
+        raise SystemExit(
+            f"gpu_grid.ladder must be increasing positive target-token counts, got {ladder!r}"
+        )
+    unknown = sorted(set(grid) - set(GRID_KEYS) - {"ladder"})
+    if unknown:
+        raise SystemExit(f"gpu_grid has unknown keys {unknown}; known: {sorted(GRID_KEYS)}")
     return {
         "profile": data["profile"],
         "nmt": params_of(nmt),
@@ -91,6 +154,46 @@ def grid_settings(data: dict[str, Any]) -> dict[str, Any]:
         "gpu_grid": grid,
         "corpora": {name: data["corpora"][name] for name in nmt.corpora},
         "bpe": data["bpe"],
+    }
+
+
+def cell_keys(nmt: Mapping[str, Any]) -> list[str]:
+    """Every cell, seed-major: the first cells to run hold every variant of a seed, so that a
+    grid cut short keeps whole seeds of every variant, never all seeds of some variants."""
+    return [
+        NmtCell(corpus, variant, seed).key
+        for seed in nmt["seeds"]
+        for corpus in nmt["corpora"]
+        for variant in nmt["variants"]
+    ]
+
+
+def choose_length(
+    rates: Mapping[str, float],
+    seconds: float,
+    waves: int,
+    ladder: Sequence[int],
+    safety: float,
+) -> dict[str, Any]:
+    """The pre-registered length rule: the largest rung L of ``ladder`` (target tokens per model)
+    with ``waves · L · safety / min(rates) ≤ seconds`` (every cell trains at the slowest probed
+    rate, ``waves`` rounds of cells one after the other), else the smallest rung, flagged as not
+    fitting. Inputs are throughputs (target tokens/s per cell) and seconds only."""
+    if not rates:
+        raise ValueError("no probed rate to choose a length from")
+    slowest = min(rates.values())
+
+    def needed(rung: int) -> float:
+        return waves * rung * safety / slowest
+
+    fitting = [rung for rung in ladder if needed(rung) <= seconds]
+    rung = max(fitting) if fitting else min(ladder)
+    return {
+        "rung": rung,
+        "fits": bool(fitting),
+        "slowest_cell": min(rates, key=rates.__getitem__),
+        "slowest_rate": slowest,
+        "seconds_needed": needed(rung),
     }
 
 
@@ -117,9 +220,14 @@ def batch_target_tokens(settings: dict[str, Any], data: Path) -> dict[str, float
     return means
 
 
+def steps_for(rung: int, means: Mapping[str, float]) -> int:
+    """The updates that train at least ``rung`` target tokens on every corpus."""
+    return max(math.ceil(rung / mean) for mean in means.values())
+
+
 def prepare(settings: dict[str, Any], data: Path) -> dict[str, Any]:
     """The corpora and BPE models of ``settings`` into ``data`` (as stages corpora and bpe
-    write them), the commit of the code, and the length the settings train."""
+    write them), the commit of the code, and the steps of every rung of the ladder."""
     from learnable_sparsity.data.bpe import BpeSettings, train_joint_bpe
     from learnable_sparsity.data.corpora import (
         SwordCorpus,
@@ -147,29 +255,10 @@ def prepare(settings: dict[str, Any], data: Path) -> dict[str, Any]:
         "uncommitted_code_changes": bool(changed) if changed is not None else None,
     }
     (data / "commit.json").write_text(json.dumps(stamp, indent=1))
-    return {**stamp, "length": planned_length(settings, data)}
-
-
-def planned_length(settings: dict[str, Any], data: Path) -> dict[str, Any]:
-    """The target tokens ``nmt.train.max_steps`` trains per model (from the batches' mean) and
-    the pre-registered ``gpu_grid.target_tokens``; refuses settings that train fewer."""
-    steps = settings["nmt"]["train"]["max_steps"]
-    wanted = settings["gpu_grid"]["target_tokens"]
     means = batch_target_tokens(settings, data)
-    planned = {corpus: steps * mean for corpus, mean in means.items()}
-    short = {corpus: tokens for corpus, tokens in planned.items() if tokens < wanted}
-    if short:
-        needed = {c: math.ceil(wanted / means[c]) for c in short}
-        raise SystemExit(
-            f"nmt.train.max_steps {steps} trains {short} target tokens per model, fewer than the "
-            f"pre-registered gpu_grid.target_tokens {wanted}: it needs max_steps {needed}"
-        )
-    return {
-        "preregistered_target_tokens": wanted,
-        "max_steps": steps,
-        "batch_target_tokens": means,
-        "planned_target_tokens": planned,
-    }
+    ladder = settings["gpu_grid"]["ladder"]
+    steps = {rung: steps_for(rung, means) for rung in ladder}
+    return {**stamp, "batch_target_tokens": means, "steps": steps}
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -195,9 +284,149 @@ def environment(device: str) -> dict[str, Any]:
     return facts
 
 
-def run_cell(key: str, settings: dict[str, Any], data: Path, work: Path, device: str) -> None:
-    """One cell in its own process: train (resuming from ``work/<key>``), translate the test
-    set, analyse the heads, with the stages' cell functions; ``cell.json`` last."""
+def preflight(device: str, out: Path, limit_s: float, tests: str) -> dict[str, Any]:
+    """pytest on ``tests`` (the device's cases of :data:`PREFLIGHT_SELECTION`), SIGINT at
+    ``limit_s`` so that ``preflight.xml`` is written; its outcome and the kernels the cells run."""
+    if limit_s <= 0:
+        return {"ran": False, "passed": None, "kernels": "fused"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", tests]
+    command += ["-k", PREFLIGHT_SELECTION.format(device=device)]
+    command += [f"--junitxml={out / PREFLIGHT_XML}"]
+    start = time.monotonic()
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        output, _ = process.communicate(timeout=limit_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        try:
+            output, _ = process.communicate(timeout=SIGINT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+        timed_out = True
+    for line in output.splitlines():
+        log.info("preflight: %s", line)
+    passed = process.returncode == 0 and not timed_out
+    return {
+        "ran": True,
+        "command": " ".join(command),
+        "returncode": process.returncode,
+        "timed_out": timed_out,
+        "seconds": time.monotonic() - start,
+        "passed": passed,
+        "kernels": "fused" if passed else "eager",
+    }
+
+
+def prewarm_share(device: str, tasks: list[tuple[int, str]]) -> None:
+    """Compile (into Triton's disk cache, shared by the cells) the normalizers' kernels for
+    ``tasks``: (row length, dtype) pairs (``prewarm._short_rows``)."""
+    import torch
+    from prewarm import _short_rows
+
+    for length, dtype in tasks:
+        _short_rows(torch.device(device), length, getattr(torch, dtype))
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def start_prewarm(device: str, precision: str, workers: int) -> list[Any]:
+    """Processes compiling every kernel variant the cells' attention rows need
+    (:data:`PREWARM_LONGEST`; float32 for validation and decoding, bf16 too when training in it),
+    dealt round-robin: Triton compiles on the CPU, one kernel after another in each process."""
+    from prewarm import _short_lengths
+
+    dtypes = ["float32", *(["bfloat16"] if precision == "bf16" else [])]
+    tasks = [(length, dtype) for length in _short_lengths(PREWARM_LONGEST) for dtype in dtypes]
+    context = multiprocessing.get_context("spawn")
+    processes = [
+        context.Process(target=prewarm_share, args=(device, tasks[i::workers]))
+        for i in range(min(workers, len(tasks)))
+    ]
+    for process in processes:
+        process.start()
+    return processes
+
+
+def _wait_for(path: Path, until: float) -> dict[str, Any] | None:
+    while time.time() < until:
+        if path.exists():
+            return json.loads(path.read_text())
+        time.sleep(POLL_S)
+    return None
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def probe(
+    key: str, config: Any, train_set: Sequence[Any], train: Any, device: Any, grid: Mapping
+) -> dict[str, float]:
+    """Target tokens per second of updates of a throwaway model of ``config`` on the real
+    batches, after ``probe_warmup`` updates, for ``probe_s`` seconds."""
+    from learnable_sparsity.nmt.batching import batches_of, collate_examples
+    from learnable_sparsity.nmt.model import Transformer
+    from learnable_sparsity.nmt.training import build_optimizer, train_step
+
+    model = Transformer(config).to(device)
+    optimizer, scheduler = build_optimizer(
+        model, train.peak_lr, train.warmup, alpha_lr_scale=train.alpha_lr_scale
+    )
+    order = batches_of(train_set, train.max_tokens, train.seed)
+    steps, tokens, start = 0, 0, 0.0
+    for step, indices in enumerate(order * (1 + grid["probe_warmup"]), start=1):
+        batch = collate_examples(train_set, indices, model).to(device)
+        train_step(
+            model, [batch], optimizer, scheduler, train.clip_norm, train.label_smoothing,
+            step=step, variant=key, precision=train.precision,
+        )  # fmt: skip
+        if step == grid["probe_warmup"]:
+            _sync(device)
+            start = time.perf_counter()
+        elif step > grid["probe_warmup"]:
+            steps += 1
+            tokens += sum(len(train_set[i][1]) + 1 for i in indices)
+            if time.perf_counter() - start >= grid["probe_s"]:
+                break
+    _sync(device)
+    seconds = time.perf_counter() - start
+    del model, optimizer
+    return {"target_tokens_per_s": tokens / seconds, "steps": steps, "seconds": seconds}
+
+
+def run_cell(
+    key: str, settings: dict[str, Any], data: Path, work: Path, device: str, times: dict
+) -> None:
+    """One cell in its own process (its log in ``work/<key>/log.txt``, a traceback in
+    ``error.txt``): the probe unless the length is decided, then training (resuming from
+    ``work/<key>``, stopping at ``times["stop_training"]``), the test set translated, the
+    heads analysed, with the stages' cell functions; ``cell.json`` last."""
+    folder = work / key
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(folder / CELL_LOG)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {key} %(message)s",
+        handlers=[logging.StreamHandler(), handler],
+    )
+    try:
+        _run_cell(key, settings, data, work, device, times)
+    except BaseException:
+        (folder / CELL_ERROR).write_text(traceback.format_exc(), encoding="utf-8")
+        log.exception("%s failed", key)
+        raise
+
+
+def _run_cell(
+    key: str, settings: dict[str, Any], data: Path, work: Path, device: str, times: dict
+) -> None:
     import torch
 
     from learnable_sparsity.analysis.cell_analysis import analyze_model
@@ -205,6 +434,7 @@ def run_cell(key: str, settings: dict[str, Any], data: Path, work: Path, device:
     from learnable_sparsity.data.bpe import BpeModel
     from learnable_sparsity.data.corpora import corpus_settings, source_language
     from learnable_sparsity.data.local import read_corpus
+    from learnable_sparsity.nmt.batching import encode_pairs
     from learnable_sparsity.nmt.cell_evaluation import evaluate_model
     from learnable_sparsity.nmt.cell_training import load_trained, train_cell
     from learnable_sparsity.nmt.model import TransformerConfig
@@ -212,18 +442,30 @@ def run_cell(key: str, settings: dict[str, Any], data: Path, work: Path, device:
     from learnable_sparsity.nmt.training import TrainingSettings
     from learnable_sparsity.settings import build
 
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {key} %(message)s")
     torch.set_num_threads(1)
-    cell, nmt = NmtCell.from_key(key), settings["nmt"]
+    cell, nmt, grid = NmtCell.from_key(key), settings["nmt"], settings["gpu_grid"]
     folder = work / key
-    folder.mkdir(parents=True, exist_ok=True)
     corpus_dir = data / "corpora" / cell.corpus
     bpe = BpeModel(data / "bpe" / cell.corpus / "bpe.model")
     config = build(TransformerConfig, nmt["model"], "nmt.model")
     config = config.for_vocabulary(bpe.vocab_size, cell.variant)
-    train_settings = build(TrainingSettings, nmt["train"], "nmt.train", seed=cell.seed)
     decode = build(DecodeSettings, nmt["decode"], "nmt.decode")
     corpus = read_corpus(corpus_dir, ("train", "valid", "test"))
+    plan_file = work / PLAN
+    if not plan_file.exists():
+        probe_settings = build(TrainingSettings, nmt["train"], "nmt.train", seed=cell.seed)
+        train_set = encode_pairs(bpe, corpus["train"])
+        rate = probe(key, config, train_set, probe_settings, torch.device(device), grid)
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the throwaway model's memory back before training
+        log.info("probe: %.0f target tokens/s", rate["target_tokens_per_s"])
+        (folder / PROBE).write_text(json.dumps(rate))
+    plan = _wait_for(plan_file, times["stop_training"])
+    if plan is None:
+        raise TimeoutError("no length was decided before the training deadline")
+    train_settings = build(
+        TrainingSettings, {**nmt["train"], **plan["train"]}, "nmt.train", seed=cell.seed
+    )
     timings: dict[str, float] = {}
     with open(folder / "metrics.jsonl", "a", encoding="utf-8") as metrics_log:
 
@@ -241,6 +483,7 @@ def run_cell(key: str, settings: dict[str, Any], data: Path, work: Path, device:
             checkpoint_dir=folder,
             on_log=on_log,
             before_checkpoint=lambda _: metrics_log.flush(),
+            should_stop=lambda _: time.time() >= times["stop_training"],
         )
         timings["train_s"] = time.perf_counter() - start
     (folder / "history.json").write_text(json.dumps(asdict(history)))
@@ -273,17 +516,19 @@ def run_cell(key: str, settings: dict[str, Any], data: Path, work: Path, device:
 
 
 def pack(out: Path, work: Path, keys: list[str], manifest: dict[str, Any]) -> None:
-    """``grid.tar.gz`` of the finished cells and ``grid.json``, each replaced atomically."""
+    """``grid.tar.gz`` (every cell's log and traceback, the finished cells' results) and
+    ``grid.json``, each replaced atomically."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for key in keys:
             folder = work / key
-            if not (folder / DONE).exists():
-                continue
-            for name in (*RESULT_FILES, ANALYSIS, DONE):
-                tar.add(folder / name, f"cells/{key}/{name}")
-            for figure in sorted((folder / FIGURES).glob("*.png")):
-                tar.add(figure, f"cells/{key}/{FIGURES}/{figure.name}")
+            names = [CELL_LOG, CELL_ERROR]
+            if (folder / DONE).exists():
+                names += [*RESULT_FILES, ANALYSIS, DONE]
+                names += [f"{FIGURES}/{f.name}" for f in sorted((folder / FIGURES).glob("*.png"))]
+            for name in names:
+                if (folder / name).is_file():
+                    tar.add(folder / name, f"cells/{key}/{name}")
     for name, payload in (
         (GRID_TAR, buffer.getvalue()),
         (GRID_JSON, json.dumps(manifest, indent=1).encode()),
@@ -293,71 +538,164 @@ def pack(out: Path, work: Path, keys: list[str], manifest: dict[str, Any]) -> No
         partial.replace(out / name)
 
 
-def run_grid(
-    settings: dict[str, Any], data: Path, out: Path, work: Path, device: str, budget_s: float
-) -> dict[str, Any]:
-    """Every cell of the grid, ``gpu_grid.parallel`` at a time, until done or ``budget_s``
-    (less :data:`RESERVE_S`) is spent; the manifest written to ``out``."""
-    started = time.monotonic()
-    deadline = started + budget_s - RESERVE_S
-    nmt = settings["nmt"]
-    keys = [
-        NmtCell(c, v, s).key for c in nmt["corpora"] for v in nmt["variants"] for s in nmt["seeds"]
-    ]
-    stamp_file = data / "commit.json"
-    manifest: dict[str, Any] = {
-        "settings": settings,
-        "length": planned_length(settings, data),
-        "environment": environment(device),
-        "code": json.loads(stamp_file.read_text()) if stamp_file.exists() else None,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "budget_s": budget_s,
-        "parallel": settings["gpu_grid"]["parallel"],
-        "cells": {},
+def status_of(work: Path, key: str, exitcode: int | None) -> dict[str, Any]:
+    """A cell's entry in the manifest: its record when finished (``stopped_early`` where the
+    deadline ended its training), else why not and the last lines of its traceback."""
+    folder = work / key
+    if (folder / DONE).exists():
+        record = json.loads((folder / DONE).read_text())
+        short = "stopped_early" in record["summary"]
+        return {"status": "finished", "short": short, **record}
+    entry: dict[str, Any] = {"status": f"failed (exit {exitcode})"}
+    if exitcode is None:
+        entry["status"] = "cut off at the deadline"
+    if (folder / CELL_ERROR).exists():
+        entry["error"] = (folder / CELL_ERROR).read_text().splitlines()[-12:]
+    return entry
+
+
+def decide(
+    work: Path, keys: list[str], probing: list[str], grid: Mapping, means: Mapping, times: dict
+) -> dict[str, Any] | None:
+    """The plan once every probing cell has reported (or died): the rung by
+    :func:`choose_length`, the steps it takes and the validation and checkpoint intervals;
+    None while a probe is still running."""
+    rates = {}
+    for key in probing:
+        if not (work / key / PROBE).exists():
+            return None
+        rates[key] = json.loads((work / key / PROBE).read_text())["target_tokens_per_s"]
+    seconds = times["stop_training"] - time.time()
+    waves = math.ceil(len(keys) / grid["parallel"])
+    inputs = {"rates": rates, "seconds": seconds, "waves": waves}
+    decision = choose_length(**inputs, ladder=grid["ladder"], safety=grid["safety"])
+    steps = steps_for(decision["rung"], means)
+    return {
+        "rule": {"ladder": grid["ladder"], "safety": grid["safety"]},
+        "inputs": inputs,
+        "decision": decision,
+        "train": {
+            "max_steps": steps,
+            "validate_every": max(1, steps // grid["validations"]),
+            "checkpoint_every": max(1, math.ceil(steps / grid["checkpoints"])),
+        },
+        "batch_target_tokens": dict(means),
+        "planned_target_tokens": {c: steps * m for c, m in means.items()},
     }
-    context = multiprocessing.get_context("spawn")
-    waiting = [k for k in keys if not (work / k / DONE).exists()]
-    running: dict[str, multiprocessing.process.BaseProcess] = {}
-    cut_off: list[str] = []
-    while waiting or running:
-        for key, process in list(running.items()):
-            if not process.is_alive():
-                del running[key]
-                finished = (work / key / DONE).exists()
-                status = "finished" if finished else f"failed (exit {process.exitcode})"
-                log.info("%s: %s after %.0f s", key, status, time.monotonic() - started)
-                manifest["cells"][key] = {"status": status}
-                pack(out, work, keys, finish(manifest, work, keys, started))
-        if time.monotonic() > deadline:
-            for key, process in running.items():
-                process.terminate()
+
+
+class Grid:
+    """The parent: starts the cells, decides the length, watches the deadline, packs."""
+
+    def __init__(self, settings: dict, data: Path, out: Path, work: Path, device: str) -> None:
+        self.settings, self.data, self.device = settings, data, device
+        self.out, self.work = out, work
+        self.keys = cell_keys(settings["nmt"])
+        self.running: dict[str, multiprocessing.process.BaseProcess] = {}
+        self.started: set[str] = set()
+        self.exitcodes: dict[str, int | None] = {}
+        self.manifest: dict[str, Any] = {}
+        self.clock = time.monotonic()
+
+    def update(self) -> None:
+        """The manifest's cells, length and wall time brought up to date; both files packed."""
+        cells = {}
+        for key in self.keys:
+            cells[key] = status_of(self.work, key, self.exitcodes.get(key))
+            if key not in self.started and cells[key]["status"] != "finished":
+                cells[key]["status"] = "not started before the deadline"
+        self.manifest["cells"] = cells
+        self.manifest["length"] = _read(self.work / PLAN)
+        self.manifest["wall_s"] = time.monotonic() - self.clock
+        pack(self.out, self.work, self.keys, self.manifest)
+
+    def stop_all(self) -> None:
+        for process in self.running.values():
+            process.terminate()
+        for key, process in self.running.items():
+            process.join(5)
+            if process.is_alive():
+                process.kill()
                 process.join()
-                cut_off.append(key)
-            cut_off.extend(waiting)
-            break
-        while waiting and len(running) < settings["gpu_grid"]["parallel"]:
-            key = waiting.pop(0)
-            process = context.Process(target=run_cell, args=(key, settings, data, work, device))
-            process.start()
-            running[key] = process
-        time.sleep(POLL_S)
-    for key in cut_off:
-        manifest["cells"][key] = {"status": "cut off by the budget"}
-    manifest = finish(manifest, work, keys, started)
-    pack(out, work, keys, manifest)
-    return manifest
+            self.exitcodes[key] = None if process.exitcode in (-15, -9) else process.exitcode
+        self.running.clear()
+
+    def run(self, times: dict[str, float], kernels: dict[str, Any]) -> dict[str, Any]:
+        """Every cell, ``gpu_grid.parallel`` at a time, the length decided once the first
+        cells' probes are in, until done or the deadline."""
+        grid = self.settings["gpu_grid"]
+        means = batch_target_tokens(self.settings, self.data)
+        stamp_file = self.data / "commit.json"
+        self.manifest.update(
+            settings=self.settings,
+            environment=environment(self.device),
+            code=json.loads(stamp_file.read_text()) if stamp_file.exists() else None,
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            times=times,
+            kernels=kernels,
+            parallel=grid["parallel"],
+        )
+        self.work.mkdir(parents=True, exist_ok=True)
+        plan_file = self.work / PLAN
+        if kernels["kernels"] == "eager":
+            os.environ.update(EAGER)  # the spawned cells inherit it
+        context = multiprocessing.get_context("spawn")
+        waiting = [k for k in self.keys if not (self.work / k / DONE).exists()]
+        self.started.update(k for k in self.keys if k not in waiting)
+        probing: list[str] = []  # cells started before the length was decided
+        if plan_file.exists():
+            log.info("length decided by an earlier call: %s", plan_file.read_text())
+        while waiting or self.running:
+            if not plan_file.exists() and probing:
+                plan = decide(self.work, self.keys, probing, grid, means, times)
+                if plan is not None:
+                    partial = plan_file.with_suffix(".partial")
+                    partial.write_text(json.dumps(plan, indent=1))
+                    partial.replace(plan_file)
+                    log.info("length: %s", json.dumps(plan["decision"]))
+            for key, process in list(self.running.items()):
+                if not process.is_alive():
+                    del self.running[key]
+                    self.exitcodes[key] = process.exitcode
+                    if key in probing and not (self.work / key / PROBE).exists():
+                        probing.remove(key)  # died before its probe: the others decide
+                    at = time.time() - times["call_start"]
+                    log.info("%s: exit %s at %.0f s", key, process.exitcode, at)
+                    self.update()
+            if time.time() >= times["deadline"]:
+                log.info("deadline: stopping %s", sorted(self.running))
+                self.stop_all()
+                break
+            while waiting and len(self.running) < grid["parallel"]:
+                key = waiting.pop(0)
+                process = context.Process(
+                    target=run_cell,
+                    args=(key, self.settings, self.data, self.work, self.device, times),
+                )
+                process.start()
+                self.running[key] = process
+                self.started.add(key)
+                if not plan_file.exists():
+                    probing.append(key)
+            time.sleep(POLL_S)
+        self.update()
+        return self.manifest
 
 
-def finish(manifest: dict[str, Any], work: Path, keys: list[str], started: float) -> dict:
-    """The manifest with every finished cell's record and the seconds so far."""
-    for key in keys:
-        if (work / key / DONE).exists():
-            manifest["cells"][key] = {
-                "status": "finished",
-                **json.loads((work / key / DONE).read_text()),
-            }
-    manifest["wall_s"] = time.monotonic() - started
-    return manifest
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def deadlines(call_start: float, limit_s: float, grid: Mapping[str, float]) -> dict[str, float]:
+    """Wall-clock times (``time.time()``): the call's end less ``margin_s`` (``deadline``: every
+    process stopped, the output packed), and ``eval_reserve_s`` before it (``stop_training``)."""
+    deadline = call_start + limit_s - grid["margin_s"]
+    return {
+        "call_start": call_start,
+        "limit_s": limit_s,
+        "deadline": deadline,
+        "stop_training": deadline - grid["eval_reserve_s"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,7 +708,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=os.environ.get("OUT"))
     parser.add_argument("--work", type=Path, default=WORK, help="checkpoints (resumed)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--budget-s", type=float, default=480.0)
+    parser.add_argument(
+        "--limit-s", type=float, default=560.0, help="the call's limit (the run's timeout_s)"
+    )
+    parser.add_argument(
+        "--call-start",
+        type=float,
+        default=float(os.environ.get("CALL_START", time.time())),
+        help="when the call began (epoch seconds; default $CALL_START, else now)",
+    )
+    parser.add_argument("--preflight", default=PREFLIGHT_TESTS, help="the preflight's tests")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     settings = grid_settings(load_settings(args.profile, args.profiles, args.params))
@@ -387,10 +734,34 @@ def main(argv: list[str] | None = None) -> int:
     from learnable_sparsity.precision import check_precision
 
     check_precision(settings["nmt"]["train"]["precision"], args.device, "nmt.train.precision")
+    times = deadlines(args.call_start, args.limit_s, settings["gpu_grid"])
+    if times["stop_training"] <= time.time():
+        parser.error(f"--limit-s {args.limit_s} leaves no time to train: {times}")
     args.out.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(args.out / "log.txt")
-    logging.getLogger().addHandler(handler)
-    manifest = run_grid(settings, args.data, args.out, args.work, args.device, args.budget_s)
+    logging.getLogger().addHandler(logging.FileHandler(args.out / "log.txt"))
+    grid = Grid(settings, args.data, args.out, args.work, args.device)
+
+    def on_term(signum: int, _frame: Any) -> None:  # the device tool's kill: keep what is there
+        log.info("signal %d: stopping the cells and packing", signum)
+        grid.stop_all()
+        grid.update()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    precision = settings["nmt"]["train"]["precision"]
+    start = time.monotonic()
+    warming = start_prewarm(args.device, precision, max(1, (os.cpu_count() or 2) - 2))
+    kernels = preflight(args.device, args.out, settings["gpu_grid"]["preflight_s"], args.preflight)
+    log.info("preflight: %s; cells run the %s kernels", kernels.get("passed"), kernels["kernels"])
+    for process in warming:
+        process.join(max(0.0, times["stop_training"] - time.time()))
+        if process.is_alive():
+            process.terminate()
+    kernels["prewarm"] = {
+        "seconds": time.monotonic() - start,
+        "exitcodes": [process.exitcode for process in warming],
+    }
+    manifest = grid.run(times, kernels)
     statuses = [cell["status"] for cell in manifest["cells"].values()]
     log.info("%d of %d cells finished", statuses.count("finished"), len(statuses))
     return 0 if statuses and all(s == "finished" for s in statuses) else 1

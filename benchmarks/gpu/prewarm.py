@@ -89,10 +89,10 @@ def _short_lengths(longest: int) -> list[int]:
     return sorted(variants.values())
 
 
-def _short_rows(device: torch.device, d: int) -> None:
-    """Our three normalizers, forward and forward+backward, on float32 rows of length ``d`` with
-    a per-head α as the Transformer's attention calls them."""
-    scores = torch.randn(2, 4, 8, d, device=device)
+def _short_rows(device: torch.device, d: int, dtype: torch.dtype = torch.float32) -> None:
+    """Our three normalizers, forward and forward+backward, on ``dtype`` rows of length ``d``
+    with a per-head α as the Transformer's attention calls them."""
+    scores = torch.randn(2, 4, 8, d, device=device).to(dtype)
     alpha = torch.linspace(1.1, 1.9, 4, device=device).view(1, 4, 1, 1)
     _backward(normalizers.sparsemax, scores)
     _backward(normalizers.entmax15, scores)

@@ -31,10 +31,12 @@ def train_model(
     variant: str,
     on_log: OnLog | None = None,
     before_checkpoint: Callable[[int], None] | None = None,
+    should_stop: Callable[[int], bool] | None = None,
 ) -> tuple[TrainingHistory, dict[str, object]]:
     """:func:`~learnable_sparsity.nmt.training.train` (checkpoints and resume in
-    ``checkpoint_dir``); the history and a summary: steps, final train loss and validation NLL,
-    parameters and, for α-entmax, the final α per block."""
+    ``checkpoint_dir``; ``should_stop`` may end it early); the history and a summary: steps
+    trained, final train loss and validation NLL, parameters, for α-entmax the final α per block,
+    and ``stopped_early`` (the planned ``max_steps``) where training ended before it."""
     history = train(
         model,
         train_set,
@@ -44,15 +46,19 @@ def train_model(
         variant=variant,
         on_log=on_log,
         before_checkpoint=before_checkpoint,
+        should_stop=should_stop,
     )
+    steps = int(history.train[-1]["step"])
     result: dict[str, object] = {
-        "steps": settings.max_steps,
+        "steps": steps,
         "final_train_loss": history.train[-1]["loss"],
         "final_valid_nll": history.valid[-1]["valid_nll"],
         "parameters": sum(p.numel() for p in model.parameters()),
     }
     if history.alphas:
         result["final_alphas"] = history.alphas[-1]["alphas"]
+    if steps < settings.max_steps:
+        result["stopped_early"] = {"planned_steps": settings.max_steps}
     return history, result
 
 
@@ -67,6 +73,7 @@ def train_cell(
     checkpoint_dir: Path,
     on_log: OnLog | None = None,
     before_checkpoint: Callable[[int], None] | None = None,
+    should_stop: Callable[[int], bool] | None = None,
 ) -> tuple[Transformer, TrainingHistory, dict[str, object]]:
     """The model of ``cell`` (initialised from the cell's seed) trained on the ``train`` pairs
     of ``corpus`` and validated on its ``valid`` pairs (:func:`train_model`)."""
@@ -82,6 +89,7 @@ def train_cell(
         variant=cell.key,
         on_log=on_log,
         before_checkpoint=before_checkpoint,
+        should_stop=should_stop,
     )
     return model, history, result
 

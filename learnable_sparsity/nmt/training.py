@@ -330,6 +330,7 @@ def train(
     variant: str,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
     before_checkpoint: Callable[[int], None] | None = None,
+    should_stop: Callable[[int], bool] | None = None,
 ) -> TrainingHistory:
     """Train ``model`` for ``settings.max_steps`` updates, resuming from ``checkpoint_dir``.
 
@@ -341,6 +342,9 @@ def train(
     gets every logged record (with tokens per second, which the history leaves out so that
     identical settings give identical files); ``before_checkpoint(step)`` precedes every save
     (flush the logged metrics there: what was logged before a checkpoint is then never lost).
+    ``should_stop(step)``, asked after every update, ends training early when it returns True
+    (a time budget running out): the run then validates, logs and checkpoints as at
+    ``max_steps``, and the same settings resume it from there.
     """
     if not train_set or not valid_set:
         raise LearnableSparsityError(
@@ -420,6 +424,7 @@ def train(
     model.train()
     window_start = time.perf_counter()
     run_start, start_step = time.perf_counter(), step
+    stopping = False
     while step < settings.max_steps:
         order = batches_of(train_set, settings.max_tokens, settings.seed * 100_003 + epoch)
         while position < len(order) and step < settings.max_steps:
@@ -442,7 +447,8 @@ def train(
             )
             if settings.average_decay > 0:
                 average = update_average(average, model, step, settings.average_decay)
-            if step % settings.log_every == 0 or step == settings.max_steps:
+            stopping = should_stop is not None and step < settings.max_steps and should_stop(step)
+            if step % settings.log_every == 0 or step == settings.max_steps or stopping:
                 elapsed = time.perf_counter() - window_start
                 tokens = sum(m["tokens"] for m in window)
                 trained = history.train[-1]["target_tokens"] if history.train else 0.0
@@ -479,10 +485,15 @@ def train(
                 window, window_start = [], time.perf_counter()
             if step % settings.validate_every == 0 and step < settings.max_steps:
                 record_validation()
+            if stopping:
+                break
             if step % settings.checkpoint_every == 0 and step < settings.max_steps:
                 checkpoint()
         if position >= len(order):
             epoch, position = epoch + 1, 0
+        if stopping:
+            log.info("%s: stopped at step %d of %d", variant, step, settings.max_steps)
+            break
     if not history.valid or history.valid[-1]["step"] != step:
         record_validation()
     checkpoint(final=True)

@@ -93,6 +93,35 @@ def test_resume_after_interruption_continues_identically(normalizer: str, tmp_pa
         assert first == initial and first.keys() == last.keys() and first != last
 
 
+def test_a_stopped_run_ends_like_a_finished_one_and_resumes_to_the_same_weights(
+    tmp_path: Path,
+) -> None:
+    """``should_stop`` (a deadline) ends training at step 7 of 12: the run logs, validates and
+    checkpoints there as at its end; the same settings resume it to the straight run's weights."""
+    straight = fresh_model()
+    train(straight, TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "a", variant="v")
+    stopped = fresh_model()
+    history = train(
+        stopped,
+        TRAIN,
+        VALID,
+        settings(),
+        checkpoint_dir=tmp_path / "b",
+        variant="v",
+        should_stop=lambda step: step >= 7,
+    )
+    assert [row["step"] for row in history.train] == [2, 4, 6, 7]
+    assert [row["step"] for row in history.valid] == [5, 7]
+    assert history.alphas[-1]["step"] == 7
+    assert torch.load(tmp_path / "b" / "last.pt", weights_only=True)["step"] == 7
+    resumed = fresh_model()
+    train(resumed, TRAIN, VALID, settings(), checkpoint_dir=tmp_path / "b", variant="v")
+    for (name, a), b in zip(
+        straight.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
 def test_a_kill_between_a_checkpoint_s_two_files_loses_no_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
