@@ -25,7 +25,7 @@ PIP := $(VENV)/bin/pip --quiet --disable-pip-version-check
 IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 STALE_LOCK := echo "$(LOCK) does not hold what pyproject.toml requires: run make lock" >&2
 
-.PHONY: repro test ui debian lock mutation chaos
+.PHONY: repro test ui debian lock mutation chaos gpu-rehearsal
 
 # The environment is the lock's: every distribution at its version and hash (no resolution, no
 # unpinned download), made anew when the lock changes. Then the project itself, editable, built
@@ -79,6 +79,33 @@ mutation: $(INSTALLED)
 # worker SIGKILLed every 15 s; about 15 minutes on 2 cores. Counts: reports/measurements/chaos.
 chaos: $(INSTALLED)
 	$(IN_VENV) python benchmarks/chaos.py --kill-every 15
+
+# The AST device call (docs/gpu-records.md) rehearsed on the CPU in the GPU machine's versions:
+# .venv-device (Python 3.12, torch 2.11, Triton 3.6, transformers 5.17, sentencepiece 0.2.2, from
+# PyPI, ~3.6 GB: PyPI's torch is the CUDA build, which runs on the CPU too), then the call's
+# command with --device cpu on the tiny profile benchmarks/gpu/rehearsal.yaml, a 240 s limit.
+# Output: .ast-grid-rehearsal/out (grid.json, grid.tar.gz, log.txt, preflight.xml). The call took
+# 91 s on 2 shared cores (2026-11-28); the first download of the venv some minutes more.
+DEVICE_PYTHON ?= python3.12
+DEVICE_VENV := .venv-device
+DEVICE_VERSIONS := torch==2.11.0 triton==3.6.0 "transformers>=5.17,<5.18" sentencepiece==0.2.2 \
+	"sacrebleu>=2.6,<2.7" scikit-learn matplotlib pyyaml numpy scipy pytest diptest==0.12.0
+REHEARSAL := .ast-grid-rehearsal
+REHEARSE := $(DEVICE_VENV)/bin/python benchmarks/gpu/ast_grid.py --profiles benchmarks/gpu \
+	--profile rehearsal --data $(REHEARSAL)/data
+
+$(DEVICE_VENV)/.installed:
+	@command -v $(DEVICE_PYTHON) >/dev/null 2>&1 || { echo "no $(DEVICE_PYTHON) on PATH:" \
+		"install Python 3.12, or name one with make gpu-rehearsal DEVICE_PYTHON=/path/python3.12" >&2; exit 1; }
+	$(DEVICE_PYTHON) -m venv --clear $(DEVICE_VENV)
+	$(DEVICE_VENV)/bin/pip install --quiet --disable-pip-version-check $(DEVICE_VERSIONS)
+	touch $@
+
+gpu-rehearsal: $(DEVICE_VENV)/.installed
+	rm -rf $(REHEARSAL) && $(REHEARSE) --prepare
+	export CALL_START=$$(date +%s) PYTHONUNBUFFERED=1 && $(REHEARSE) --out $(REHEARSAL)/out \
+		--work $(REHEARSAL)/work --device cpu --limit-s 240
+	@echo "the rehearsal's output: $(REHEARSAL)/out"
 
 # The locks: one universal resolution (Linux, Python 3.11-3.13) of the dev extra on PyPI, with every
 # wheel's hash; the CPU lock the same, at the same torch release, without torch and what only its

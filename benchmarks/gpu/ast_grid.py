@@ -413,7 +413,7 @@ def run_cell(
     handler = logging.FileHandler(folder / CELL_LOG)
     logging.basicConfig(
         level=logging.INFO,
-        format=f"%(asctime)s {key} %(message)s",
+        format=f"%(asctime)s [{key}] %(message)s",
         handlers=[logging.StreamHandler(), handler],
     )
     try:
@@ -738,7 +738,9 @@ def main(argv: list[str] | None = None) -> int:
     if times["stop_training"] <= time.time():
         parser.error(f"--limit-s {args.limit_s} leaves no time to train: {times}")
     args.out.mkdir(parents=True, exist_ok=True)
-    logging.getLogger().addHandler(logging.FileHandler(args.out / "log.txt"))
+    handler = logging.FileHandler(args.out / "log.txt")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logging.getLogger().addHandler(handler)
     grid = Grid(settings, args.data, args.out, args.work, args.device)
 
     def on_term(signum: int, _frame: Any) -> None:  # the device tool's kill: keep what is there

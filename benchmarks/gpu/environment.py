@@ -6,13 +6,14 @@ compute capability; driver, clocks and power limit from ``nvidia-smi``); whether
 ``learnable_sparsity.core.fused_triton`` imports and is available; which ``learnable_sparsity`` was
 imported; whether ray, mlflow and dvc are importable (the GPU machine has none, and the benchmarks
 must not need them); and which code ran: the git commit (``git rev-parse HEAD`` where git and the
-repository are there), else the stamp file ``benchmarks/gpu/COMMIT`` written beforehand on the
-development machine (``--stamp``), plus ``code_digest``: a SHA-256 over the files under
+repository are there), else the stamp file ``.whl/COMMIT`` written beforehand on the development
+machine (``--stamp``; beside the carried wheels, outside the tree, so that it never makes the
+code look changed), plus ``code_digest``: a SHA-256 over the files under
 ``learnable_sparsity/``, ``tests/core``, ``tests/devices`` and ``benchmarks/gpu`` (paths and
 contents), compared with the stamp's digest, so uncommitted work is identified too.
 
     python benchmarks/gpu/environment.py --out env.json      # on the GPU machine
-    python benchmarks/gpu/environment.py --stamp             # here: write benchmarks/gpu/COMMIT
+    python benchmarks/gpu/environment.py --stamp             # here: write .whl/COMMIT
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STAMP = ROOT / "benchmarks/gpu/COMMIT"
+STAMP = ROOT / ".whl" / "COMMIT"
 DIGESTED = ("learnable_sparsity", "tests/core", "tests/devices", "benchmarks/gpu")
 SUFFIXES = {".py", ".cpp", ".h", ".cu", ".sh", ".yaml", ".toml"}
 
@@ -172,7 +173,7 @@ def environment() -> dict[str, object]:
 
 
 def write_stamp() -> None:
-    """Write ``benchmarks/gpu/COMMIT`` (commit, changed files, code digest) for the GPU copy."""
+    """Write ``.whl/COMMIT`` (commit, changed files, code digest) for the GPU copy."""
     digest, count = code_digest()
     stamp = {
         **git_facts(),
@@ -180,6 +181,7 @@ def write_stamp() -> None:
         "code_digest_files": count,
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
+    STAMP.parent.mkdir(exist_ok=True)
     STAMP.write_text(json.dumps(stamp, indent=2) + "\n")
     print(f"wrote {STAMP}: commit {stamp.get('commit')}, digest {digest[:16]} of {count} files")
 

@@ -229,7 +229,7 @@ DEVICE_RUN = """## The device run
 
 On the development machine, from the repository root: `bash benchmarks/gpu/run.sh --prepare`
 (downloads the wheels of adasplash 0.2.2, entmax 1.3, pytest-xdist and execnet into the ignored
-`.whl/` and writes the stamp `benchmarks/gpu/COMMIT`, which travels as an untracked file), then
+`.whl/` and writes the stamp `.whl/COMMIT`, which travels with the wheels), then
 the `run` tool with
 
 - command: `bash benchmarks/gpu/run.sh --device cuda`

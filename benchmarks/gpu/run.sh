@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu/run.sh --prepare   # on the development machine, before the GPU run:
 #                                          # fetches the wheels into .whl/ (pip download from
 #                                          # PyPI, --no-deps) and stamps (as --stamp)
-#   bash benchmarks/gpu/run.sh --stamp     # writes benchmarks/gpu/COMMIT (commit + code digest)
+#   bash benchmarks/gpu/run.sh --stamp     # writes .whl/COMMIT (commit + code digest)
 #
 # Run from anywhere (it changes to the repository root). Steps, each under its own `timeout`
 # (a failing or hanging step cannot eat the others' time), each one's output prefixed with the
