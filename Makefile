@@ -15,9 +15,22 @@
 # The venv's Python: 3.11 as CI runs it; 3.12 and 3.13 are supported too (make PYTHON=python3.13).
 PYTHON ?= python3.11
 VENV := .venv
-# torch's build: cuda (PyPI's torch, with NVIDIA's libraries) where nvidia-smi is found, else cpu
-# (the same release's CPU build, from PyTorch's CPU index); `make TORCH=cpu ...` chooses.
-TORCH ?= $(if $(shell command -v nvidia-smi 2>/dev/null),cuda,cpu)
+# torch's build: cuda (PyPI's torch, with NVIDIA's libraries) where an NVIDIA GPU is seen — listed
+# by `nvidia-smi -L`, or by the driver under /proc when nvidia-smi is missing —, else cpu (the
+# same release's CPU build, from PyTorch's CPU index); `make TORCH=cpu ...` or TORCH=cuda chooses.
+GPU_SEEN := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU' && echo nvidia-smi; \
+	ls /proc/driver/nvidia/gpus 2>/dev/null | grep -q . && echo driver)
+TORCH ?= $(if $(GPU_SEEN),cuda,cpu)
+ifeq ($(filter $(TORCH),cpu cuda),)
+$(error TORCH must be cpu or cuda, got "$(TORCH)": make TORCH=cpu installs torch's CPU build, TORCH=cuda PyPI's CUDA build)
+endif
+WHY_TORCH := $(if $(filter command line environment,$(origin TORCH)),TORCH=$(TORCH) given,$(if \
+	$(GPU_SEEN),an NVIDIA GPU is seen ($(strip $(GPU_SEEN))),no NVIDIA GPU is seen)); make TORCH=cpu|cuda chooses
+TORCH_CPU_PIN := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' requirements/torch-cpu.txt)
+NO_CPU_INDEX := could not install $(TORCH_CPU_PIN) from PyTorch's CPU index \
+	(https://download.pytorch.org/whl/cpu). Where only PyPI is reachable, run instead: \
+	make $(or $(MAKECMDGOALS),repro) TORCH=cuda   (PyPI's build of the same torch, ~3 GB with NVIDIA's \
+	libraries; it runs on a CPU too)
 LOCK := requirements/$(TORCH).txt
 INSTALLED := $(VENV)/.installed-$(TORCH)
 PIP := $(VENV)/bin/pip --quiet --disable-pip-version-check
@@ -33,10 +46,18 @@ STALE_LOCK := echo "$(LOCK) does not hold what pyproject.toml requires: run make
 # changes; `pip check` holds the lock to what pyproject.toml requires.
 LOCKED := $(VENV)/.locked-$(TORCH)
 
+# torch first: where PyTorch's CPU index cannot be reached the step fails in seconds (one retry),
+# before the other downloads, and says the one command that works instead.
 $(LOCKED): $(LOCK) requirements/torch-cpu.txt
+	@$(PYTHON) -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null \
+		|| { echo "make: $(PYTHON) is missing or not Python 3.11-3.13: install Python 3.11 (as CI)" \
+		"or name another, e.g. make $(or $(MAKECMDGOALS),repro) PYTHON=python3.13" >&2; exit 1; }
+	@echo "make: .venv with Python $$($(PYTHON) -c 'import platform; print(platform.python_version())')" \
+		"($(PYTHON)) and torch's $(TORCH) build: $(WHY_TORCH)"
 	$(PYTHON) -m venv --clear $(VENV)
+	$(if $(filter cpu,$(TORCH)),$(PIP) install --require-hashes --no-deps --retries 1 --timeout 30 \
+		-r requirements/torch-cpu.txt || { echo "make: $(NO_CPU_INDEX)" >&2; exit 1; })
 	$(PIP) install --require-hashes --no-deps -r $(LOCK)
-	$(if $(filter cpu,$(TORCH)),$(PIP) install --no-deps -r requirements/torch-cpu.txt)
 	touch $@
 
 $(INSTALLED): $(LOCKED) pyproject.toml
@@ -127,4 +148,6 @@ lock: $(UV)
 	sed -n 's/^\(torch==[^ ;]*\).*/\1/p' requirements/cuda.txt > $(TORCH_RELEASE)
 	$(UV_COMPILE) --override requirements/cpu-overrides.txt --constraint $(TORCH_RELEASE) \
 		--no-emit-package torch -o requirements/cpu.txt
-	sed -i "s/^torch==.*+cpu$$/$$(cat $(TORCH_RELEASE))+cpu/" requirements/torch-cpu.txt
+	@grep -q "^$$(cat $(TORCH_RELEASE))+cpu " requirements/torch-cpu.txt || { echo "make lock:" \
+		"torch is now $$(cat $(TORCH_RELEASE)): pin its +cpu build with the CPU wheels' hashes in" \
+		"requirements/torch-cpu.txt (its header says how)" >&2; exit 1; }

@@ -17,6 +17,7 @@ The tests that ask PyPI are skipped, with the reason, where it cannot be reached
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +33,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from tests.installs import ROOT, RUNNING, library_source, newest_other_python
+from tests.loopback import serving
 
 REQUIREMENTS = ROOT / "requirements"
 LOCK_FILES = ("cuda.txt", "cpu.txt", "torch-cpu.txt", "cpu-overrides.txt")
@@ -174,3 +177,97 @@ def test_make_lock_makes_the_committed_locks(tmp_path: Path) -> None:
     for name in LOCK_FILES:
         made = (project / "requirements" / name).read_text(encoding="utf-8")
         assert made == _lock(name), f"make lock changes requirements/{name}: run make lock"
+
+
+def _hashes(name: str) -> set[str]:
+    return set(re.findall(r"--hash=sha256:([0-9a-f]{64})", _lock(name)))
+
+
+def _local_cpu_wheels() -> list[Path]:
+    """torch's CPU wheels of the pinned release in the folders pip's configuration links to
+    (``find-links``: where this machine keeps the wheel it installs)."""
+    release = _pins(_lock("torch-cpu.txt"))["torch"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    )
+    folders = re.findall(r"find-links='([^']+)'", done.stdout)
+    return sorted(
+        wheel
+        for folder in folders
+        for wheel in Path(folder).glob(f"torch-{release}-*.whl")
+        if Path(folder).is_dir()
+    )
+
+
+def test_the_cpu_build_of_torch_is_pinned_by_hash_for_every_supported_linux_python() -> None:
+    """One published digest per supported Python (3.11-3.13) and Linux platform (x86_64,
+    aarch64); every CPU wheel of the release found on this machine is one of them."""
+    assert len(_hashes("torch-cpu.txt")) == 6
+    wheels = _local_cpu_wheels()
+    if not wheels:
+        pytest.skip("no torch CPU wheel of the pinned release in pip's find-links here")
+    for wheel in wheels:
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() in _hashes("torch-cpu.txt"), wheel
+
+
+def _project_copy(tmp_path: Path, cpu_index: str | None = None) -> Path:
+    project = tmp_path / "project"
+    (project / "requirements").mkdir(parents=True)
+    shutil.copy2(ROOT / "Makefile", project / "Makefile")
+    shutil.copy2(ROOT / "pyproject.toml", project / "pyproject.toml")
+    for name in LOCK_FILES:
+        shutil.copy2(REQUIREMENTS / name, project / "requirements" / name)
+    if cpu_index is not None:
+        pins = project / "requirements" / "torch-cpu.txt"
+        text = pins.read_text(encoding="utf-8")
+        pins.write_text(text.replace("https://download.pytorch.org/whl/cpu", cpu_index))
+    return project
+
+
+def _make(project: Path, *arguments: str) -> subprocess.CompletedProcess:
+    environment = _plain_environment() | {"PATH": os.environ["PATH"]}
+    return subprocess.run(
+        ["make", "-C", project, *arguments],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_make_stops_in_seconds_with_the_fix_where_the_cpu_index_lacks_torch(
+    tmp_path: Path,
+) -> None:
+    """A pip that knows only PyPI and an index without torch's CPU build (a loopback one):
+    the environment step stops before any other download, naming the command to run instead."""
+    with serving() as index:
+        index.files["/simple/"] = b"<html><body></body></html>"
+        project = _project_copy(tmp_path, index.url("/simple"))
+        start = time.monotonic()
+        done = _make(project, ".venv/.locked-cpu", f"PYTHON={sys.executable}", "TORCH=cpu")
+        elapsed = time.monotonic() - start
+    assert done.returncode != 0
+    assert "make: could not install torch==2.13.0+cpu from PyTorch's CPU index" in done.stderr
+    assert "make .venv/.locked-cpu TORCH=cuda" in done.stderr
+    assert "torch's cpu build: TORCH=cpu given" in done.stdout
+    assert not list((project / ".venv").glob("lib/python*/site-packages/numpy")), "went on"
+    assert elapsed < 90, elapsed
+    assert any(path.startswith("/simple/torch") for path, _ in index.requests)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["TORCH=gpu"], 'TORCH must be cpu or cuda, got "gpu"'),
+        (
+            [".venv/.locked-cpu", "PYTHON=python3.9-missing"],
+            "make: python3.9-missing is missing or not Python 3.11-3.13",
+        ),
+    ],
+)
+def test_make_refuses_a_bad_torch_or_python_naming_the_fix(
+    tmp_path: Path, arguments: list[str], message: str
+) -> None:
+    done = _make(_project_copy(tmp_path), *arguments)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+    assert not (tmp_path / "project" / ".venv").exists()

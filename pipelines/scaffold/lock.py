@@ -1,9 +1,9 @@
 """Which locked environment a run ran in: the lock `make` installed it from, the lock's digest, and
 whether the installed distributions are the ones it pins.
 
-`make` installs every distribution at the version (and, but for torch's CPU build, the hash) of
-one lock under ``requirements/``: ``cuda.txt`` (PyPI's torch, built with CUDA) or ``cpu.txt`` +
-``torch-cpu.txt`` (the same release's CPU build, from PyTorch's CPU index). The runs' MLflow
+`make` installs every distribution at the version and hash of one lock under
+``requirements/``: ``cuda.txt`` (PyPI's torch, built with CUDA) or ``torch-cpu.txt`` (the same
+release's CPU build, from PyTorch's CPU index) + ``cpu.txt``. The runs' MLflow
 tags and the kept records name the lock and its SHA-256, so that a result says which environment
 made it; an environment that differs from its lock (installed by hand, upgraded since) says so
 and how, rather than borrowing the lock's digest.
@@ -25,7 +25,7 @@ from pipelines.scaffold.imports import ROOT
 
 # The files of each lock, in the order `make` installs them (relative to the repository root).
 LOCKS = {
-    "cpu": ("requirements/cpu.txt", "requirements/torch-cpu.txt"),
+    "cpu": ("requirements/torch-cpu.txt", "requirements/cpu.txt"),
     "cuda": ("requirements/cuda.txt",),
 }
 # torch's CPU builds carry this local version label (2.13.0+cpu); PyPI's CUDA build none.
