@@ -3,6 +3,7 @@
 #   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline),
 #                after a preflight of everything the profile needs (python -m pipelines.preflight);
 #                then the README's claims matrix from the new verdicts (python -m pipelines.claims_matrix)
+#                and how far the outputs are from the committed ones (python -m pipelines.compare_outputs)
 #   make test    the tests, exactly as CI (.ci/run) runs them; installs Debian's chromium (the
 #                browser check of the MLflow UI) and the SWORD Bible modules sword-text-web and
 #                sword-text-sparv (the real-corpus reader) where missing and apt-get can (as root)
@@ -69,6 +70,7 @@ repro: $(INSTALLED)
 	$(IN_VENV) python -m pipelines.preflight
 	$(IN_VENV) dvc repro
 	$(IN_VENV) python -m pipelines.claims_matrix
+	$(IN_VENV) python -m pipelines.compare_outputs
 
 # Debian packages some tests use where present: chromium (the browser check of the MLflow UI)
 # and the SWORD Bible modules (the real-corpus reader checked on the real texts).
