@@ -61,14 +61,18 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from transformers import (
-    BertConfig,
-    BertModel,
-    DynamicCache,
-    EncoderDecoderCache,
-    PreTrainedTokenizerBase,
-)
-from transformers.models.bert.modeling_bert import BertAttention, BertIntermediate, BertOutput
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from transformers import (
+        BertConfig,
+        BertModel,
+        DynamicCache,
+        EncoderDecoderCache,
+        PreTrainedTokenizerBase,
+    )
+    from transformers.models.bert.modeling_bert import BertAttention, BertIntermediate, BertOutput
 
 from learnable_sparsity.ape.wordpiece import SPECIAL_TOKENS
 from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit

@@ -70,8 +70,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("hf", __name__):
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from learnable_sparsity.core.attention import (
     ALPHA_MAX,
