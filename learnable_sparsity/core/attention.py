@@ -284,6 +284,14 @@ class MultiHeadAttention(nn.Module):
                 value = torch.cat([cache.value, value], dim=2)
         new_cache = KVCache(key, value, static=cross) if use_cache or cache is not None else None
 
+        batch, k_len = x.shape[0], key.shape[2]
+        if key_padding_mask is not None and (
+            key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (batch, k_len)
+        ):
+            raise ValueError(
+                f"key_padding_mask must be a boolean tensor of shape [{batch}, {k_len}] "
+                f"(True = real key), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
         if self._fused(q, key_padding_mask, cache, return_probs):
             lengths = None if key_padding_mask is None else key_padding_mask.sum(-1)
             fused = NORMALIZERS[self.normalizer].fused_attention
@@ -336,16 +344,8 @@ class MultiHeadAttention(nn.Module):
 
         The q queries are the last q of the k positions, so query i sees keys j ≤ i + (k − q).
         """
-        batch, _, q_len, k_len = scores.shape
-        mask = None
-        if key_padding_mask is not None:
-            if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (batch, k_len):
-                raise ValueError(
-                    f"key_padding_mask must be a boolean tensor of shape [{batch}, {k_len}] "
-                    f"(True = real key), got {key_padding_mask.dtype} "
-                    f"{tuple(key_padding_mask.shape)}"
-                )
-            mask = key_padding_mask[:, None, None, :]
+        _, _, q_len, k_len = scores.shape
+        mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
         if causal:
             visible = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device)
             visible = visible.tril(diagonal=k_len - q_len)

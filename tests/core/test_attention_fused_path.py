@@ -140,3 +140,8 @@ def test_what_keeps_a_call_off_the_kernel() -> None:
         MultiHeadAttention(D_MODEL, HEADS, implementation="flash")
     with fused_attention.disabled():
         assert "does not take" in fused_block.fused_unavailable(q)
+    x = torch.randn(2, 5, D_MODEL, device=DEVICE)
+    fused_block.implementation = "fused"
+    for wrong in (torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 5)):
+        with pytest.raises(ValueError, match=r"key_padding_mask must be a boolean tensor"):
+            fused_block(x, key_padding_mask=wrong.to(DEVICE))
