@@ -2,7 +2,8 @@
 
 For each key length S, scores of shape [B, H, T, S] (B·H·T ≈ 4096 rows) are normalised along
 the last dimension by torch.softmax (the baseline), this project's sparsemax, entmax15, entmax
-(α = 1.5 as a learnable per-head tensor, α-gradient included) and topk_softmax (k = 8) — on the
+(α = 1.5 as a learnable per-head tensor, α-gradient included), topk_softmax (k = 8) and any other
+normalizer of the registry (``learnable_sparsity.core.registry``: rows by name) — on the
 fused CPU kernels (``learnable_sparsity.core.fused``) where they are built, and again on the eager
 solvers (rows "(eager)") — and the `entmax` package's sparsemax, entmax15 and entmax_bisect (50
 and 25 iterations).
@@ -40,6 +41,7 @@ from helpers import write_json
 
 from learnable_sparsity.core import fused
 from learnable_sparsity.core import normalizers as ours
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.timing import (
     MIN_ROUNDS_FOR_SPREAD,
     NOISY_RELATIVE_SPREAD,
@@ -64,6 +66,8 @@ BASELINE = "torch.softmax"
 LEARNED_ALPHA = "entmax (learned α)"
 BISECT_50 = "entmax pkg bisect n_iter=50"
 QUANTITIES = ("forward", "backward", "forward_backward")
+# The registered normalizers that have rows of their own below, beside the entmax package's.
+OWN_ROWS = ("softmax", "sparsemax", "entmax15", "entmax_alpha", "topk")
 # A sample lasts at least 10 ms (a fast function is called several times per sample): longer
 # than a scheduler time slice (a few ms), so one preemption by another process is a fraction of
 # the sample rather than all of it, and far above perf_counter's resolution.
@@ -128,7 +132,7 @@ def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
         kth = x.topk(K, dim=-1).values[..., -1:]
         return torch.softmax(x.masked_fill(x < kth, float("-inf")), dim=-1)
 
-    return {
+    candidates = {
         BASELINE: (lambda x, a: torch.softmax(x, dim=-1), lambda x: x.softmax(-1), None),
         "sparsemax": (lambda x, a: ours.sparsemax(x), reference.sparsemax, 2.0),
         "entmax15": (lambda x, a: ours.entmax15(x), reference.entmax15, 1.5),
@@ -156,6 +160,16 @@ def _candidates() -> dict[str, tuple[Callable, Callable, float | None]]:
             None,
         ),
     }
+    # Every other registered normalizer (learnable_sparsity.core.registry), with k = K and the
+    # learnable α; its oracle is itself on the fp64 scores.
+    for spec in NORMALIZERS.values():
+        if spec.name not in OWN_ROWS:
+            candidates[spec.name] = (
+                lambda x, a, spec=spec: spec(x, k=K, alpha=a),
+                lambda x, spec=spec: spec(x, k=K, alpha=ALPHA),
+                None,
+            )
+    return candidates
 
 
 def _speedup(values: dict[str, Sequence[float]], ours: str) -> dict[str, object]:

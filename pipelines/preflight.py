@@ -73,13 +73,11 @@ from learnable_sparsity.data.sword import (
     module_fingerprint,
 )
 from learnable_sparsity.errors import LearnableSparsityError
-from learnable_sparsity.lvm.bitvector_vae import BitVectorVaeSettings
-from learnable_sparsity.lvm.signal_game import SignalGameSettings
-from learnable_sparsity.lvm.ssvae import SsvaeSettings
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.speed import SpeedSettings
 from learnable_sparsity.precision import unsupported
 from learnable_sparsity.settings import Settings
+from pipelines.experiments import LVM
 from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
@@ -87,8 +85,9 @@ from pipelines.scaffold.params import Params, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
 from pipelines.scaffold.store import REFUSED_CODES, MlflowSettings, refused, tracking_uri
 
-# Every params section a stage reads, with the settings it becomes.
-SECTIONS: dict[str, type[Settings]] = {
+# Every params section a stage reads, with the settings it becomes (the latent-variable
+# experiments' sections, lvm.<name>, come from their records between "speed" and "ray").
+_SECTIONS: dict[str, type[Settings]] = {
     "bpe": BpeSettings,
     "nmt": NmtSettings,
     "synthetic_ape": SyntheticApeSettings,
@@ -96,20 +95,34 @@ SECTIONS: dict[str, type[Settings]] = {
     "ape": ApeSettings,
     "analysis": AnalysisSettings,
     "speed": SpeedSettings,
-    "lvm.ssvae": SsvaeSettings,
-    "lvm.signal_game": SignalGameSettings,
-    "lvm.bitvector_vae": BitVectorVaeSettings,
     "ray": RaySettings,
     "mlflow": MlflowSettings,
 }
-# The training sections and the path to their precision setting in their settings.
-PRECISION_OF: dict[str, tuple[str, ...]] = {
+# The training sections and the path to their precision setting in their settings (each
+# experiment's LvmSettings.precision besides).
+_PRECISION_OF: dict[str, tuple[str, ...]] = {
     "nmt": ("train", "precision"),
     "ape": ("train", "precision"),
-    "lvm.ssvae": ("precision",),
-    "lvm.signal_game": ("precision",),
-    "lvm.bitvector_vae": ("precision",),
 }
+
+
+def sections() -> dict[str, type[Settings]]:
+    """Every params section with its settings class, ``lvm.<name>`` for each record of
+    ``pipelines.experiments.LVM``."""
+    keys = list(_SECTIONS)
+    before, after = keys[: keys.index("ray")], keys[keys.index("ray") :]
+    return {
+        **{key: _SECTIONS[key] for key in before},
+        **{f"lvm.{name}": experiment.task().settings for name, experiment in LVM.items()},
+        **{key: _SECTIONS[key] for key in after},
+    }
+
+
+def precision_of() -> dict[str, tuple[str, ...]]:
+    """The training sections and the path to their precision setting."""
+    return {**_PRECISION_OF, **{f"lvm.{name}": ("precision",) for name in LVM}}
+
+
 # Named entries of these sections are built by these functions.
 ENTRIES: dict[str, Callable[[Any, str], Settings]] = {
     "corpora": corpus_settings,
@@ -130,7 +143,7 @@ class Check:
 
 def settings_checks(params: Params) -> Iterator[Check]:
     """Every params section and every named entry builds its settings."""
-    for key, cls in SECTIONS.items():
+    for key, cls in sections().items():
         try:
             params.settings(key, cls)
             yield Check(f"params {key}", True)
@@ -422,9 +435,10 @@ def precision_checks(params: Params) -> Iterator[Check]:
         return
     device = torch.device("cuda" if ray.task_gpus > 0 else "cpu")
     remote = ray.address or os.environ.get("RAY_ADDRESS")
-    for section, path in PRECISION_OF.items():
+    classes = sections()
+    for section, path in precision_of().items():
         try:
-            precision = functools.reduce(getattr, path, params.settings(section, SECTIONS[section]))
+            precision = functools.reduce(getattr, path, params.settings(section, classes[section]))
         except LearnableSparsityError:
             continue  # reported by settings_checks
         key = ".".join((section, *path))

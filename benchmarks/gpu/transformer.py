@@ -54,6 +54,7 @@ from pathlib import Path
 import torch
 from common import device_of, log, machine, ours_path, write_json
 
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.nmt.batching import Example
 from learnable_sparsity.nmt.model import TransformerConfig
 from learnable_sparsity.nmt.search import DecodeSettings
@@ -67,7 +68,7 @@ from learnable_sparsity.nmt.speed import (
 )
 from learnable_sparsity.precision import PRECISIONS
 
-VARIANTS = ("softmax", "sparsemax", "entmax15", "entmax_alpha", "topk")
+VARIANTS = tuple(NORMALIZERS)  # every registered normalizer
 # The project's evaluation decoding (params.yaml nmt.decode).
 DECODE = DecodeSettings(beam_size=4, length_penalty=0.6, max_len_a=1.2, max_len_b=10)
 BASE = TransformerConfig(alpha_init=None, share_embeddings=True, topk_k=8)

@@ -20,11 +20,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import diptest
-import numpy as np
 import torch
-from sklearn.mixture import GaussianMixture
 from torch import Tensor
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import diptest
+    import numpy as np
+    from sklearn.mixture import GaussianMixture
 
 from learnable_sparsity.analysis.blocks import ATTENTION_TYPES, block_order, split_block
 from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from matplotlib.figure import Figure
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from matplotlib.figure import Figure
 
 from learnable_sparsity.analysis import figures
 from learnable_sparsity.analysis.alpha import flagged_heads

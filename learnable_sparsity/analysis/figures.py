@@ -11,14 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 
-import numpy as np
 import torch
-from matplotlib import colormaps
-from matplotlib.artist import Artist
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from torch import Tensor
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
 from learnable_sparsity.analysis.alpha import alpha_trajectories
 from learnable_sparsity.analysis.blocks import ATTENTION_TYPES, split_block

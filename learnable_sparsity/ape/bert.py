@@ -16,14 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from huggingface_hub import constants as hub_constants
-from huggingface_hub.errors import LocalEntryNotFoundError
-from transformers import (
-    AutoTokenizer,
-    BertModel,
-    BertTokenizerFast,
-    PreTrainedModel,
-)
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from huggingface_hub import constants as hub_constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+    from transformers import (
+        AutoTokenizer,
+        BertModel,
+        BertTokenizerFast,
+        PreTrainedModel,
+    )
 
 from learnable_sparsity.ape.pretrain import PretrainSettings
 from learnable_sparsity.errors import LearnableSparsityError

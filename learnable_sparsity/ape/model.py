@@ -61,19 +61,24 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from transformers import (
-    BertConfig,
-    BertModel,
-    DynamicCache,
-    EncoderDecoderCache,
-    PreTrainedTokenizerBase,
-)
-from transformers.models.bert.modeling_bert import BertAttention, BertIntermediate, BertOutput
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from transformers import (
+        BertConfig,
+        BertModel,
+        DynamicCache,
+        EncoderDecoderCache,
+        PreTrainedTokenizerBase,
+    )
+    from transformers.models.bert.modeling_bert import BertAttention, BertIntermediate, BertOutput
 
 from learnable_sparsity.ape.wordpiece import SPECIAL_TOKENS
 from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.errors import LearnableSparsityError
-from learnable_sparsity.hf.attention import ATTENTION_NAMES, add_head_alphas, register
+from learnable_sparsity.hf.attention import add_head_alphas, register
 from learnable_sparsity.settings import Settings, SettingsError, setting
 
 # Sides of the memory (ApeModel.encode): which input each position of the joint input holds.
@@ -123,9 +128,9 @@ class ApeConfig(Settings):
     eos_id: int = setting(SPECIAL_TOKENS.index("[SEP]"), at_least=0, derived=True)
 
     def validate(self) -> None:
-        if self.attention not in ATTENTION_NAMES:
+        if self.attention not in NORMALIZERS:
             raise SettingsError(
-                "attention", f"must be one of {', '.join(ATTENTION_NAMES)}, got {self.attention!r}"
+                "attention", f"must be one of {', '.join(NORMALIZERS)}, got {self.attention!r}"
             )
         if self.architecture == "dual_source":
             for key in ("bert_encoder", "bert_decoder", *SHARING_FLAGS):
@@ -345,7 +350,7 @@ class ApeModel(nn.Module):
                 _tie_attention(layer.crossattention[0], layer.attention)
             if config.ff_tied_encoder:
                 layer.intermediate, layer.output = encoder_layer.intermediate, encoder_layer.output
-        if config.attention == "entmax_alpha":
+        if NORMALIZERS[config.attention].argument == "alpha":
             add_head_alphas(self, config.alpha_init)
 
     @property

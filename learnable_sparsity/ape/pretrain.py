@@ -18,11 +18,15 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from transformers import (
-    BertConfig,
-    BertForMaskedLM,
-    BertTokenizerFast,
-)
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        BertTokenizerFast,
+    )
 
 from learnable_sparsity.ape.wordpiece import SPECIAL_TOKENS
 from learnable_sparsity.checkpoints import Checkpoint, restore_rng, rng_state

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, NamedTuple
 
-import numpy as np
-from matplotlib.figure import Figure
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import numpy as np
+    from matplotlib.figure import Figure
 
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.metrics.translation import sentence_ter, ter

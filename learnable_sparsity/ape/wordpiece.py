@@ -12,11 +12,14 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 
-import sentencepiece as spm
-from tokenizers import normalizers, pre_tokenizers
-from transformers import (
-    BertTokenizerFast,
-)
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import sentencepiece as spm
+    from tokenizers import normalizers, pre_tokenizers
+    from transformers import (
+        BertTokenizerFast,
+    )
 
 from learnable_sparsity.errors import LearnableSparsityError
 

@@ -18,14 +18,14 @@ projected keys/values, cross-attention projects the encoder memory once (a *stat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from learnable_sparsity.core.normalizers import entmax, entmax15, softmax, sparsemax, topk_softmax
+from learnable_sparsity.core import fused_attention
+from learnable_sparsity.core.registry import NORMALIZERS, get
 
 # α = ALPHA_MIN + (ALPHA_MAX − ALPHA_MIN)·sigmoid(w) lies in (ALPHA_MIN, ALPHA_MAX): α → 1 makes
 # α-entmax degenerate. A squashed sigmoid rather than a clamp of 1 + sigmoid(w): a clamp has zero
@@ -45,9 +45,20 @@ def logit_of_alpha(alpha: Tensor) -> Tensor:
 
 
 # AST's a ~ N(0, 1) is truncated to |a| ≤ 3 (99.7% of its mass, α ∈ [1.047, 1.953]): an a near
-# logit(0.01) = −4.6 puts α on ALPHA_MIN, where the gradient in the logit nearly vanishes (seed 0
-# of the NMT smoke model drew −4.86 for one head, which then never moved).
+# logit(0.01) = −4.6 puts α on ALPHA_MIN, where the gradient in the logit nearly vanishes.
 ALPHA_INIT_TRUNCATION = 3.0
+
+
+def alpha_logit_parameter(
+    shape: int | tuple[int, ...], alpha_init: float, device: torch.device | None = None
+) -> nn.Parameter:
+    """A float32 parameter w of ``shape`` with every α = :func:`alpha_of_logit` (w) equal to
+    ``alpha_init`` ∈ (ALPHA_MIN, ALPHA_MAX): the learned α of an attention block (one per head)
+    or of ``EntmaxAlpha`` (any shape); a ValueError names an ``alpha_init`` outside."""
+    if not ALPHA_MIN < alpha_init < ALPHA_MAX:
+        raise ValueError(f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {alpha_init!r}")
+    w = logit_of_alpha(torch.tensor(float(alpha_init), dtype=torch.float64))
+    return nn.Parameter(torch.full(shape, float(w), dtype=torch.float32, device=device))
 
 
 def random_alpha_logit(like: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -66,14 +77,13 @@ def random_alpha_logit(like: Tensor, generator: torch.Generator | None = None) -
     return logit_of_alpha(1 + torch.sigmoid(a))
 
 
-# name -> normalizer; "entmax_alpha" additionally receives the per-head α, "topk" receives k.
-NORMALIZERS: dict[str, Callable[..., Tensor]] = {
-    "softmax": softmax,
-    "sparsemax": sparsemax,
-    "entmax15": entmax15,
-    "entmax_alpha": entmax,
-    "topk": topk_softmax,
-}
+# Values of MultiHeadAttention's ``implementation``.
+IMPLEMENTATIONS = ("auto", "fused", "materialized")
+
+
+def _prefix_mask(lengths: Tensor, k_len: int) -> Tensor:
+    """[batch, k_len] boolean: True on the first ``lengths[b]`` keys of row b."""
+    return torch.arange(k_len, device=lengths.device) < lengths[:, None]
 
 
 @dataclass(frozen=True)
@@ -116,12 +126,21 @@ class MultiHeadAttention(nn.Module):
     Args:
         d_model: model width, divisible by ``n_heads``.
         n_heads: number of heads H.
-        normalizer: one of ``NORMALIZERS``.
-        k: keys kept per query by ``"topk"`` (ties at the threshold are kept as well).
-        alpha_init: initial α of every head for ``"entmax_alpha"``, in (1.01, 2); the parameter
-            is w with α = :func:`alpha_of_logit` (w).
+        normalizer: a name in ``learnable_sparsity.core.registry.NORMALIZERS``.
+        k: keys kept per query by a normalizer whose argument is k (``"topk"``; ties at the
+            threshold are kept as well).
+        alpha_init: initial α of every head for a normalizer whose argument is α
+            (``"entmax_alpha"``), in (1.01, 2); the parameter is w with α =
+            :func:`alpha_of_logit` (w).
         dropout: dropout rate on the attention probabilities.
         bias: whether the four projections have biases.
+        implementation: how P V is computed. ``"materialized"``: from the stored scores.
+            ``"fused"``: the normalizer's fused kernel (``fused_attention.entmax_attention`` for
+            α-entmax), which never stores the scores; a ValueError names the condition a call
+            breaks. ``"auto"`` (default): fused where :meth:`fused_unavailable` finds nothing
+            against it (CUDA, a head size and dtype the kernel takes, no KV-cache step, no
+            probabilities returned, no dropout in training, right-padded keys), else
+            materialized. The attribute can be changed after construction.
     """
 
     def __init__(
@@ -134,6 +153,7 @@ class MultiHeadAttention(nn.Module):
         alpha_init: float = 1.5,
         dropout: float = 0.0,
         bias: bool = True,
+        implementation: str = "auto",
     ) -> None:
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads), ("k", k)):
@@ -141,13 +161,15 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        if normalizer not in NORMALIZERS:
-            raise ValueError(
-                f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}"
-            )
+        spec = get(normalizer)
         if not ALPHA_MIN < alpha_init < ALPHA_MAX:
             raise ValueError(
                 f"alpha_init must lie in ({ALPHA_MIN}, {ALPHA_MAX}), got {alpha_init!r}"
+            )
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"implementation must be one of {', '.join(IMPLEMENTATIONS)}; "
+                f"got {implementation!r}"
             )
         if not 0 <= dropout < 1:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
@@ -157,19 +179,19 @@ class MultiHeadAttention(nn.Module):
         self.d_head = d_model // n_heads
         self.normalizer = normalizer
         self.k = k
+        self.implementation = implementation
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
         self.alpha_logit: nn.Parameter | None = None
-        if normalizer == "entmax_alpha":
-            w = logit_of_alpha(torch.tensor(float(alpha_init), dtype=torch.float64))
-            self.alpha_logit = nn.Parameter(torch.full((n_heads,), float(w)))
+        if spec.argument == "alpha":
+            self.alpha_logit = alpha_logit_parameter((n_heads,), alpha_init)
 
     @property
     def alpha(self) -> Tensor | None:
-        """Current α of each head (detached, shape [n_heads]) for entmax_alpha; else None."""
+        """Current α of each head (detached, shape [n_heads]) for a learned α; else None."""
         return None if self.alpha_logit is None else self._head_alpha().detach()
 
     def _head_alpha(self) -> Tensor:
@@ -177,12 +199,43 @@ class MultiHeadAttention(nn.Module):
         return alpha_of_logit(self.alpha_logit)
 
     def _normalize(self, scores: Tensor, mask: Tensor | None) -> Tensor:
-        fn = NORMALIZERS[self.normalizer]
-        if self.normalizer == "entmax_alpha":
-            return fn(scores, self._head_alpha().view(1, -1, 1, 1), mask=mask)
-        if self.normalizer == "topk":
-            return fn(scores, self.k, mask=mask)
-        return fn(scores, mask=mask)
+        alpha = None if self.alpha_logit is None else self._head_alpha().view(1, -1, 1, 1)
+        return NORMALIZERS[self.normalizer](scores, mask, k=self.k, alpha=alpha)
+
+    def fused_unavailable(
+        self,
+        q: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        cache: KVCache | None = None,
+        return_probs: bool = False,
+    ) -> str | None:
+        """Why the fused kernel cannot compute a call with projected queries ``q`` [batch, heads,
+        q, d_head], or None when it can.
+
+        The right-padding check (``key_padding_mask`` True on a prefix of each row: the kernel
+        takes a key length per batch entry) reads the mask's values, a device synchronisation;
+        it comes last, after every free check.
+        """
+        fused = NORMALIZERS[self.normalizer].fused_attention
+        if fused is None:
+            return f"normalizer {self.normalizer!r} has no fused kernel"
+        if cache is not None:
+            return "a KV-cache step (keys from earlier steps)"
+        if return_probs:
+            return "return_probs=True needs the probabilities, which the kernel never stores"
+        if self.training and self.dropout.p > 0:
+            return f"dropout {self.dropout.p} on the probabilities in training"
+        if not fused_attention.usable(q):
+            return (
+                f"the kernel does not take {q.device.type} tensors of {q.dtype} with head size "
+                f"{q.shape[-1]} (CUDA, head sizes {fused_attention.HEAD_SIZES}, Triton)"
+            )
+        if key_padding_mask is not None and not torch.equal(
+            key_padding_mask, _prefix_mask(key_padding_mask.sum(-1), key_padding_mask.shape[-1])
+        ):
+            return "key_padding_mask is not right padding (True on a prefix of each row)"
+        return None
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """[batch, length, d_model] -> [batch, heads, length, d_head]."""
@@ -231,11 +284,36 @@ class MultiHeadAttention(nn.Module):
                 value = torch.cat([cache.value, value], dim=2)
         new_cache = KVCache(key, value, static=cross) if use_cache or cache is not None else None
 
-        scores = (q @ key.transpose(-2, -1)) / math.sqrt(self.d_head)
-        probs = self._normalize(scores, self._mask(key_padding_mask, causal, scores))
-        heads = self.dropout(probs) @ value
+        batch, k_len = x.shape[0], key.shape[2]
+        if key_padding_mask is not None and (
+            key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (batch, k_len)
+        ):
+            raise ValueError(
+                f"key_padding_mask must be a boolean tensor of shape [{batch}, {k_len}] "
+                f"(True = real key), got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
+        if self._fused(q, key_padding_mask, cache, return_probs):
+            lengths = None if key_padding_mask is None else key_padding_mask.sum(-1)
+            fused = NORMALIZERS[self.normalizer].fused_attention
+            heads = fused(q, key, value, self._head_alpha(), causal=causal, key_lengths=lengths)
+            probs = None
+        else:
+            scores = (q @ key.transpose(-2, -1)) / math.sqrt(self.d_head)
+            probs = self._normalize(scores, self._mask(key_padding_mask, causal, scores))
+            heads = self.dropout(probs) @ value
         output = self.out_proj(heads.transpose(1, 2).reshape(x.shape[0], x.shape[1], self.d_model))
         return AttentionOutput(output, probs if return_probs else None, new_cache)
+
+    def _fused(
+        self, q: Tensor, key_padding_mask: Tensor | None, cache: KVCache | None, return_probs: bool
+    ) -> bool:
+        """Whether this call runs the fused kernel (``implementation``; see the class)."""
+        if self.implementation == "materialized":
+            return False
+        reason = self.fused_unavailable(q, key_padding_mask, cache=cache, return_probs=return_probs)
+        if reason is not None and self.implementation == "fused":
+            raise ValueError(f"implementation='fused' cannot compute this call: {reason}")
+        return reason is None
 
     def _check_inputs(
         self, x: Tensor, memory: Tensor | None, causal: bool, cache: KVCache | None
@@ -266,16 +344,8 @@ class MultiHeadAttention(nn.Module):
 
         The q queries are the last q of the k positions, so query i sees keys j ≤ i + (k − q).
         """
-        batch, _, q_len, k_len = scores.shape
-        mask = None
-        if key_padding_mask is not None:
-            if key_padding_mask.dtype != torch.bool or key_padding_mask.shape != (batch, k_len):
-                raise ValueError(
-                    f"key_padding_mask must be a boolean tensor of shape [{batch}, {k_len}] "
-                    f"(True = real key), got {key_padding_mask.dtype} "
-                    f"{tuple(key_padding_mask.shape)}"
-                )
-            mask = key_padding_mask[:, None, None, :]
+        _, _, q_len, k_len = scores.shape
+        mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
         if causal:
             visible = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device)
             visible = visible.tril(diagonal=k_len - q_len)

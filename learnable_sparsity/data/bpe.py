@@ -27,7 +27,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import sentencepiece as spm
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import sentencepiece as spm
 
 from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError

@@ -32,7 +32,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tqdm import tqdm
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from tqdm import tqdm
 
 from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError

@@ -26,8 +26,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import numpy as np
 
 from learnable_sparsity.data.fetch import DEFAULT_TIMEOUT, download
 from learnable_sparsity.data.images import ImageSet, ImageSplits, seeded_generator

@@ -5,8 +5,9 @@ After :func:`register`, any ``transformers`` model whose attention modules dispa
 
     BertConfig(..., attn_implementation=name)    or    model.set_attn_implementation(name)
 
-for ``name`` in :data:`ATTENTION_NAMES`: "softmax", "sparsemax", "entmax15", "entmax_alpha" and
-"topk" (the keys of ``learnable_sparsity.core.attention.NORMALIZERS``). An ``EncoderDecoderModel``
+for ``name`` a normalizer of ``learnable_sparsity.core.registry.NORMALIZERS`` ("softmax",
+"sparsemax", "entmax15", "entmax_alpha", "topk" and any registered before :func:`register` is
+called). An ``EncoderDecoderModel``
 built from a config resets its sub-configs' attention to the default unless the joint config names
 it: ``EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec, attn_implementation=name)``.
 
@@ -45,7 +46,8 @@ The contract, read from ``transformers`` 5.23 (``eager_attention_forward`` and i
   keyword, else the module's ``is_causal`` attribute, as SDPA decides) and q > 1: then query i
   of the last q positions sees keys j ≤ i + (k − q).
 
-Learned α per head ("entmax_alpha") and k ("topk") live on the model, not in the registry:
+The argument of a normalizer that takes one (``Normalizer.argument``) lives on the model, not in
+the registry: a learned α per head ("entmax_alpha") or k ("topk"):
 
 * α: :func:`add_head_alphas` adds a parameter ``alpha_logit`` [n_heads] to each attention module
   (α = ``alpha_of_logit`` (w) ∈ (1.01, 2), as in the core and NMT models; a fixed initial α or
@@ -61,27 +63,29 @@ function).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("hf", __name__):
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from learnable_sparsity.core.attention import (
     ALPHA_MAX,
     ALPHA_MIN,
-    NORMALIZERS,
+    alpha_logit_parameter,
     alpha_of_logit,
-    logit_of_alpha,
     random_alpha_logit,
 )
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.errors import LearnableSparsityError
-
-# The names registered with transformers: one per core normalizer.
-ATTENTION_NAMES: tuple[str, ...] = tuple(NORMALIZERS)
 
 # An additive float mask entry v marks a masked key when v ≤ _MASKED_FRACTION_OF_MIN · finfo.min.
 # transformers' eager masks use exactly finfo(dtype).min (and a sum of two such masks, −inf); no
@@ -98,7 +102,7 @@ AttentionFunction = Callable[..., tuple[Tensor, Tensor]]
 def boolean_attention_mask(**kwargs: Any) -> Tensor | None:
     """transformers' boolean mask ([B, 1, q, k], True = may attend) that keeps causal masks.
 
-    The mask function registered for every name in :data:`ATTENTION_NAMES`: ``sdpa_mask`` with
+    The mask function :func:`register` registers for every normalizer: ``sdpa_mask`` with
     ``allow_is_causal_skip=False``, since the attention functions here have no ``is_causal``
     kernel flag to fall back on. A bidirectional mask without padding is still None.
     """
@@ -174,12 +178,11 @@ def _topk_k(module: nn.Module) -> int:
 
 
 def _normalize(module: nn.Module, normalizer: str, scores: Tensor, mask: Tensor | None) -> Tensor:
-    fn = NORMALIZERS[normalizer]
-    if normalizer == "entmax_alpha":
-        return fn(scores, _head_alpha(module, scores.shape[1]), mask=mask)
-    if normalizer == "topk":
-        return fn(scores, _topk_k(module), mask=mask)
-    return fn(scores, mask=mask)
+    """π(scores; mask) with the argument π takes read from ``module`` (α per head, or k)."""
+    spec = NORMALIZERS[normalizer]
+    alpha = _head_alpha(module, scores.shape[1]) if spec.argument == "alpha" else None
+    k = _topk_k(module) if spec.argument == "k" else None
+    return spec(scores, mask, k=k, alpha=alpha)
 
 
 # --------------------------------------------------------------------------- attention function
@@ -235,8 +238,10 @@ def sparse_attention_forward(
     return output.transpose(1, 2).contiguous(), probs
 
 
-def _attention_function(normalizer: str) -> AttentionFunction:
-    """The registered function for one normalizer (a named function, for tracebacks)."""
+@functools.cache
+def attention_function(normalizer: str) -> AttentionFunction:
+    """The function :func:`register` registers for one normalizer: :func:`sparse_attention_forward`
+    with it (a named function, for tracebacks; the same object at every call)."""
 
     def attention(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         return sparse_attention_forward(*args, normalizer=normalizer, **kwargs)
@@ -244,11 +249,6 @@ def _attention_function(normalizer: str) -> AttentionFunction:
     attention.__name__ = attention.__qualname__ = f"{normalizer}_attention_forward"
     attention.__doc__ = f"{sparse_attention_forward.__doc__}\n\n    Normalizer: {normalizer}."
     return attention
-
-
-ATTENTION_FUNCTIONS: dict[str, AttentionFunction] = {
-    name: _attention_function(name) for name in ATTENTION_NAMES
-}
 
 
 # --------------------------------------------------------------------------- registration
@@ -268,7 +268,7 @@ def _register_once(interface: type, name: str, fn: Callable[..., Any]) -> None:
 
 
 def register() -> None:
-    """Register every name in :data:`ATTENTION_NAMES` with transformers; idempotent.
+    """Register every normalizer of ``NORMALIZERS`` with transformers; idempotent.
 
     Each name gets its attention function (``AttentionInterface``) and
     :func:`boolean_attention_mask` (``AttentionMaskInterface``), without which the model would
@@ -277,8 +277,8 @@ def register() -> None:
     module for its helpers changes nothing. Calling it again is a no-op; a name already taken
     by a function from elsewhere raises LearnableSparsityError rather than being overwritten.
     """
-    for name in ATTENTION_NAMES:
-        _register_once(AttentionInterface, name, ATTENTION_FUNCTIONS[name])
+    for name in NORMALIZERS:
+        _register_once(AttentionInterface, name, attention_function(name))
         _register_once(AttentionMaskInterface, name, boolean_attention_mask)
 
 
@@ -351,12 +351,11 @@ def add_head_alphas(
         if hasattr(module, "alpha_logit"):
             raise LearnableSparsityError(f"{name} already has an alpha_logit")
         device = next(module.parameters(), torch.empty(0)).device
-        w = torch.empty(query_heads(module), dtype=torch.float32, device=device)
         if alpha_init is None:
-            w = random_alpha_logit(w, generator)
+            w = torch.empty(query_heads(module), dtype=torch.float32, device=device)
+            module.alpha_logit = nn.Parameter(random_alpha_logit(w, generator))
         else:
-            w.fill_(float(logit_of_alpha(torch.tensor(float(alpha_init), dtype=torch.float64))))
-        module.alpha_logit = nn.Parameter(w)
+            module.alpha_logit = alpha_logit_parameter((query_heads(module),), alpha_init, device)
         added[name] = module.alpha_logit
     return added
 

@@ -17,7 +17,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sacrebleu.metrics import BLEU, CHRF, TER
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from sacrebleu.metrics import BLEU, CHRF, TER
 
 from learnable_sparsity.errors import LearnableSparsityError
 

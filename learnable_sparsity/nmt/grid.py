@@ -1,6 +1,6 @@
 """The NMT experiment grid (params ``nmt``): corpus × attention variant × seed.
 
-Every cell trains one Transformer with one attention normalizer (``NORMALIZERS`` of the shared
+Every cell trains one Transformer with one attention normalizer (``NORMALIZERS`` of the
 core) on one corpus from one seed, under the settings all cells share: the architecture
 (``model``), the optimisation (``train``) and the decoding of the test set (``decode``).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.nmt.cells import NmtCell
 from learnable_sparsity.nmt.model import TransformerConfig
 from learnable_sparsity.nmt.search import DecodeSettings
@@ -19,7 +19,11 @@ from learnable_sparsity.settings import Settings, SettingsError, setting
 
 @dataclass(frozen=True, kw_only=True)
 class NmtSettings(Settings):
-    """Params ``nmt``: the grid axes and the settings every cell shares."""
+    """Params ``nmt``: the grid axes and the settings every cell shares.
+
+    ``variants`` lists normalizer names (``learnable_sparsity.core.registry.NORMALIZERS``): the
+    params key keeps its name, as do the results keyed by it.
+    """
 
     corpora: tuple[str, ...] = setting(distinct=True)
     variants: tuple[str, ...] = setting(distinct=True)

@@ -32,14 +32,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from learnable_sparsity.core.attention import (
-    ALPHA_MAX,
-    ALPHA_MIN,
-    NORMALIZERS,
-    KVCache,
-    random_alpha_logit,
-)
+from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN, KVCache, random_alpha_logit
 from learnable_sparsity.core.attention import MultiHeadAttention as Attention
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.data.bpe import BOS_ID, EOS_ID, PAD_ID
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.settings import Settings, SettingsError, setting

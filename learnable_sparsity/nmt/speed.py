@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from learnable_sparsity.core.attention import NORMALIZERS
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.nmt.batching import Batch, Example, batches_of, collate_examples, pad
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig

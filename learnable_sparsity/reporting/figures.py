@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from matplotlib.figure import Figure
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from matplotlib.figure import Figure
 
 from learnable_sparsity.errors import LearnableSparsityError
 

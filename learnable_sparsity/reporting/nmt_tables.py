@@ -11,9 +11,12 @@ metric dicts; each docstring gives the expected input shape.
   head-role counts beside AST's positional and BPE-merging heads ("not measurable" where the
   corpus gives a role nothing to measure on; the strongest head where none passes).
 
-Variants are named as in :data:`VARIANT_LABELS` (their display names, in the row order of EST
-Table 4), head roles as in ``learnable_sparsity.analysis.blocks.ROLES`` (display names:
-:data:`ROLE_LABELS`); corpora as in ``learnable_sparsity.data.registry``.
+Variants are the names of ``learnable_sparsity.core.registry.NORMALIZERS`` (the params key
+``nmt.variants`` lists normalizer names): each one's ``label`` is its row name, its ``published``
+names find its rows in the published tables (a table that does not report it gets no published
+number there), and the registry's order (EST Table 4's) is the row order; head roles as in
+``learnable_sparsity.analysis.blocks.ROLES`` (display names: :data:`ROLE_LABELS`); corpora as in
+``learnable_sparsity.data.registry``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from learnable_sparsity.analysis.blocks import ROLES, block_order
+from learnable_sparsity.core.registry import (
+    AST_BLEU,
+    AST_BPE_HEADS,
+    AST_POSITIONAL_HEADS,
+    AST_SPEED,
+    EST_TABLE_4,
+    NORMALIZERS,
+)
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.reporting.published import (
     AST_HEADS_CORPUS,
@@ -45,30 +56,33 @@ from learnable_sparsity.reporting.table import (
     file_stem,
 )
 
-# Display names of the attention variants, in the row order of EST Table 4.
-VARIANT_LABELS: dict[str, str] = {
-    "softmax": "Transformer (softmax)",
-    "sparsemax": "Sparsemax",
-    "entmax15": "1.5-entmax",
-    "entmax_alpha": "α-entmax",
-    "topk": "top-k",
-}
-_BLEU_ORDER = ("softmax", "entmax15", "entmax_alpha", "sparsemax", "topk")
 # sacreBLEU with tokenize none splits on whitespace only: the number means something only when
 # the text was tokenised beforehand (the smoke corpus, KFTT's tokenized files).
 TOKENIZED_BLEU_LABEL = "BLEU (tok none, pre-tokenised text only)"
-_AST_BLEU_SYSTEMS = {
-    "softmax": "softmax",
-    "entmax15": "1.5-entmax",
-    "entmax_alpha": "alpha-entmax (learned alpha per head)",
-}
-_EST_SYSTEMS = {
-    "softmax": "Transformer (softmax)",
-    "sparsemax": "Sparsemax (Martins & Astudillo, 2016)",
-    "entmax15": "Entmax-1.5 (Peters et al., 2019)",
-    "entmax_alpha": "Entmax-alpha (Correia et al., 2019)",
-    "topk": "Proposal (top-k before softmax)",
-}
+
+
+def variant_labels() -> dict[str, str]:
+    """{variant: its row name}, in the registry's order (EST Table 4's rows)."""
+    return {name: normalizer.label for name, normalizer in NORMALIZERS.items()}
+
+
+def _bleu_order() -> tuple[str, ...]:
+    """The BLEU table's rows: the variants AST Table 4.1 reports, then the others (each group in
+    the registry's order)."""
+    reported = [name for name, n in NORMALIZERS.items() if AST_BLEU in n.published]
+    return (*reported, *(name for name in NORMALIZERS if name not in reported))
+
+
+def _published(table_id: str, variant: str) -> dict[str, Any] | None:
+    """The row of published table ``table_id`` for ``variant``; None when it reports none."""
+    system = NORMALIZERS[variant].published.get(table_id)
+    return None if system is None else published_row(table_id, system)
+
+
+def _published_value(table_id: str, variant: str, key: str) -> float | None:
+    """Field ``key`` of :func:`_published`, None when the table reports no row."""
+    row = _published(table_id, variant)
+    return None if row is None else row[key]
 
 
 def ast_bleu_table(
@@ -82,8 +96,9 @@ def ast_bleu_table(
 
     ``bleu_by_variant_seed``: {variant: [tokenized BLEU of each seed]} (sacreBLEU with
     ``tokenize="none"``, as the papers report: meaningful on pre-tokenised text only; the column
-    header says so) with variants among softmax, entmax15, entmax_alpha, sparsemax, topk (rows in
-    that order; only given variants appear). ``data``: the corpus (or corpora) the BLEU was
+    header says so) with variants among the registered normalizers (rows: those AST Table 4.1
+    reports first, softmax, entmax15, entmax_alpha, then sparsemax, topk and any other; only
+    given variants appear). ``data``: the corpus (or corpora) the BLEU was
     measured on. Published columns: the AST column of that corpus when it is one of AST's four
     (iwslt17_de_en, kftt_ja_en, wmt16_ro_en, wmt14_en_de), otherwise all four for reference; and
     EST Table 4 BLEU de-en (iwslt14_de_en) for every variant. ``signature``: the sacreBLEU
@@ -91,19 +106,16 @@ def ast_bleu_table(
     in a column of its own when given (nothing is published).
     """
     corpora = check_names("data", data)
-    variants = check_ordered("variant", bleu_by_variant_seed, _BLEU_ORDER)
+    variants = check_ordered("variant", bleu_by_variant_seed, _bleu_order())
     ast = paper_table("ast_mt_bleu")
     ast_corpora = [m["name"].removeprefix("bleu_") for m in ast["metrics"]]
     shown = [c for c in ast_corpora if c in corpora] or ast_corpora
-    est_id = "est_sparse_attention_speed"
     rows = []
     for variant in variants:
         refs = [
             Reference(
                 f"published {corpus} (AST Table 4.1)",
-                published_row("ast_mt_bleu", _AST_BLEU_SYSTEMS[variant])[f"bleu_{corpus}"]
-                if variant in _AST_BLEU_SYSTEMS
-                else None,
+                _published_value(AST_BLEU, variant, f"bleu_{corpus}"),
                 data=corpus,
             )
             for corpus in shown
@@ -111,7 +123,7 @@ def ast_bleu_table(
         refs.append(
             Reference(
                 f"published {EST_SPEED_CORPUS} (EST Table 4)",
-                published_row(est_id, _EST_SYSTEMS[variant])["bleu_de_en"],
+                _published_value(EST_TABLE_4, variant, "bleu_de_en"),
                 data=EST_SPEED_CORPUS,
             )
         )
@@ -125,7 +137,7 @@ def ast_bleu_table(
                     f"empty_by_variant_seed[{variant!r}]", empty_by_variant_seed[variant]
                 )
             )
-        rows.append(Row(VARIANT_LABELS[variant], cells))
+        rows.append(Row(NORMALIZERS[variant].label, cells))
     metrics = [Metric("bleu", TOKENIZED_BLEU_LABEL)]
     caption = (
         "Test BLEU of the Transformer with each attention normalizer. Reproduced BLEU is "
@@ -147,7 +159,7 @@ def ast_bleu_table(
         metrics=tuple(metrics),
         rows=tuple(rows),
         provenance=Provenance(profile, corpora, check_names("signature", signature)),
-        sources=(ast["source"], paper_table(est_id)["source"]),
+        sources=(ast["source"], paper_table(EST_TABLE_4)["source"]),
     )
 
 
@@ -157,7 +169,6 @@ _SPEED_KEYS = {
     "inference": ("inference_tokens_per_second", "inference_ratio_to_softmax"),
 }
 _EST_SPEED_KEYS = {"train": "train_speed_ktok_per_s", "inference": "infer_speed_ktok_per_s"}
-_AST_SPEED_SYSTEMS = {"entmax15": "1.5-entmax", "entmax_alpha": "alpha-entmax"}
 
 
 # Why measured ratios differ from EST's, said where the reader sees them.
@@ -203,7 +214,7 @@ def speed_comparison_table(
 
     ``rows``: [{"variant": …, "train_tokens_per_second": …, "inference_tokens_per_second": …,
     "train_ratio_to_softmax": …, "inference_ratio_to_softmax": …}], one per variant and
-    measurement round (variants as in ``VARIANT_LABELS``, softmax required); every value a
+    measurement round (variants: registered normalizers, softmax required); every value a
     number ≥ 0. The ratios are the speed stage's (tokens/s of the variant ÷ tokens/s of softmax);
     this table shows them as given and computes none. Published: EST Table 4 speeds (thousand
     tokens/s, shown ×1000) and their ratios to its softmax row, measured on iwslt14_de_en, and
@@ -216,9 +227,10 @@ def speed_comparison_table(
     CPU kernels; the caption then says how that moves the ratios towards 1.
     """
     corpora = check_names("data", data)
+    labels = variant_labels()
     measured: dict[str, dict[str, list[float]]] = {}
     for i, row in enumerate(rows):
-        variant = check_known(f"rows[{i}] variant", row.get("variant"), VARIANT_LABELS)
+        variant = check_known(f"rows[{i}] variant", row.get("variant"), labels)
         values = measured.setdefault(variant, {})
         for phase, keys in _SPEED_KEYS.items():
             for cell, key in zip((f"{phase}_speed", f"{phase}_ratio"), keys, strict=True):
@@ -228,37 +240,44 @@ def speed_comparison_table(
                 values.setdefault(cell, []).append(number)
     if "softmax" not in measured:
         raise LearnableSparsityError(f"the softmax baseline is missing, got {sorted(measured)}")
-    est_id = "est_sparse_attention_speed"
-    est_softmax = published_row(est_id, _EST_SYSTEMS["softmax"])
+    est_softmax = _published(EST_TABLE_4, "softmax")
     est_source = f"published {EST_SPEED_CORPUS} (EST Table 4, FP16)"
     table_rows = []
-    for variant in check_ordered("variant", measured, VARIANT_LABELS):
-        est = published_row(est_id, _EST_SYSTEMS[variant])
+    for variant in check_ordered("variant", measured, labels):
+        est = _published(EST_TABLE_4, variant)
         cells = {}
         for phase in _SPEED_KEYS:
-            published = est[_EST_SPEED_KEYS[phase]]
+            published = None if est is None else est[_EST_SPEED_KEYS[phase]]
             ratio_refs = [
                 Reference(
                     est_source,
-                    published / est_softmax[_EST_SPEED_KEYS[phase]],
+                    None if published is None else published / est_softmax[_EST_SPEED_KEYS[phase]],
                     data=EST_SPEED_CORPUS,
                 )
             ]
-            if phase == "train" and variant in _AST_SPEED_SYSTEMS:
-                pct = published_row("ast_training_speed", _AST_SPEED_SYSTEMS[variant])
+            ast_speed = _published(AST_SPEED, variant)
+            if phase == "train" and ast_speed is not None:
                 ratio_refs.append(
-                    Reference("published AST (in text)", pct["relative_train_speed_pct"] / 100)
+                    Reference(
+                        "published AST (in text)", ast_speed["relative_train_speed_pct"] / 100
+                    )
                 )
             cells[f"{phase}_speed"] = TableCell(
                 tuple(measured[variant][f"{phase}_speed"]),
-                (Reference(est_source, published * 1000, data=EST_SPEED_CORPUS),),
+                (
+                    Reference(
+                        est_source,
+                        None if published is None else published * 1000,
+                        data=EST_SPEED_CORPUS,
+                    ),
+                ),
             )
             cells[f"{phase}_ratio"] = TableCell(
                 tuple(measured[variant][f"{phase}_ratio"]),
                 tuple(ratio_refs),
                 note=_spread_note(spreads, variant, phase),
             )
-        table_rows.append(Row(VARIANT_LABELS[variant], cells))
+        table_rows.append(Row(labels[variant], cells))
     return ComparisonTable(
         name=file_stem("speed", corpora),
         title="Training and inference speed by attention variant (EST Table 4 layout)",
@@ -279,8 +298,8 @@ def speed_comparison_table(
         rows=tuple(table_rows),
         provenance=Provenance(profile, corpora, device=device, replicates="timing rounds"),
         sources=(
-            paper_table(est_id)["source"],
-            paper_table("ast_training_speed")["source"],
+            paper_table(EST_TABLE_4)["source"],
+            paper_table(AST_SPEED)["source"],
         ),
     )
 
@@ -304,7 +323,6 @@ def _spread_note(
     return f"{note}, noisy" if summary["noisy"] else note
 
 
-_AST_HEAD_SYSTEMS = {"softmax": "softmax", "entmax15": "1.5-entmax", "entmax_alpha": "alpha-entmax"}
 NOT_MEASURABLE = "not measurable"  # a role cell whose corpus gives the role no query
 NONE_PASSES = "none passes"  # a measured role that no head holds (the strongest head follows)
 ROLE_LABELS: dict[str, str] = {
@@ -317,16 +335,15 @@ ROLE_LABELS: dict[str, str] = {
 
 def _published_roles(variant: str, role: str) -> tuple[float | None, float | None]:
     """(number of heads, median confidence %) that AST reports for ``variant`` and ``role``."""
-    if variant not in _AST_HEAD_SYSTEMS or role == "interrogation":
+    positional = _published(AST_POSITIONAL_HEADS, variant)
+    if positional is None or role == "interrogation":
         return None, None
-    system = _AST_HEAD_SYSTEMS[variant]
     if role == "positional_prev":
-        row = published_row("ast_positional_heads", system)
-        return row["n_heads"], row["median_confidence_pct"]
+        return positional["n_heads"], positional["median_confidence_pct"]
     if role == "positional_next":
-        row = published_row("ast_positional_heads", "each of the three models")
+        row = published_row(AST_POSITIONAL_HEADS, "each of the three models")
         return row["n_heads"], row["confidence_pct_approx"]
-    row = published_row("ast_bpe_merging_heads", system)
+    row = _published(AST_BPE_HEADS, variant)
     scores = row["scores_pct"]
     return row["heads_above_80pct"], statistics.median(scores) if scores else None
 
@@ -381,7 +398,7 @@ def _role_row(
     heads, median = _published_roles(variant, role)
     source = f"published {AST_HEADS_CORPUS} (AST)"
     return Row(
-        f"{VARIANT_LABELS[variant]} — {ROLE_LABELS[role]}",
+        f"{NORMALIZERS[variant].label} — {ROLE_LABELS[role]}",
         {
             "heads": TableCell(
                 tuple(counts),
@@ -428,7 +445,8 @@ def head_summary_table(
     model came.
     """
     corpora = check_names("data", data)
-    variants = check_ordered("variant", [*js_by_variant, *roles_by_variant], VARIANT_LABELS)
+    labels = variant_labels()
+    variants = check_ordered("variant", [*js_by_variant, *roles_by_variant], labels)
     provenance = Provenance(profile, corpora)
     blocks = sorted({b for by_block in js_by_variant.values() for b in by_block}, key=block_order)
     js_variants = [v for v in variants if v in js_by_variant]
@@ -439,7 +457,7 @@ def head_summary_table(
             "Mean generalized Jensen–Shannon divergence among the heads of each block "
             "(0 = identical heads); layers are 0-based. No published values exist."
         ),
-        metrics=tuple(Metric(v, VARIANT_LABELS[v], digits=3) for v in js_variants),
+        metrics=tuple(Metric(v, labels[v], digits=3) for v in js_variants),
         rows=tuple(
             Row(
                 block,
@@ -495,8 +513,6 @@ def head_summary_table(
         ),
         rows=tuple(role_rows),
         provenance=provenance,
-        sources=tuple(
-            paper_table(i)["source"] for i in ("ast_positional_heads", "ast_bpe_merging_heads")
-        ),
+        sources=tuple(paper_table(i)["source"] for i in (AST_POSITIONAL_HEADS, AST_BPE_HEADS)),
     )
     return js_table, role_table

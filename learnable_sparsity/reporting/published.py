@@ -20,7 +20,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import yaml
 
 from learnable_sparsity.errors import LearnableSparsityError
 

@@ -10,7 +10,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from matplotlib.figure import Figure
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    from matplotlib.figure import Figure
 
 Row = Mapping[str, Any]
 

@@ -30,12 +30,12 @@ from transformers import (
 )
 from transformers.masking_utils import AttentionMaskInterface, causal_mask_function
 
-from learnable_sparsity.core.attention import ALPHA_MIN, NORMALIZERS, alpha_of_logit
+from learnable_sparsity.core.attention import ALPHA_MIN, alpha_of_logit
+from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.hf.attention import (
-    ATTENTION_FUNCTIONS,
-    ATTENTION_NAMES,
     add_head_alphas,
+    attention_function,
     attention_modules,
     boolean_attention_mask,
     head_alphas,
@@ -123,7 +123,7 @@ def _core_attention(
     source = hidden if memory is None else memory
     q, k, v = split(module.query(hidden)), split(module.key(source)), split(module.value(source))
     scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD)
-    fn = NORMALIZERS[normalizer]
+    fn = NORMALIZERS[normalizer].function
     if normalizer == "entmax_alpha":
         probs = fn(scores, alpha_of_logit(module.alpha_logit).view(1, -1, 1, 1), mask=visible)
     elif normalizer == "topk":
@@ -139,9 +139,8 @@ def _core_attention(
 def test_register_is_idempotent_and_covers_every_core_normalizer() -> None:
     register()
     register()
-    assert set(ATTENTION_NAMES) == set(NORMALIZERS)
-    for name in ATTENTION_NAMES:
-        assert AttentionInterface()[name] is ATTENTION_FUNCTIONS[name]
+    for name in NORMALIZERS:
+        assert AttentionInterface()[name] is attention_function(name)
         # Without a mask function of its own a name gets no mask at all (padding ignored).
         assert AttentionMaskInterface()[name] is boolean_attention_mask
 
