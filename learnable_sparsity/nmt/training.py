@@ -461,7 +461,9 @@ def train(
     ``checkpoint_every`` steps and at the end, plus ``step<N>.pt`` model weights of the last
     ``keep_checkpoints`` saves for checkpoint averaging. A checkpoint written with other
     settings (except :data:`RESUMABLE`) is refused, naming the differing keys. A NaN/Inf loss
-    raises ``LearnableSparsityError`` naming the step and ``variant``. ``on_log(step, metrics)``
+    or gradient norm raises ``LearnableSparsityError`` naming the step and ``variant``, at the
+    next log, validation or checkpoint (the updates between them read nothing back from the
+    device, :func:`update`), before the history or a checkpoint keeps it. ``on_log(step, metrics)``
     gets every logged record (with tokens per second, which the history leaves out so that
     identical settings give identical files); ``before_checkpoint(step)`` precedes every save
     (flush the logged metrics there: what was logged before a checkpoint is then never lost).
