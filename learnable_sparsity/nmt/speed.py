@@ -499,12 +499,14 @@ def precision_round(
     settings: SpeedSettings,
     precisions: Sequence[Precision],
     index: int,
+    on_precision: Callable[[str, dict[str, dict[str, Throughput]]], None] | None = None,
 ) -> dict[str, dict[str, dict[str, Throughput]]]:
     """Round ``index`` of every precision in ``precisions``: one :func:`interleaved_variants`
     round each (order seed ``settings.seed + index``), the precisions in an order shuffled by
     ``random.Random(settings.seed + index)``, so that a ratio to float32 is taken between
     measurements made minutes apart, not a whole set of rounds apart. Returns precision →
-    {variant: {"train": …, "inference": …}}."""
+    {variant: {"train": …, "inference": …}}; ``on_precision(precision, that)`` gets each as it
+    is measured."""
     order = list(precisions)
     random.Random(settings.seed + index).shuffle(order)
     measured = {}
@@ -521,6 +523,8 @@ def precision_round(
             seed=settings.seed + index,
             precision=precision,
         )
+        if on_precision is not None:
+            on_precision(precision, measured[precision])
     return {precision: measured[precision] for precision in precisions}
 
 
@@ -558,16 +562,16 @@ def summarize_precisions(
     float32 each row also holds, per phase, ``<phase>_ratio_to_float32`` — the median over
     rounds of its tokens/s over the same variant's float32 tokens/s *in the same round* — with
     ``<phase>_ratio_to_float32_quartiles``, ``<phase>_ratio_to_float32_relative_spread`` and
-    ``ratio_to_float32_each_round``."""
+    ``ratio_to_float32_each_round``, over the rounds both have measured (none yet: no ratio)."""
     measured: dict[str, dict] = {}
     for precision, reason in applicable.items():
         if reason is not None:
             measured[precision] = {"not_applicable": f"{precision} {reason}"}
         elif rounds[precision]:
             measured[precision] = {"rows": summarize_rounds(rounds[precision])}
-    done = min(len(rounds[precision]) for precision in rounds)
     for precision, result in measured.items():
-        if precision == "float32" or "rows" not in result:
+        done = min(len(rounds.get("float32", ())), len(rounds.get(precision, ())))
+        if precision == "float32" or "rows" not in result or done == 0:
             continue
         for row in result["rows"]:
             variant = row["variant"]
