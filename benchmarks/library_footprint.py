@@ -11,7 +11,7 @@ environment's release, so that torch's own size does not differ between them): `
   (``learnable_sparsity.timing``: a new seeded order each round, ratios to entmax within each
   round, median, quartiles, spread).
 
-    python benchmarks/library_footprint.py     # table + benchmarks/results/library_footprint.json
+    python benchmarks/library_footprint.py  # table + reports/measurements/library_footprint/footprint.json
 
 Installs use this machine's pip configuration (its mirrors and wheels); torch is constrained to
 the running release, from PyTorch's CPU index where that release is a CPU build.
@@ -33,7 +33,8 @@ from helpers import write_json
 from learnable_sparsity.timing import interleaved_rounds
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks/results/library_footprint.json"
+# Committed: docs/library.md quotes it.
+RESULTS = ROOT / "reports/measurements/library_footprint/footprint.json"
 # The module each library's users import first.
 MODULES = {"entmax": "entmax", "learnable-sparsity": "learnable_sparsity.core.normalizers"}
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"

@@ -1,5 +1,6 @@
 """``benchmarks/gpu_proxies.py`` end to end (``--quick``, ~1 min on 2 cores): its JSON, and each
-change of issue 37 no worse after than before by the proxies that do not depend on timing."""
+change of issues 37 and 44 no worse after than before by the proxies that do not depend on
+timing."""
 
 from __future__ import annotations
 
@@ -71,3 +72,15 @@ def test_the_attention_kernels_are_no_worse_after(proxies: dict[str, Any]) -> No
     assert after["causal_schedule"]["L=16384"]["ratio"] == pytest.approx(0.5, abs=0.02)
     assert before["causal_schedule"]["L=16384"]["ratio"] > 0.75
     assert after["masked_tiles"]["share"] < 0.01 < before["masked_tiles"]["share"]
+
+
+def test_the_float32_attention_kernels_do_not_spill(proxies: dict[str, Any]) -> None:
+    """--quick compiles the causal forward for float32 Q/K/V at head size 64 too: the tree's
+    launch for float32 (fused_attention.launch) compiles without register spills, where the
+    64 × 64 tiles on 4 warps of the bf16 launch spilled (31 KB of stores per thread)."""
+    before = proxies["sections"]["attention"]["before"]
+    after = proxies["sections"]["attention"]["after"]
+    assert after["launch"]["fp32"] != after["launch"]["bf16"]
+    assert after["compiled"]["fp32/forward/causal=True"]["spill_bytes"] == 0
+    assert after["compiled"]["forward/causal=True"]["spill_bytes"] == 0
+    assert before["compiled"]["fp32/forward/causal=True"]["spill_bytes"] > 10_000

@@ -367,13 +367,14 @@ def _sync(device: Any) -> None:
 
 
 def probe(
-    key: str, config: Any, train_set: Sequence[Any], train: Any, device: Any, grid: Mapping
+    config: Any, train_set: Sequence[Any], train: Any, device: Any, grid: Mapping
 ) -> dict[str, float]:
-    """Target tokens per second of updates of a throwaway model of ``config`` on the real
-    batches, after ``probe_warmup`` updates, for ``probe_s`` seconds."""
+    """Target tokens per second of the training loop's updates of a throwaway model of
+    ``config`` on the real batches, after ``probe_warmup`` updates, for ``probe_s`` seconds (the
+    clock read once the device has finished the updates it was given)."""
     from learnable_sparsity.nmt.batching import batches_of, collate_examples
     from learnable_sparsity.nmt.model import Transformer
-    from learnable_sparsity.nmt.training import build_optimizer, train_step
+    from learnable_sparsity.nmt.training import build_optimizer, update
 
     model = Transformer(config).to(device)
     optimizer, scheduler = build_optimizer(
@@ -382,10 +383,10 @@ def probe(
     order = batches_of(train_set, train.max_tokens, train.seed)
     steps, tokens, start = 0, 0, 0.0
     for step, indices in enumerate(order * (1 + grid["probe_warmup"]), start=1):
-        batch = collate_examples(train_set, indices, model).to(device)
-        train_step(
+        batch = collate_examples(train_set, indices, model)
+        update(  # the training loop's update: no host sync
             model, [batch], optimizer, scheduler, train.clip_norm, train.label_smoothing,
-            step=step, variant=key, precision=train.precision,
+            precision=train.precision,
         )  # fmt: skip
         if step == grid["probe_warmup"]:
             _sync(device)
@@ -455,7 +456,7 @@ def _run_cell(
     if not plan_file.exists():
         probe_settings = build(TrainingSettings, nmt["train"], "nmt.train", seed=cell.seed)
         train_set = encode_pairs(bpe, corpus["train"])
-        rate = probe(key, config, train_set, probe_settings, torch.device(device), grid)
+        rate = probe(config, train_set, probe_settings, torch.device(device), grid)
         if device == "cuda":
             torch.cuda.empty_cache()  # the throwaway model's memory back before training
         log.info("probe: %.0f target tokens/s", rate["target_tokens_per_s"])

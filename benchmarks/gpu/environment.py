@@ -28,6 +28,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +135,9 @@ def _ours_facts() -> dict[str, object]:
     return facts
 
 
-def environment() -> dict[str, object]:
+def environment(progress: Callable[[dict[str, object]], None] | None = None) -> dict[str, object]:
+    """The facts; ``progress(facts)`` gets them as they grow, after each section (the GPU's
+    facts need CUDA initialised, ours may build the C++ kernels: seconds each)."""
     digest, count = code_digest()
     stamp = json.loads(STAMP.read_text()) if STAMP.is_file() else None
     facts: dict[str, object] = {
@@ -165,10 +168,12 @@ def environment() -> dict[str, object]:
         "code_digest_files": count,
         "code_digest_matches_stamp": None if stamp is None else stamp.get("code_digest") == digest,
     }
-    facts.update(_gpu_facts())
-    facts.update(_ours_facts())
     git = facts["git"]
     facts["commit"] = (git or {}).get("commit") or (stamp or {}).get("commit")  # type: ignore[union-attr]
+    for section in (_gpu_facts, _ours_facts):
+        if progress is not None:
+            progress(facts)
+        facts.update(section())
     return facts
 
 
@@ -194,13 +199,17 @@ def main() -> None:
     if args.stamp:
         write_stamp()
         return
-    text = json.dumps(environment(), indent=2, default=str)
     if args.out is None:
-        print(text)
+        print(json.dumps(environment(), indent=2, default=str))
         return
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
-    print(text, flush=True)
+
+    def write(facts: dict[str, object]) -> None:  # after every section: a cut keeps the rest
+        args.out.write_text(json.dumps(facts, indent=2, default=str) + "\n")
+
+    facts = environment(write)
+    write(facts)
+    print(json.dumps(facts, indent=2, default=str), flush=True)
 
 
 if __name__ == "__main__":

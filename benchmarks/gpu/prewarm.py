@@ -13,8 +13,10 @@ the full configuration space as usual (their choice is unaffected), but load the
 cache instead of compiling them. Our kernels (``learnable_sparsity.core.fused_triton``: no
 autotuning) and AdaSplash's v1 kernels (non-causal, and causal for ``attention.py``'s
 ``adasplash_v1`` row) are compiled once each, the shapes dealt round-robin to the workers.
-Nothing is timed; a failure is printed and the rest goes on. On the CPU the sparse normalizers'
-C++ kernels are called instead (a rehearsal of the plumbing).
+Nothing is timed; a failure is printed and the rest goes on. A failure of
+``EXPECTED_FAILURES`` (known beforehand, with its reason) is reported as expected; the exit
+status is 0 unless some other task failed. On the CPU the sparse normalizers' C++ kernels are
+called instead (a rehearsal of the plumbing).
 
     python benchmarks/gpu/prewarm.py [--device cuda|cpu] [--quick] [--workers 8]
 """
@@ -48,6 +50,34 @@ QUICK = {"rows": 64, "dims": (64, 256), "attention": ((128, 1, 2), (256, 1, 2)),
 HEAD_DIM = 64
 DTYPES = (torch.float32, torch.bfloat16)
 Task = tuple[str, Callable[[], object]]
+# Failures known before the run: (words of the task's name, words of the error, why). AdaSplash
+# 0.2.2's triton_entmax computes in its inputs' dtype, and its backward's tl.sqrt takes only fp32
+# or fp64: bf16 inputs do not compile under Triton 3.6 (the H100 run of 2026-11-26,
+# results/benchmarks/gpu_run.log; docs/gpu-benchmarks.md). It is still tried, once per row
+# length, so that a version that compiles it shows.
+EXPECTED_FAILURES = (
+    (
+        ("adasplash triton_entmax", "bfloat16"),
+        ("Expected dtype ['fp32', 'fp64'] but got bf16",),
+        "AdaSplash's triton_entmax backward does not compile for bf16 (tl.sqrt takes fp32/fp64)",
+    ),
+)
+
+
+def expected_failure(task: str, error: str) -> str | None:
+    """Why the failure ``error`` of ``task`` was expected (``EXPECTED_FAILURES``), or None."""
+    for names, errors, why in EXPECTED_FAILURES:
+        if all(word in task for word in names) and all(word in error for word in errors):
+            return why
+    return None
+
+
+def expected_to_fail(task: str) -> str | None:
+    """Why ``task`` is expected to fail, whatever the error, or None."""
+    for names, _, why in EXPECTED_FAILURES:
+        if all(word in task for word in names):
+            return why
+    return None
 
 
 def _slice_autotuners(index: int, workers: int) -> list[str]:
@@ -124,15 +154,14 @@ def _tasks(device: torch.device, shapes: dict) -> tuple[list[Task], list[Task]]:
                     lambda s=scores, a=alpha: _backward(normalizers.entmax, s(), a),
                 ),
             ]
-            # AdaSplash's triton_entmax does not compile for bf16 (its backward asks for fp32 or
-            # fp64: docs/gpu-benchmarks.md): trying costs its autotuning's compilations.
-            if adasplash is not None and device.type == "cuda" and dtype != torch.bfloat16:
-                everyone.append(
-                    (
-                        f"adasplash triton_entmax {label}",
-                        lambda s=scores: _backward(adasplash.triton_entmax, s()),
-                    )
+            if adasplash is not None and device.type == "cuda":
+                task = (
+                    f"adasplash triton_entmax {label}",
+                    lambda s=scores: _backward(adasplash.triton_entmax, s()),
                 )
+                # it autotunes: every worker compiles its share, unless it is expected to fail
+                # (EXPECTED_FAILURES: once, by one worker)
+                (dealt if expected_to_fail(task[0]) else everyone).append(task)
     for length, batch, heads in shapes["attention"]:
         shape = (batch, heads, length, HEAD_DIM)
 
@@ -179,7 +208,7 @@ def _tasks(device: torch.device, shapes: dict) -> tuple[list[Task], list[Task]]:
 
 
 def worker(index: int, workers: int, device: torch.device, shapes: dict) -> int:
-    """Run this worker's share; the number of tasks that failed."""
+    """Run this worker's share; the number of tasks that failed unexpectedly."""
     kept = _slice_autotuners(index, workers) if device.type == "cuda" else ["cpu: no autotuning"]
     print(f"worker {index}: configurations kept: {', '.join(kept)}", flush=True)
     everyone, dealt = _tasks(device, shapes)
@@ -190,10 +219,18 @@ def worker(index: int, workers: int, device: torch.device, shapes: dict) -> int:
             task()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            print(f"worker {index}: {name}: {time.perf_counter() - start:.1f} s", flush=True)
+            seconds = time.perf_counter() - start
+            why = expected_to_fail(name)
+            note = f" (expected to fail: {why}; it no longer does)" if why else ""
+            print(f"worker {index}: {name}: {seconds:.1f} s{note}", flush=True)
         except Exception as error:
-            failed += 1
-            print(f"worker {index}: {name}: FAILED {error_text(error)}", flush=True)
+            text = error_text(error)
+            why = expected_failure(name, text)
+            if why is None:
+                failed += 1
+                print(f"worker {index}: {name}: FAILED {text}", flush=True)
+            else:
+                print(f"worker {index}: {name}: EXPECTED FAILURE ({why}): {text}", flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return failed
@@ -221,7 +258,10 @@ def main() -> None:
         for i in range(args.workers)
     ]
     codes = [process.wait() for process in processes]
-    log(f"prewarm done in {time.perf_counter() - start:.1f} s; worker exit codes {codes}")
+    log(
+        f"prewarm done in {time.perf_counter() - start:.1f} s; worker exit codes {codes} "
+        "(each: the tasks that failed unexpectedly)"
+    )
     sys.exit(0 if not any(codes) else 1)
 
 

@@ -5,10 +5,12 @@ of the ``learnable_sparsity`` to measure (the working tree's or a baseline's exp
 are found by name and their arguments read from the kernels themselves, so an older tree is
 measured the same way). Prints one JSON object:
 
-* ``compiled``: per kernel of ``triton_attention`` (bf16 Q/K/V, head dimension 64, 64 × 64 tiles,
-  4 warps: the GPU launch), causal and not, compiled by ``triton.compile`` for sm_90a on the CPU:
-  registers and spilled bytes per thread (``ptxas -v``), SASS instructions of the whole kernel and
-  of its loops (``nvdisasm``), and the tile matmuls (``wgmma``/``mma`` instructions in the PTX).
+* ``compiled``: per kernel of ``triton_attention``, causal and not, compiled by ``triton.compile``
+  for sm_90a on the CPU with the tree's GPU launch (``fused_attention.launch``; a tree without it
+  launched 64 × 64 tiles on 4 warps) at head dimension 64: bf16 Q/K/V (keys ``<kernel>/causal=…``)
+  and float32 ones (``fp32/<kernel>/causal=…``): registers and spilled bytes per thread
+  (``ptxas -v``), SASS instructions of the whole kernel and of its loops (``nvdisasm``), and the
+  tile matmuls (``wgmma``/``mma`` instructions in the PTX). ``launch``: (BM, BN, warps) per dtype.
   ``backward_kernels``: how many kernels the backward launches.
 * ``causal_schedule``: the forward's causal and non-causal makespans in a model of the launch:
   query tiles of 64 rows at L = 16,384 (and 4,096), 2 batch·heads (the benchmark's shapes), each
@@ -36,22 +38,34 @@ import sys
 
 os.environ["TRITON_INTERPRET"] = "0"  # compiled, not interpreted
 
+import torch
 from sm90 import ptxas_usage, sass_counts
 
-from learnable_sparsity.core import triton_attention
+from learnable_sparsity.core import fused_attention, triton_attention
 
 SMS = 132  # an H100 SXM
 REGISTERS_PER_SM = 65536
-WARPS = 4
-D, BM, BN = 64, 64, 64
+D = 64
+# The launch of a tree before ``fused_attention.launch``: 64 × 64 tiles, 4 warps, any dtype.
+OLD_LAUNCH = (64, 64, 4)
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 TENSORS = {"q_ptr", "k_ptr", "v_ptr", "o_ptr", "do_ptr", "dq_ptr", "dk_ptr", "dv_ptr"}
 KERNELS = ("forward", "backward_rows", "backward_dq", "backward_dkdv")
 
 
-def _signature(kernel, causal: bool) -> tuple[dict[str, str], dict[str, object]]:
+def _launch(dtype: str) -> tuple[int, int, int]:
+    """(BM, BN, warps) of the tree's GPU launch for ``dtype`` Q/K/V at head size ``D``."""
+    if not hasattr(fused_attention, "launch"):
+        return OLD_LAUNCH
+    options = fused_attention.launch(DTYPES[dtype], D)
+    return options["BM"], options["BN"], options["num_warps"]
+
+
+def _signature(kernel, causal: bool, dtype: str) -> tuple[dict[str, str], dict[str, object]]:
+    bm, bn, _ = _launch(dtype)
     constants: dict[str, object] = {
-        "D": D, "BM": BM, "BN": BN, "CAUSAL": causal, "HAS_LENGTHS": True, "PRECISION": "tf32",
-        "ALPHA_GRAD": True,
+        "D": D, "BM": bm, "BN": bn, "CAUSAL": causal, "HAS_LENGTHS": True,
+        "PRECISION": "ieee" if dtype == "fp32" else "tf32", "ALPHA_GRAD": True,
     }  # fmt: skip
     constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
     signature = {}
@@ -59,7 +73,7 @@ def _signature(kernel, causal: bool) -> tuple[dict[str, str], dict[str, object]]
         if name in constants:
             signature[name] = "constexpr"
         elif name in TENSORS:
-            signature[name] = "*bf16"
+            signature[name] = f"*{dtype}"
         elif name == "lengths_ptr":
             signature[name] = "*i32"
         elif name.endswith("_ptr"):
@@ -71,15 +85,15 @@ def _signature(kernel, causal: bool) -> tuple[dict[str, str], dict[str, object]]
     return signature, constants
 
 
-def _compile(kernel, causal: bool) -> dict[str, object]:
+def _compile(kernel, causal: bool, dtype: str) -> dict[str, object]:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    signature, constants = _signature(kernel, causal)
+    signature, constants = _signature(kernel, causal, dtype)
     compiled = triton.compile(
         triton.compiler.ASTSource(kernel, signature, constants),
         target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": WARPS},
+        options={"num_warps": _launch(dtype)[2]},
     )
     ptx = compiled.asm["ptx"]
     return {
@@ -98,12 +112,13 @@ def _makespan(work: list[int], slots: int) -> int:
 
 
 def causal_schedule(registers: int, lengths: tuple[int, ...], heads: int) -> dict[str, object]:
-    per_sm = max(1, REGISTERS_PER_SM // (registers * 32 * WARPS))
+    bm, bn, warps = _launch("bf16")
+    per_sm = max(1, REGISTERS_PER_SM // (registers * 32 * warps))
     last_first = hasattr(triton_attention, "_program")
     out: dict[str, object] = {"programs_per_sm": per_sm, "causal_tiles_last_first": last_first}
     for length in lengths:
-        tiles = math.ceil(length / BM)
-        key_tiles = math.ceil(length / BN)
+        tiles = math.ceil(length / bm)
+        key_tiles = math.ceil(length / bn)
         # grid (tiles, batch·head): every tile of one head, then the next head's
         tile_order = list(reversed(range(tiles))) if last_first else list(range(tiles))
         order = [m for _ in range(heads) for m in tile_order]
@@ -118,7 +133,7 @@ def causal_schedule(registers: int, lengths: tuple[int, ...], heads: int) -> dic
 
 
 def masked_tiles(length: int) -> dict[str, object]:
-    tiles = math.ceil(length / BM)
+    tiles = math.ceil(length / _launch("bf16")[0])
     visited = sum(m + 1 for m in range(tiles))
     masked = tiles if hasattr(triton_attention, "_unmasked_keys") else visited
     return {"L": length, "visited": visited, "masked": masked, "share": round(masked / visited, 4)}
@@ -126,15 +141,21 @@ def masked_tiles(length: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the forward kernel, causal only")
+    parser.add_argument(
+        "--quick", action="store_true", help="the forward kernel, causal only (both dtypes)"
+    )
     args = parser.parse_args()
     names = [name for name in KERNELS if hasattr(triton_attention, name)]
     compiled = {}
-    for name in names[:1] if args.quick else names:
-        for causal in (True,) if args.quick else (False, True):
-            compiled[f"{name}/causal={causal}"] = _compile(getattr(triton_attention, name), causal)
+    for dtype in DTYPES:
+        prefix = "" if dtype == "bf16" else f"{dtype}/"
+        for name in names[:1] if args.quick else names:
+            for causal in (True,) if args.quick else (False, True):
+                kernel = getattr(triton_attention, name)
+                compiled[f"{prefix}{name}/causal={causal}"] = _compile(kernel, causal, dtype)
     result = {
         "compiled": compiled,
+        "launch": {dtype: list(_launch(dtype)) for dtype in DTYPES},
         "backward_kernels": sum(name.startswith("backward") for name in names),
         "causal_schedule": causal_schedule(
             compiled["forward/causal=True"]["registers"], (4096, 16384), heads=2

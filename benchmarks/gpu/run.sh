@@ -26,16 +26,21 @@
 # installed with pip --no-index --no-deps --target into a fresh temporary folder (or unzipped
 # there when pip is missing: they are pure-Python wheels) that goes first on PYTHONPATH, followed
 # by the repository root. Nothing here needs the network. The interpreter is ${PYTHON:-python3}.
-# Budget on one H100, 5 minutes in all (timeouts, seconds): env 15, tests 130 (prewarm 120 beside
-# them; the first H100 run, 2026-11-26, needed 193 s for them on one process with a warm Triton
-# cache: Triton's compilations, CPU-bound, now go to 8 pytest-xdist workers where the wheels
-# bring it), normalizers 35, attention 65 (with AdaSplash v1 beside v2 for causal attention and a
-# profiled kernel time per row), transformer 55 (that run: 29, 52 and 54 s for more
-# rounds and lengths: now 3 rounds, no L = 1024 attention; the Transformer in 2 rounds of float32,
-# TF32 and bf16, each of 6 updates and 64 sentences, ~half the work of that run's 3 rounds of
-# float32 alone, JSON rewritten after each round): 300 s at most,
-# plus the wheel install (seconds). Override a step's limit with TIMEOUT_<STEP>=seconds
-# (e.g. TIMEOUT_TESTS=300).
+# Limits (seconds), from the H100 run of 2026-11-26 (results/benchmarks/gpu_run.log) where one
+# was measured: env 30 (it took 13 s of a 15 s limit there; env.json is written after every
+# section, so a cut keeps what was read); tests 150 (unmeasured on 8 pytest-xdist workers; one
+# process needed 193 s with a warm Triton cache: the limit keeps the run in its call, the
+# junit.xml says which tests ran); prewarm 120 beside the tests; normalizers 30 (29 s there for
+# 5 rounds, now 3); attention 65 (52 s there for 5 rounds and L = 1024, 4096, 16384; now 3
+# rounds without L = 1024 but with AdaSplash v1 beside v2 and a profiled kernel time per row:
+# unmeasured); transformer 50 (one round per precision, float32, TF32 and bf16, each of 6
+# updates and 64 sentences, ~0.6 of the work of a round there, which took 19 s first and 13 s
+# after; JSON rewritten after each precision; TF32 and bf16 unmeasured). A step past its limit
+# gets SIGINT (Python raises KeyboardInterrupt: pytest writes its junit.xml, a benchmark keeps
+# the JSON of the rounds it finished), then SIGKILL 10 s (tests) or 5 s (the others) later.
+# Sum of the limits: 30 + 150 + 30 + 65 + 50 = 325 s; with every step killed after its grace
+# 355 s: the run fits a 360 s `run` call (the wheel install takes seconds). Override a step's
+# limit with TIMEOUT_<STEP>=seconds (e.g. TIMEOUT_TESTS=300).
 # Triton's cache: $TRITON_CACHE_DIR, else a fresh folder beside the wheels' (shared by the steps).
 # Exit status: the number of steps that did not pass (0: all passed).
 set -u
@@ -151,14 +156,22 @@ record() {
     say "=== step $name: $status in $((end - begin))s"
 }
 
-# step NAME SECONDS COMMAND...: run under `timeout` (TERM to its process group, KILL 10 s later).
+# The seconds between a step's SIGINT and its SIGKILL: pytest's xdist workers stop and the
+# junit.xml is written; a benchmark stops at once (its JSON is written after every round).
+grace_of() {
+    if [ "$1" = tests ]; then echo 10; else echo 5; fi
+}
+
+# step NAME SECONDS COMMAND...: run under `timeout` (SIGINT to its process group, SIGKILL
+# `grace_of NAME` seconds later).
 step() {
     local name=$1 limit begin
     limit=$(limit_of "$1" "$2")
     shift 2
     say "=== step $name (timeout ${limit}s): $*"
     begin=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" < /dev/null 2>&1 | stamp_lines "$name"
+    timeout --signal=INT --kill-after="$(grace_of "$name")" "$limit" "$@" < /dev/null 2>&1 \
+        | stamp_lines "$name"
     record "$name" "${PIPESTATUS[0]}" "$limit" "$begin"
 }
 
@@ -171,7 +184,8 @@ background() {
     BG_BEGIN=$SECONDS
     BG_LIMIT=$limit
     (
-        timeout --kill-after=10 "$limit" "$@" < /dev/null 2>&1 | stamp_lines "$name"
+        timeout --signal=INT --kill-after="$(grace_of "$name")" "$limit" "$@" < /dev/null 2>&1 \
+            | stamp_lines "$name"
         echo "${PIPESTATUS[0]} $SECONDS" > "$SITE/$name.rc"
     ) &
     BG_PID=$!
@@ -192,7 +206,7 @@ if [ "$QUICK" = 1 ]; then
 else
     NORM_ARGS=(--rows 2048 --dims 1024 4096 --rounds 3 --repeats 3)
     ATTN_ARGS=(--lengths 4096 16384 --shapes 4096:1x8 16384:1x2 --rounds 3 --repeats 3)
-    TRANS_ARGS=(--rounds 2 --train-steps 6 --infer-sentences 64)
+    TRANS_ARGS=(--rounds 1 --train-steps 6 --infer-sentences 64)
     WARM_ARGS=(--workers 6)
 fi
 if [ -z "$TESTS" ]; then
@@ -201,21 +215,21 @@ if [ -z "$TESTS" ]; then
     done
 fi
 
-step env 15 "$PYTHON" benchmarks/gpu/environment.py --out "$DIR/env.json"
+step env 30 "$PYTHON" benchmarks/gpu/environment.py --out "$DIR/env.json"
 background prewarm 120 "$PYTHON" benchmarks/gpu/prewarm.py --device "$DEVICE" "${WARM_ARGS[@]}"
 # shellcheck disable=SC2086  # TESTS is a list of paths
 # On CUDA only the tests that touch it (the CPU ones are CI's); every failure, not the first.
 if [ "$DEVICE" = cuda ]; then SELECT=(-k "cuda or triton or fused_attention"); else SELECT=(); fi
 # Parallel where pytest-xdist is there (a wheel of --prepare) and on CUDA (16 cores compile).
 if [ "$DEVICE" = cuda ] && "$PYTHON" -c "import xdist" 2>/dev/null; then SELECT+=(-n 8); fi
-step tests 130 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
+step tests 150 "$PYTHON" -m pytest -q -p no:cacheprovider "${SELECT[@]}" \
     --junitxml="$DIR/junit.xml" $TESTS
 finish prewarm
-step normalizers 35 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "${NORM_ARGS[@]}" \
+step normalizers 30 "$PYTHON" benchmarks/gpu/normalizers.py --device "$DEVICE" "${NORM_ARGS[@]}" \
     --out "$DIR/normalizers.json"
 step attention 65 "$PYTHON" benchmarks/gpu/attention.py --device "$DEVICE" "${ATTN_ARGS[@]}" \
     --out "$DIR/attention.json"
-step transformer 55 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
+step transformer 50 "$PYTHON" benchmarks/gpu/transformer.py --device "$DEVICE" "${TRANS_ARGS[@]}" \
     --out "$DIR/transformer.json"
 
 # ---------------------------------------------------------------- summary

@@ -18,15 +18,17 @@ every variant.
 
 Measurement: what ``learnable_sparsity.nmt.speed.measure_precisions`` does — the models and
 batches of ``learnable_sparsity.nmt.speed.speed_inputs`` (the pairs as both training and test
-set), then ``learnable_sparsity.nmt.speed.interleaved_variants``: training —
-``train_step`` (forward, label-smoothed loss, backward, Adam step) on token batches of at most
+set), then ``learnable_sparsity.nmt.speed.interleaved_variants``: training — the training
+loop's update (forward, label-smoothed loss, backward, Adam step) on token batches of at most
 ``--max-tokens`` padded tokens, ``--train-steps`` timed after ``--warmup-steps`` untimed, the
 variants interleaved step by step; inference — fixed-length beam search (beam 4, length penalty
 0.6, max length 1.2·src + 10: the project's ``nmt.decode``) of ``--infer-sentences`` sources in
 batches of ``--batch-sentences`` (Zhao et al.: 128), after one untimed batch;
 ``torch.cuda.synchronize`` at both ends of every timed region. ``--rounds`` rounds, one
-``interleaved_variants`` call each (order seed = ``--seed`` + round), the JSON rewritten after
-each; then ``learnable_sparsity.nmt.speed.summarize_rounds``: per variant and phase the median over
+``interleaved_variants`` call per precision each (order seed = ``--seed`` + round), the JSON
+rewritten after each precision of each round (``rounds_done``: the rounds every precision
+finished; ``precision_rounds_done``: per precision); then
+``learnable_sparsity.nmt.speed.summarize_rounds``: per variant and phase the median over
 rounds of tokens/s ÷ softmax's tokens/s *of the same round*, quartiles, range, relative spread
 and the noisy flag. Tokens: non-pad target tokens (training) and generated target tokens
 (inference); see ``learnable_sparsity.nmt.speed``.
@@ -203,17 +205,22 @@ def main() -> None:
             log(f"{precision}: not applicable ({reason})")
     rounds: dict[str, list] = {p: [] for p, reason in applicable.items() if reason is None}
     for index in range(args.rounds):
-        # One round per call, so that the JSON can be rewritten after every round: a run cut
-        # short by its timeout keeps the rounds it finished.
-        measured = precision_round(models, batches, sources, DECODE, settings, list(rounds), index)
-        for precision, variants in measured.items():
+
+        def measured(precision: str, variants: dict, index: int = index) -> None:
+            # The JSON rewritten after every precision of every round: a run cut short by its
+            # timeout keeps each one it finished.
             rounds[precision].append(variants)
-        payload["precisions"] = summarize_precisions(rounds, applicable)
-        payload["rows"] = payload["precisions"]["float32"]["rows"]
-        payload["rounds_done"] = index + 1
-        payload["seconds"] = time.perf_counter() - start
-        write_json(args.out, payload)
-        log(f"round {index + 1}/{args.rounds} done")
+            payload["precisions"] = summarize_precisions(rounds, applicable)
+            payload["rows"] = payload["precisions"].get("float32", {}).get("rows")
+            payload["rounds_done"] = min(len(done) for done in rounds.values())
+            payload["precision_rounds_done"] = {name: len(done) for name, done in rounds.items()}
+            payload["seconds"] = time.perf_counter() - start
+            write_json(args.out, payload)
+            log(f"round {index + 1}/{args.rounds}: {precision} done")
+
+        precision_round(
+            models, batches, sources, DECODE, settings, list(rounds), index, on_precision=measured
+        )
     for precision, result in payload["precisions"].items():
         if "rows" in result:
             print_table(precision, result["rows"])

@@ -48,8 +48,12 @@ def _check_latent(latent: str, scores: Tensor) -> None:
 
 
 def _uniform(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
-    u = torch.rand(shape, dtype=like.dtype, device=like.device, generator=generator)
-    return u.clamp(torch.finfo(like.dtype).tiny, 1 - torch.finfo(like.dtype).eps)
+    """U(0, 1) draws in float32 or ``like``'s wider dtype, never in bf16 (autocast's scores):
+    256 levels would make Gumbel noise coarse, and torch's bf16 samplers draw other numbers
+    from the same generator than its float32 ones, in some versions."""
+    dtype = torch.promote_types(like.dtype, torch.float32)
+    u = torch.rand(shape, dtype=dtype, device=like.device, generator=generator)
+    return u.clamp(torch.finfo(dtype).tiny, 1 - torch.finfo(dtype).eps)
 
 
 def _gumbel_noise(like: Tensor, generator: torch.Generator | None) -> Tensor:

@@ -42,25 +42,45 @@ def disabled() -> AbstractContextManager[None]:
 
 def usable(q: Tensor) -> bool:
     """Whether a call with queries ``q`` runs the fused kernels (``fused_triton.usable``'s device
-    rule, a head size of ``HEAD_SIZES``)."""
+    rule, a head size of ``HEAD_SIZES``; on a GPU, float32 only at the head sizes of
+    ``GPU_LAUNCH``: at 128 its launches spilled registers)."""
     device = q.is_cuda or (bool(fused_triton._on_cpu) and q.device.type == "cpu")
+    spills = q.is_cuda and q.dtype == torch.float32 and q.shape[-1] not in GPU_LAUNCH[q.dtype]
     return (
         bool(_enabled)
         and fused_triton.available()
         and device
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
         and q.shape[-1] in HEAD_SIZES
+        and not spills
     )
 
 
-def _blocks(q: Tensor) -> tuple[int, int]:
-    """Query and key tile sizes: 64 on a GPU; 16 in the interpreter, whose time grows with them."""
-    return (64, 64) if q.is_cuda else (16, 16)
+# The kernels' launch on a GPU, (query tile BM, key tile BN, warps), by Q/K/V dtype and head
+# size, from what compiles for sm_90a (ptxas: benchmarks/gpu/proxy_attention.py) with the fewest
+# register spills. 16-bit inputs: 64 × 64 tiles on 4 warps. float32 tiles hold twice the bytes
+# and its exact ("ieee") dots run as FMA loops in registers: at head size 64 that launch used 32
+# registers with 31 KB of spill stores per thread (forward), 32 × 32 tiles on 8 warps 168-239
+# registers and no spill in any of the four kernels (at head size 32: 76 bytes in the forward,
+# where 64 × 64 on 4 warps spilled 2.6 KB; at 16: 8 bytes in one kernel). At head size 128 every
+# float32 launch tried spilled (32 × 32 on 8 warps up to 1.5 KB, 16 × 16 on 4 warps 1.1 KB):
+# float32 there is not fused (``usable``).
+GPU_LAUNCH = {torch.float32: {16: (32, 32, 8), 32: (32, 32, 8), 64: (32, 32, 8)}}
+WIDE_LAUNCH = (64, 64, 4)
+# In Triton's interpreter (on the CPU), whose time grows with the tiles.
+INTERPRETER_TILES = (16, 16)
 
 
-def _launch(q: Tensor) -> dict:
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    return {"num_warps": 4, "PRECISION": precision} if q.is_cuda else {"PRECISION": precision}
+def launch(dtype: torch.dtype, head_size: int, *, gpu: bool = True) -> dict[str, object]:
+    """The kernels' tile sizes ``BM``, ``BN``, warps (``num_warps``, on a GPU only) and dot
+    precision (``PRECISION``: exact for float32 inputs, TF32-class for 16-bit ones) for Q/K/V
+    of ``dtype`` with ``head_size`` (``GPU_LAUNCH``)."""
+    precision = "ieee" if dtype == torch.float32 else "tf32"
+    if not gpu:
+        bm, bn = INTERPRETER_TILES
+        return {"BM": bm, "BN": bn, "PRECISION": precision}
+    bm, bn, warps = GPU_LAUNCH.get(dtype, {}).get(head_size, WIDE_LAUNCH)
+    return {"BM": bm, "BN": bn, "num_warps": warps, "PRECISION": precision}
 
 
 class _FusedEntmaxAttention(torch.autograd.Function):
@@ -72,15 +92,15 @@ class _FusedEntmaxAttention(torch.autograd.Function):
         kernels = _kernels()
         bh, q_len, d = q.shape
         k_len = k.shape[1]
-        bm, bn = _blocks(q)
-        tiles_m, tiles_n = math.ceil(q_len / bm), math.ceil(k_len / bn)
+        options = launch(q.dtype, d, gpu=q.is_cuda)
+        tiles_m, tiles_n = math.ceil(q_len / options["BM"]), math.ceil(k_len / options["BN"])
         o = torch.empty_like(q)
         stats = torch.empty(bh, 3, q_len, device=q.device, dtype=torch.float32)
         tile_max = torch.full((bh, tiles_m, tiles_n), -math.inf, device=q.device)
         kernels.forward[(tiles_m, bh)](
             q, k, v, o, alpha, lengths if lengths is not None else alpha, stats, tile_max,
-            q_len, k_len, scale, tiles_n, D=d, BM=bm, BN=bn, CAUSAL=causal,
-            HAS_LENGTHS=lengths is not None, **_launch(q),
+            q_len, k_len, scale, tiles_n, D=d, CAUSAL=causal, HAS_LENGTHS=lengths is not None,
+            **options,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, alpha, lengths, stats, tile_max)
         ctx.causal, ctx.scale = causal, scale
@@ -94,10 +114,9 @@ class _FusedEntmaxAttention(torch.autograd.Function):
         do = do.contiguous()
         bh, q_len, d = q.shape
         k_len = k.shape[1]
-        bm, bn = _blocks(q)
         tiles_m, tiles_n = tile_max.shape[1:]
-        common = {"D": d, "BM": bm, "BN": bn, "CAUSAL": ctx.causal,
-                  "HAS_LENGTHS": lengths is not None, **_launch(q)}  # fmt: skip
+        common = {"D": d, "CAUSAL": ctx.causal, "HAS_LENGTHS": lengths is not None,
+                  **launch(q.dtype, d, gpu=q.is_cuda)}  # fmt: skip
         lengths_arg = lengths if lengths is not None else alpha
         rows = torch.empty(bh, 2, q_len, device=q.device, dtype=torch.float32)
         kernels.backward_rows[(tiles_m, bh)](

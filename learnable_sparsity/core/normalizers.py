@@ -632,10 +632,12 @@ def _checked(a: Tensor) -> bool:
 
 
 def _softmax_with_empty_rows(x: Tensor, row_max: Tensor) -> Tensor:
-    """Softmax over the last dim; rows whose max is −inf (nothing unmasked) give zeros."""
+    """Softmax over the last dim; rows whose max is −inf (nothing unmasked) give zeros.
+
+    The empty rows are zeroed whether there are any or not: asking would wait for the device
+    (a host sync in every attention layer), and the fills change no other row's values or
+    gradients."""
     empty = row_max == float("-inf")
-    if not bool(empty.any()):
-        return torch.softmax(x, dim=-1)
     # A zero row instead of −inf keeps softmax and its backward free of NaN.
     return torch.softmax(x.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
 

@@ -83,7 +83,11 @@ class SSVAE(nn.Module):
         r"""ℓ(x, z) = −log p(x|z, h) + KL(q(h|x,z) ‖ N(0, I)), h = μ + σε, per row; x [N, P]
         binary, z [N, K] one-hot (or relaxed)."""
         mu, log_var = self.inference(torch.cat([x, z], -1)).chunk(2, -1)
-        eps = torch.randn(mu.shape, dtype=mu.dtype, device=mu.device, generator=generator)
+        # ε is drawn in float32 (or wider) under any autocast: the sample is then the same in
+        # every precision and torch version (torch 2.11's bf16 normal sampler on the CPU draws
+        # other numbers from the same generator than its float32 one does).
+        noise_dtype = torch.promote_types(mu.dtype, torch.float32)
+        eps = torch.randn(mu.shape, dtype=noise_dtype, device=mu.device, generator=generator)
         h = mu + (0.5 * log_var).exp() * eps
         logits = self.generator(torch.cat([h, z], -1))
         reconstruction = nn.functional.binary_cross_entropy_with_logits(

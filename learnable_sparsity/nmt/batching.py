@@ -31,8 +31,18 @@ class Batch(NamedTuple):
     tgt_in: Tensor
     tgt_out: Tensor
 
-    def to(self, device: torch.device) -> Batch:
-        return Batch(*(tensor.to(device) for tensor in self))
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on ``device``. A copy from the host to a CUDA device goes through pinned
+        memory without waiting for it (``non_blocking``), so that the host does not wait for
+        the device's queue to drain before every batch."""
+        if torch.device(device).type != "cuda":
+            return Batch(*(tensor.to(device) for tensor in self))
+        return Batch(*(_pinned(tensor).to(device, non_blocking=True) for tensor in self))
+
+
+def _pinned(tensor: Tensor) -> Tensor:
+    """``tensor`` in pinned (page-locked) host memory, where it is a host tensor."""
+    return tensor.pin_memory() if tensor.device.type == "cpu" else tensor
 
 
 def encode_pairs(bpe: BpeModel, pairs: Sequence[tuple[str, str]]) -> list[Example]:

@@ -9,8 +9,8 @@ isolates the attention normalizer; α-entmax runs with the model's own per-head 
 What is counted:
 
 * training — tokens = non-pad target tokens (y + eos, the tokens the loss is averaged over) of
-  the timed updates; each update is ``train_step`` (forward, label-smoothed loss, backward,
-  gradient clipping, Adam step). ``source_tokens`` counts the non-pad source tokens too.
+  the timed updates; each update is the training loop's (``update``: forward, label-smoothed loss,
+  backward, gradient clipping, Adam step). ``source_tokens`` counts the non-pad source tokens too.
 * inference — tokens = generated target tokens, excluding bos and eos (the lengths of the
   hypotheses ``beam_search`` returns); ``source_tokens`` counts the non-pad source tokens. The
   search runs with ``fixed_length``: every hypothesis has the length limit of its sentence, so
@@ -42,7 +42,7 @@ from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.nmt.batching import Batch, Example, batches_of, collate_examples, pad
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from learnable_sparsity.nmt.search import DecodeSettings
-from learnable_sparsity.nmt.training import build_optimizer, train_step
+from learnable_sparsity.nmt.training import Update, build_optimizer, read_updates, update
 from learnable_sparsity.precision import (
     Precision,
     autocast,
@@ -131,34 +131,36 @@ def _training_session(
     clip_norm: float,
     precision: Precision,
 ) -> Iterator[Callable[[int], Batch]]:
-    """Yields ``update(step)``: one ``train_step`` in ``precision`` on
-    ``batches[step % len(batches)]`` (moved to the model's device beforehand) with a fresh
-    ``build_optimizer(model, peak_lr, warmup)`` optimizer, returning the batch. Afterwards the
-    model is as it was found: parameters and buffers restored, gradients cleared, train/eval
-    mode kept."""
+    """Yields ``step_on(step)``: one update of the training loop (``update``: ``train_step``'s
+    without its host syncs) in ``precision`` on ``batches[step % len(batches)]`` (moved to the
+    model's device beforehand) with a fresh ``build_optimizer(model, peak_lr, warmup)``
+    optimizer, returning the batch. At the end the updates' metrics are read, which raises on a
+    non-finite one; afterwards the model is as it was found: parameters and buffers restored,
+    gradients cleared, train/eval mode kept."""
     device, was_training = _device(model), model.training
     on_device = [Batch(*(t.to(device) for t in batch)) for batch in batches]
     saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
     optimizer, scheduler = build_optimizer(model, peak_lr, warmup)
-    variant = model.config.normalizer
+    updates: list[Update] = []
 
-    def update(step: int) -> Batch:
+    def step_on(step: int) -> Batch:
         batch = on_device[step % len(on_device)]
-        train_step(
-            model,
-            batch,
-            optimizer,
-            scheduler,
-            clip_norm,
-            label_smoothing,
-            step=step,
-            variant=variant,
-            precision=precision,
+        updates.append(
+            update(
+                model,
+                batch,
+                optimizer,
+                scheduler,
+                clip_norm,
+                label_smoothing,
+                precision=precision,
+            )
         )
         return batch
 
     try:
-        yield update
+        yield step_on
+        read_updates(updates, 1, model.config.normalizer)
     finally:
         model.load_state_dict(saved)
         model.zero_grad(set_to_none=True)
@@ -497,12 +499,14 @@ def precision_round(
     settings: SpeedSettings,
     precisions: Sequence[Precision],
     index: int,
+    on_precision: Callable[[str, dict[str, dict[str, Throughput]]], None] | None = None,
 ) -> dict[str, dict[str, dict[str, Throughput]]]:
     """Round ``index`` of every precision in ``precisions``: one :func:`interleaved_variants`
     round each (order seed ``settings.seed + index``), the precisions in an order shuffled by
     ``random.Random(settings.seed + index)``, so that a ratio to float32 is taken between
     measurements made minutes apart, not a whole set of rounds apart. Returns precision →
-    {variant: {"train": …, "inference": …}}."""
+    {variant: {"train": …, "inference": …}}; ``on_precision(precision, that)`` gets each as it
+    is measured."""
     order = list(precisions)
     random.Random(settings.seed + index).shuffle(order)
     measured = {}
@@ -519,6 +523,8 @@ def precision_round(
             seed=settings.seed + index,
             precision=precision,
         )
+        if on_precision is not None:
+            on_precision(precision, measured[precision])
     return {precision: measured[precision] for precision in precisions}
 
 
@@ -556,16 +562,16 @@ def summarize_precisions(
     float32 each row also holds, per phase, ``<phase>_ratio_to_float32`` — the median over
     rounds of its tokens/s over the same variant's float32 tokens/s *in the same round* — with
     ``<phase>_ratio_to_float32_quartiles``, ``<phase>_ratio_to_float32_relative_spread`` and
-    ``ratio_to_float32_each_round``."""
+    ``ratio_to_float32_each_round``, over the rounds both have measured (none yet: no ratio)."""
     measured: dict[str, dict] = {}
     for precision, reason in applicable.items():
         if reason is not None:
             measured[precision] = {"not_applicable": f"{precision} {reason}"}
         elif rounds[precision]:
             measured[precision] = {"rows": summarize_rounds(rounds[precision])}
-    done = min(len(rounds[precision]) for precision in rounds)
     for precision, result in measured.items():
-        if precision == "float32" or "rows" not in result:
+        done = min(len(rounds.get("float32", ())), len(rounds.get(precision, ())))
+        if precision == "float32" or "rows" not in result or done == 0:
             continue
         for row in result["rows"]:
             variant = row["variant"]

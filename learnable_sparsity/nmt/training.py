@@ -133,8 +133,9 @@ class TrainingHistory:
 
 def label_smoothed_nll(
     logits: Tensor, target: Tensor, epsilon: float, pad_id: int
-) -> tuple[Tensor, Tensor, int]:
-    """(Σ smoothed loss, Σ nll, number of non-pad targets), summed over the non-pad targets.
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(Σ smoothed loss, Σ nll, number of non-pad targets), summed over the non-pad targets;
+    all three 0-d tensors on ``logits``' device (reading one is a host sync there).
 
     ``logits`` [..., V] and ``target`` [...] (long); see the module docstring for the loss.
     """
@@ -150,7 +151,20 @@ def label_smoothed_nll(
     nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     others = -log_p.sum(-1) - nll
     loss = (1 - epsilon) * nll + epsilon / (vocab - 1) * others
-    return loss[keep].sum(), nll[keep].sum(), int(keep.sum())
+    if reads_are_free(logits.device):
+        # The host keeps the selection of the non-pad targets, whose sums are those of every
+        # CPU run recorded so far.
+        return loss[keep].sum(), nll[keep].sum(), keep.sum()
+    # Selecting sizes a tensor by the data, which waits for the device: the pads' terms are
+    # zeroed instead (the same gradient; the sums differ in the order of float32 additions).
+    return loss.where(keep, 0.0).sum(), nll.where(keep, 0.0).sum(), keep.sum()
+
+
+def reads_are_free(device: torch.device) -> bool:
+    """Whether reading ``device``'s data on the host costs no wait (the host's own memory):
+    elsewhere code whose shapes or control flow would depend on the data takes a path that
+    does not (a CPU run takes the device's path when a test patches this)."""
+    return device.type == "cpu"
 
 
 def schedule_multiplier(
@@ -207,9 +221,151 @@ def build_optimizer(
     ]
     if alpha:
         groups.append({"params": alpha, "weight_decay": 0.0, "lr": peak_lr * alpha_lr_scale})
-    optimizer = torch.optim.AdamW(groups, lr=peak_lr, betas=betas, eps=eps)
+    device = named[0][1].device if named else torch.device("cpu")
+    optimizer = torch.optim.AdamW(
+        groups, lr=peak_lr, betas=betas, eps=eps, **adam_implementation(device)
+    )
     scheduler = LambdaLR(optimizer, schedule_multiplier(schedule, warmup, max_steps))
     return optimizer, scheduler
+
+
+def adam_implementation(device: torch.device) -> dict[str, bool]:
+    """torch's Adam implementation for parameters on ``device``: the fused kernels on CUDA (one
+    launch per parameter group and update, the step counts kept on the device), the multi-tensor
+    ("foreach") one elsewhere; never the per-tensor loop, which launches about ten kernels per
+    parameter tensor. All three compute Adam's update by the same formulas: the foreach one
+    with the per-tensor loop's float32 operations, bit for bit (tests/nmt/test_step_cost.py);
+    the fused kernels round differently in the last place (on the CPU, one update of the tiny
+    Transformer: at most 7.5e-9 apart, in the decayed weights), which Adam, as any rounding,
+    can grow into a full step where a gradient is zero in exact arithmetic (a key bias)."""
+    if device.type == "cuda":
+        return {"fused": True, "foreach": False}
+    return {"fused": False, "foreach": True}
+
+
+def load_optimizer_state(optimizer: Optimizer, state: Mapping[str, object]) -> None:
+    """``optimizer.load_state_dict(state)``, keeping ``optimizer``'s own implementation
+    (:func:`adam_implementation`): a checkpoint saved on another device, or before the choice
+    was made, names the implementation it ran with, which torch would otherwise restore. The
+    moments and step counts load exactly; torch moves the step counts to the parameters'
+    device for the fused kernels."""
+    groups = [
+        {**saved, "fused": group.get("fused"), "foreach": group.get("foreach")}
+        for saved, group in zip(state["param_groups"], optimizer.param_groups, strict=True)
+    ]
+    optimizer.load_state_dict({**state, "param_groups": groups})
+
+
+@dataclass(frozen=True)
+class Update:
+    """One update's metrics as it leaves them, on the device: reading them back waits for the
+    device, so the training loop reads a whole log window at once (:func:`read_updates`).
+    ``losses`` and ``nlls`` [batches]: each accumulated batch's smoothed loss over the update's
+    target tokens and its nll sum; ``grad_norm``: the global gradient norm before clipping;
+    ``tokens``: the update's non-pad target tokens; ``lr``: the learning rate it used."""
+
+    losses: Tensor
+    nlls: Tensor
+    grad_norm: Tensor
+    tokens: Tensor
+    lr: float
+
+
+def _backward(
+    model: Seq2Seq,
+    batches: Sequence[Batch],
+    optimizer: Optimizer,
+    clip_norm: float,
+    label_smoothing: float,
+    precision: Precision,
+) -> Update:
+    """Gradients of the per-token label-smoothed loss of ``batches`` (one backward per batch,
+    normalised by all their target tokens), clipped to global norm ``clip_norm`` (0: no
+    clipping); the optimizer's step is not taken. Batches on the host move to the model's
+    device here; nothing is read back from the device."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    pad_id = model.config.pad_id
+    device = next(model.parameters()).device
+    batches = [part.to(device) for part in batches]
+    n_tokens = sum((part.tgt_out != pad_id).sum() for part in batches)
+    losses, nlls = [], []
+    with matmul_precision(precision, device):
+        for part in batches:  # one backward per batch: only one batch's activations at a time
+            with autocast(precision, device):  # the loss is float32 (label_smoothed_nll)
+                loss_sum, nll_sum, _ = label_smoothed_nll(
+                    model(part.src, part.tgt_in), part.tgt_out, label_smoothing, pad_id
+                )
+            loss = loss_sum / n_tokens.clamp(min=1)
+            loss.backward()
+            losses.append(loss.detach())
+            nlls.append(nll_sum.detach())
+    max_norm = clip_norm if clip_norm > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    lr = optimizer.param_groups[0]["lr"]
+    return Update(torch.stack(losses), torch.stack(nlls), grad_norm.detach(), n_tokens, lr)
+
+
+def update(
+    model: Seq2Seq,
+    batch: Batch | Sequence[Batch],
+    optimizer: Optimizer,
+    scheduler: LRScheduler,
+    clip_norm: float,
+    label_smoothing: float,
+    *,
+    precision: Precision = "float32",
+) -> Update:
+    """The training loop's update: :func:`train_step`'s, without reading anything back from
+    the device (no host sync: the device runs ahead of the host). Its metrics, and the check
+    that they are finite, wait for :func:`read_updates` at the next log, validation or
+    checkpoint: a non-finite update is applied, and raises there before anything keeps it."""
+    batches = [batch] if isinstance(batch, Batch) else list(batch)
+    result = _backward(model, batches, optimizer, clip_norm, label_smoothing, precision)
+    optimizer.step()
+    scheduler.step()
+    return result
+
+
+def read_updates(
+    updates: Sequence[Update], first_step: int, variant: str
+) -> list[dict[str, float]]:
+    """The metrics of consecutive ``updates`` (the first one update ``first_step``), read back
+    from the device at once: loss and nll per target token, tokens, grad_norm (before
+    clipping) and the learning rate used. A non-finite loss or gradient norm raises
+    ``LearnableSparsityError`` naming its step and ``variant``."""
+    if not updates:
+        return []
+    parts = (t for u in updates for t in (u.losses, u.nlls, u.grad_norm, u.tokens))
+    # float64 holds the float32 values and the counts exactly: one read for the window
+    values = torch.cat([t.double().reshape(-1) for t in parts]).tolist()
+    metrics, start = [], 0
+    for step, u in enumerate(updates, start=first_step):
+        parts = len(u.losses)
+        losses, nlls = values[start : start + parts], values[start + parts : start + 2 * parts]
+        grad_norm, tokens = values[start + 2 * parts : start + 2 * parts + 2]
+        start += 2 * parts + 2
+        loss_total, nll_total = 0.0, 0.0
+        for loss, nll in zip(losses, nlls, strict=True):
+            if not math.isfinite(loss):
+                raise LearnableSparsityError(
+                    f"non-finite loss {loss} at step {step} of variant {variant!r}"
+                )
+            loss_total, nll_total = loss_total + loss, nll_total + nll
+        if not math.isfinite(grad_norm):
+            raise LearnableSparsityError(
+                f"non-finite gradient norm {grad_norm} at step {step} of variant {variant!r}"
+            )
+        metrics.append(
+            {
+                "loss": loss_total,
+                "nll": nll_total / max(tokens, 1),
+                "tokens": tokens,
+                "grad_norm": grad_norm,
+                "lr": u.lr,
+            }
+        )
+    return metrics
 
 
 def train_step(
@@ -225,52 +381,23 @@ def train_step(
     precision: Precision = "float32",
 ) -> dict[str, float]:
     """One update on the per-token label-smoothed loss of ``batch``, or of several batches
-    accumulated (normalised by all their target tokens); returns its metrics.
+    accumulated (normalised by all their target tokens); returns its metrics
+    (:func:`read_updates`), read back before the optimizer's step.
 
     ``precision`` (:mod:`learnable_sparsity.precision`): TF32 matmuls for the update, or bf16
     autocast of the forward pass and loss; the loss, gradients and optimizer stay float32.
 
     Gradients are clipped to global norm ``clip_norm`` (0 disables clipping). A non-finite
     loss or gradient norm raises ``LearnableSparsityError`` naming ``step`` and ``variant``
-    before the parameters are touched. Metrics: loss and nll per target token, tokens,
-    grad_norm (before clipping) and the learning rate used.
+    before the parameters are touched. The training loop takes the same update without the
+    host syncs of this check (:func:`update`).
     """
     batches = [batch] if isinstance(batch, Batch) else list(batch)
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    pad_id = model.config.pad_id
-    device = next(model.parameters()).device
-    n_tokens = sum(int((b.tgt_out != pad_id).sum()) for b in batches)
-    loss_total, nll_total = 0.0, 0.0
-    with matmul_precision(precision, device):
-        for part in batches:  # one backward per batch: only one batch's activations at a time
-            with autocast(precision, device):  # the loss is float32 (label_smoothed_nll)
-                loss_sum, nll_sum, _ = label_smoothed_nll(
-                    model(part.src, part.tgt_in), part.tgt_out, label_smoothing, pad_id
-                )
-            loss = loss_sum / max(n_tokens, 1)
-            if not torch.isfinite(loss):
-                raise LearnableSparsityError(
-                    f"non-finite loss {loss.item()} at step {step} of variant {variant!r}"
-                )
-            loss.backward()
-            loss_total, nll_total = loss_total + loss.item(), nll_total + nll_sum.item()
-    max_norm = clip_norm if clip_norm > 0 else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    if not torch.isfinite(grad_norm):
-        raise LearnableSparsityError(
-            f"non-finite gradient norm {grad_norm.item()} at step {step} of variant {variant!r}"
-        )
-    lr = optimizer.param_groups[0]["lr"]
+    result = _backward(model, batches, optimizer, clip_norm, label_smoothing, precision)
+    (metrics,) = read_updates([result], step, variant)
     optimizer.step()
     scheduler.step()
-    return {
-        "loss": loss_total,
-        "nll": nll_total / max(n_tokens, 1),
-        "tokens": float(n_tokens),
-        "grad_norm": grad_norm.item(),
-        "lr": lr,
-    }
+    return metrics
 
 
 @torch.no_grad()
@@ -286,7 +413,7 @@ def validation_nll(model: Seq2Seq, examples: Sequence[Example], max_tokens: int)
         _, nll, n = label_smoothed_nll(
             model(batch.src, batch.tgt_in), batch.tgt_out, 0.0, model.config.pad_id
         )
-        total, tokens = total + nll.item(), tokens + n
+        total, tokens = total + nll.item(), tokens + int(n)
     model.train(was_training)
     return total / max(tokens, 1)
 
@@ -338,7 +465,9 @@ def train(
     ``checkpoint_every`` steps and at the end, plus ``step<N>.pt`` model weights of the last
     ``keep_checkpoints`` saves for checkpoint averaging. A checkpoint written with other
     settings (except :data:`RESUMABLE`) is refused, naming the differing keys. A NaN/Inf loss
-    raises ``LearnableSparsityError`` naming the step and ``variant``. ``on_log(step, metrics)``
+    or gradient norm raises ``LearnableSparsityError`` naming the step and ``variant``, at the
+    next log, validation or checkpoint (the updates between them read nothing back from the
+    device, :func:`update`), before the history or a checkpoint keeps it. ``on_log(step, metrics)``
     gets every logged record (with tokens per second, which the history leaves out so that
     identical settings give identical files); ``before_checkpoint(step)`` precedes every save
     (flush the logged metrics there: what was logged before a checkpoint is then never lost).
@@ -365,14 +494,17 @@ def train(
     step, epoch, position = 0, 0, 0
     history = TrainingHistory([], [], [])
     # The updates since the last logged step (their average is the next record): kept in the
-    # checkpoint, so that a resumed run logs the same averages as one never interrupted.
+    # checkpoint, so that a resumed run logs the same averages as one never interrupted. The
+    # latest are still on the device (``pending``) until a log, validation or checkpoint reads
+    # them (``read_pending``): an update between those never waits for the device.
     window: list[dict[str, float]] = []
+    pending: list[Update] = []
     average: dict[str, Tensor] | None = None  # the parameters' moving average (average_decay)
     resume = Checkpoint(checkpoint_dir, asdict(settings), resumable=settings.resumable())
     state = resume.load(map_location=device)
     if state is not None:
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(optimizer, state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         restore_rng(state["rng"])
         step, epoch, position = state["step"], state["epoch"], state["position"]
@@ -380,7 +512,12 @@ def train(
         average = state.get("average")
         log.info("%s: resuming from %s at step %d", variant, resume.loaded_from, step)
 
+    def read_pending() -> None:
+        window.extend(read_updates(pending, step - len(pending) + 1, variant))
+        pending.clear()
+
     def checkpoint(final: bool = False) -> None:
+        read_pending()
         if before_checkpoint is not None:
             before_checkpoint(step)
         # This step's weights before last.pt, the resume point: a run killed between the two
@@ -406,6 +543,7 @@ def train(
             old.unlink()
 
     def record_validation() -> None:
+        read_pending()
         if average is None:
             nll = validation_nll(model, valid_set, settings.max_tokens)
         else:  # the averaged weights are the ones kept: validate those (as OpenNMT does)
@@ -429,19 +567,17 @@ def train(
         order = batches_of(train_set, settings.max_tokens, settings.seed * 100_003 + epoch)
         while position < len(order) and step < settings.max_steps:
             group = order[position : position + settings.accumulate]
-            batches = [collate_examples(train_set, indices, model).to(device) for indices in group]
+            batches = [collate_examples(train_set, indices, model) for indices in group]
             position += len(group)
             step += 1
-            window.append(
-                train_step(
+            pending.append(
+                update(
                     model,
                     batches,
                     optimizer,
                     scheduler,
                     settings.clip_norm,
                     settings.label_smoothing,
-                    step=step,
-                    variant=variant,
                     precision=settings.precision,
                 )
             )
@@ -449,6 +585,7 @@ def train(
                 average = update_average(average, model, step, settings.average_decay)
             stopping = should_stop is not None and step < settings.max_steps and should_stop(step)
             if step % settings.log_every == 0 or step == settings.max_steps or stopping:
+                read_pending()
                 elapsed = time.perf_counter() - window_start
                 tokens = sum(m["tokens"] for m in window)
                 trained = history.train[-1]["target_tokens"] if history.train else 0.0
@@ -482,7 +619,8 @@ def train(
                     metrics["tokens_per_second"],
                     eta,
                 )
-                window, window_start = [], time.perf_counter()
+                window.clear()
+                window_start = time.perf_counter()
             if step % settings.validate_every == 0 and step < settings.max_steps:
                 record_validation()
             if stopping:

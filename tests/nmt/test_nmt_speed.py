@@ -174,13 +174,13 @@ def test_training_is_interleaved_step_by_step_in_a_new_order(make_model, monkeyp
     models = {name: make_model(name) for name in variants}
     before = {name: _state(model) for name, model in models.items()}
     calls: list[str] = []
-    real_step = speed.train_step
+    real_step = speed.update
 
-    def spy(*args, variant: str, **kwargs):
-        calls.append(variant)
-        return real_step(*args, variant=variant, **kwargs)
+    def spy(model, *args, **kwargs):
+        calls.append(model.config.normalizer)
+        return real_step(model, *args, **kwargs)
 
-    monkeypatch.setattr(speed, "train_step", spy)
+    monkeypatch.setattr(speed, "update", spy)
     result = training_round(
         models, [BATCH_A, BATCH_B], steps=6, warmup_steps=1, rng=random.Random(0)
     )

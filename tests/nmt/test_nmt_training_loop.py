@@ -440,3 +440,31 @@ def test_accumulation_and_the_moving_average_resume_identically(tmp_path: Path) 
     averaged.load_state_dict(saved)
     assert history.valid[-1]["valid_nll"] == pytest.approx(validation_nll(averaged, VALID, 120))
     assert history.valid[-1]["valid_nll"] != pytest.approx(validation_nll(straight, VALID, 120))
+
+
+def test_a_non_finite_update_between_logs_names_its_step(tmp_path: Path, monkeypatch) -> None:
+    """The loop reads its updates only at logs, validations and checkpoints: a NaN at step 3
+    (weights made NaN before it) raises there, naming step 3, before the checkpoint of step 4
+    keeps it."""
+    real_update = training.update
+    calls: list[int] = []
+
+    def update(model, *args, **kwargs):
+        calls.append(len(calls) + 1)
+        if len(calls) == 3:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.fill_(float("nan"))
+        return real_update(model, *args, **kwargs)
+
+    monkeypatch.setattr(training, "update", update)
+    with pytest.raises(LearnableSparsityError, match=r"non-finite loss nan at step 3 of variant"):
+        train(
+            fresh_model("softmax"),
+            TRAIN,
+            VALID,
+            settings(log_every=10, validate_every=10, checkpoint_every=4),
+            checkpoint_dir=tmp_path,
+            variant="v",
+        )
+    assert calls == [1, 2, 3, 4] and not list(tmp_path.glob("*.pt"))
