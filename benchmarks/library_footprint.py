@@ -11,7 +11,7 @@ environment's release, so that torch's own size does not differ between them): `
   (``learnable_sparsity.timing``: a new seeded order each round, ratios to entmax within each
   round, median, quartiles, spread).
 
-    python benchmarks/library_footprint.py  # table + reports/measurements/library_footprint/footprint.json
+    python benchmarks/library_footprint.py   # the table; the JSON into reports/measurements/
 
 Installs use this machine's pip configuration (its mirrors and wheels); torch is constrained to
 the running release, from PyTorch's CPU index where that release is a CPU build.
