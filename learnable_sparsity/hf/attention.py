@@ -54,13 +54,17 @@ Learned α per head ("entmax_alpha") and k ("topk") live on the model, not in th
   e.g. ``BertConfig(topk_k=8)``, so k is saved with the config; the per-module attribute can
   give one layer a different k). Ties at the k-th score are kept, as in the core.
 
-Not supported: attention variants whose eager path does more than softmax(c·QKᵀ + mask)·V
-(logit soft-capping, attention sinks, relative-position terms computed inside the attention
-function).
+Supported model score terms: logit soft-capping (``softcap``, Gemma 2), T5's relative-position
+``position_bias`` and attention sinks (``s_aux``, GPT-OSS) as :func:`sparse_attention_forward`
+states them; sliding windows come in the mask. Any other argument a model passes that eager
+attention would use raises LearnableSparsityError naming it and the model type
+(:func:`check_attention_arguments`) rather than being dropped.
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +73,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.utils.generic import TransformersKwargs
 
 from learnable_sparsity.core.attention import (
     ALPHA_MAX,
@@ -182,6 +187,88 @@ def _normalize(module: nn.Module, normalizer: str, scores: Tensor, mask: Tensor 
     return fn(scores, mask=mask)
 
 
+# --------------------------------------------------------------------------- model arguments
+
+# Keyword arguments that transformers passes to every attention function for other kernels
+# (flash attention's packed-sequence bookkeeping, output and cache flags) and that eager
+# attention ignores, so that ignoring them here changes nothing. ``sliding_window`` is one of
+# them when the model passes a mask: transformers builds the window into the mask with the mask
+# function (``sliding_window_causal_mask_function``), and eager attention reads only the mask.
+KERNEL_ONLY_ARGUMENTS: frozenset[str] = frozenset(TransformersKwargs.__annotations__) | {
+    "sliding_window",
+    "use_cache",
+    "past_key_values",
+    "cache_position",
+    "layer_idx",
+}
+
+
+def _model_type(module: nn.Module) -> str:
+    return str(getattr(getattr(module, "config", None), "model_type", type(module).__name__))
+
+
+def _eager_parameters(module: nn.Module) -> frozenset[str] | None:
+    """The named parameters of the eager attention function of ``module``'s model file, if any."""
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if not callable(eager):
+        return None
+    return frozenset(inspect.signature(eager).parameters)
+
+
+def check_attention_arguments(
+    module: nn.Module, kwargs: dict[str, Any], attention_mask: Tensor | None, k_len: int
+) -> None:
+    """Refuse a keyword argument that the model's eager attention uses and this one would drop.
+
+    ``kwargs`` are the arguments :func:`sparse_attention_forward` does not name. Accepted: None
+    values, :data:`KERNEL_ONLY_ARGUMENTS`, and arguments that the eager attention function of
+    the module's model file (``eager_attention_forward``) does not name either, so that eager
+    attention too drops them in its ``**kwargs`` (e.g. the ``decoder_input_ids`` Pegasus
+    forwards); with no such function, only :data:`KERNEL_ONLY_ARGUMENTS`. ``sliding_window`` W
+    passes only when the window is in the model's mask or cannot cut (k ≤ W). Anything else
+    (DeepSeek's sparse ``indices``, Inkling's per-token ``sinks``, ...) raises
+    LearnableSparsityError naming the argument and the model type.
+    """
+    window = kwargs.get("sliding_window")
+    if window is not None and attention_mask is None and k_len > window:
+        raise LearnableSparsityError(
+            f"sliding_window={window} from a {_model_type(module)} model came without an "
+            f"attention mask that carries it ({k_len} keys): the window cannot be applied"
+        )
+    eager = _eager_parameters(module)
+    unknown = sorted(
+        name
+        for name, value in kwargs.items()
+        if value is not None
+        and name not in KERNEL_ONLY_ARGUMENTS
+        and (eager is None or name in eager)
+    )
+    if unknown:
+        raise LearnableSparsityError(
+            f"{_model_type(module)} attention ({type(module).__name__}) passes "
+            f"{', '.join(unknown)}, which learnable_sparsity's attention does not support "
+            "(use attn_implementation='eager' for this model)"
+        )
+
+
+def _with_sink_column(
+    module: nn.Module, scores: Tensor, visible: Tensor | None, sinks: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """[B, H, q, k+1] scores with the sink logit s_h as the last key, always visible."""
+    n_heads = scores.shape[1]
+    if sinks.shape != (n_heads,):
+        raise LearnableSparsityError(
+            f"s_aux of a {_model_type(module)} model has shape {tuple(sinks.shape)}, expected "
+            f"({n_heads},): one sink logit per query head"
+        )
+    column = sinks.to(scores.dtype).view(1, n_heads, 1, 1).expand(*scores.shape[:-1], 1)
+    scores = torch.cat([scores, column], dim=-1)
+    if visible is None:
+        return scores, None
+    visible = visible.expand(*scores.shape[:-1], scores.shape[-1] - 1)
+    return scores, torch.cat([visible, visible.new_ones(*visible.shape[:-1], 1)], dim=-1)
+
+
 # --------------------------------------------------------------------------- attention function
 
 
@@ -196,6 +283,9 @@ def sparse_attention_forward(
     *,
     normalizer: str,
     is_causal: bool | None = None,
+    softcap: float | None = None,
+    position_bias: Tensor | None = None,
+    s_aux: Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor]:
     """Attention with the core ``normalizer``: (output [B, q, H, d], probabilities [B, H, q, k]).
@@ -204,9 +294,17 @@ def sparse_attention_forward(
     output = Dropout_p(P) V with p = ``dropout`` when ``module.training`` (eager attention's
     placement). The returned probabilities are P before dropout (the core's convention; eager
     attention returns them after dropout, which differs in training mode only). Keys and values
-    with fewer heads than the query (grouped-query attention) are repeated per group. Other
-    keyword arguments from the model (``position_ids``, ``output_attentions``, ...) are unused.
+    with fewer heads than the query (grouped-query attention) are repeated per group.
+
+    The model's own score terms, as its eager attention applies them: ``softcap`` c_s (Gemma 2)
+    S ← c_s·tanh(S / c_s) before the masks; ``position_bias`` (T5's relative positions) added to
+    S; ``s_aux`` (attention sinks, GPT-OSS: one logit s_h per query head) an extra key column of
+    score s_h that every query sees and that has no value: P = π([S, s_h]) without its last
+    column (for "topk" the sink is one of the k). The keyword arguments only other kernels read
+    (:data:`KERNEL_ONLY_ARGUMENTS`) are unused; any other non-None one raises
+    LearnableSparsityError naming it and the model type (see :func:`check_attention_arguments`).
     """
+    check_attention_arguments(module, kwargs, attention_mask, key.shape[2])
     if normalizer not in NORMALIZERS:
         raise LearnableSparsityError(
             f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}"
@@ -224,12 +322,20 @@ def sparse_attention_forward(
         scaling = query.shape[-1] ** -0.5
 
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if position_bias is not None:
+        scores = scores + position_bias
     visible, bias = _visible_and_bias(attention_mask, k_len)
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     if visible is None and q_len > 1 and _is_causal(module, is_causal):
         visible = _causal_mask(q_len, k_len, scores.device)
+    if s_aux is not None:
+        scores, visible = _with_sink_column(module, scores, visible, s_aux)
     probs = _normalize(module, normalizer, scores, visible)
+    if s_aux is not None:
+        probs = probs[..., :k_len]  # the sink's probability leaves the row with no value
     dropped = F.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(dropped.to(value.dtype), value)
     return output.transpose(1, 2).contiguous(), probs

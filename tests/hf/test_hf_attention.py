@@ -598,3 +598,49 @@ def test_dropout_on_the_probabilities_in_training_only() -> None:
         module.eval(), q, k, v, None, 0.5, 0.5, normalizer="topk"
     )
     assert torch.allclose(evaluated, (probs @ v).transpose(1, 2), rtol=0, atol=TOL)
+
+
+# --------------------------------------------------------------------------- model score terms
+
+
+def test_softcap_and_position_bias_enter_the_scores_before_the_normalizer() -> None:
+    q, k, v = _qkv()
+    bias = torch.randn(1, HEADS, 5, 5, generator=torch.Generator().manual_seed(6))
+    _, probs = sparse_attention_forward(
+        _stub(), q, k, v, None, softcap=0.5, position_bias=bias, normalizer="sparsemax"
+    )
+    scores = 0.5 * torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(D_HEAD) / 0.5) + bias
+    assert torch.allclose(probs, NORMALIZERS["sparsemax"](scores), rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
+def test_a_sink_is_an_always_visible_key_column_without_value(normalizer: str) -> None:
+    q, k, v = _qkv()
+    sinks = torch.tensor([-1.0, 0.0, 1.0, 3.0])
+    padding = _padding((5, 3), 5)[:, None, None, :]
+    output, probs = sparse_attention_forward(
+        _stub(), q, k, v, padding, s_aux=sinks, normalizer=normalizer
+    )
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD)
+    column = sinks.view(1, HEADS, 1, 1).expand(2, HEADS, 5, 1)
+    visible = torch.cat([padding.expand(2, HEADS, 5, 5), torch.ones_like(column, dtype=bool)], -1)
+    full = NORMALIZERS[normalizer](torch.cat([scores, column], -1), mask=visible)
+    assert torch.allclose(probs, full[..., :5], rtol=0, atol=TOL)
+    assert torch.allclose(output, (full[..., :5] @ v).transpose(1, 2), rtol=0, atol=TOL)
+    assert bool((probs.sum(-1) < 1 - 1e-3).any())  # the sink took mass
+    with pytest.raises(LearnableSparsityError, match="one sink logit per query head"):
+        sparse_attention_forward(_stub(), q, k, v, None, s_aux=sinks[:2], normalizer=normalizer)
+
+
+def test_an_argument_eager_attention_would_use_is_refused_by_name() -> None:
+    q, k, v = _qkv()
+    with pytest.raises(LearnableSparsityError, match="indices"):
+        sparse_attention_forward(
+            _stub(), q, k, v, None, indices=torch.zeros(1), normalizer="softmax"
+        )
+    # None values and the arguments only other kernels read pass.
+    sparse_attention_forward(
+        _stub(), q, k, v, None, indices=None, cu_seq_lens_q=torch.zeros(1), normalizer="softmax"
+    )
+    with pytest.raises(LearnableSparsityError, match="sliding_window=2"):
+        sparse_attention_forward(_stub(), q, k, v, None, sliding_window=2, normalizer="softmax")
