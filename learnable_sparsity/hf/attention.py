@@ -64,15 +64,18 @@ attention would use raises LearnableSparsityError naming it and the model type
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import load_state_dict
 from transformers.utils.generic import TransformersKwargs
 
 from learnable_sparsity.core.attention import (
@@ -439,7 +442,8 @@ def add_head_alphas(
     the global RNG, one draw per module in ``named_modules`` order). The parameters are fp32 on
     the device of each module's other parameters; create the optimizer afterwards. Returns the
     new parameters by module name. Raises LearnableSparsityError if the model has no attention
-    module (see :func:`attention_modules`) or one already has an ``alpha_logit``.
+    module (see :func:`attention_modules`), if one of them does not run "entmax_alpha" (its α
+    would never be read, nor get a gradient) or already has an ``alpha_logit``.
     """
     if alpha_init is not None and not ALPHA_MIN < alpha_init < ALPHA_MAX:
         raise LearnableSparsityError(
@@ -452,6 +456,8 @@ def add_head_alphas(
             "is_causal and a head count: num_attention_heads, num_heads or "
             "config.num_attention_heads)"
         )
+    for name, module in modules.items():
+        _require_learned_alpha(model, name, module)
     added: dict[str, nn.Parameter] = {}
     for name, module in modules.items():
         if hasattr(module, "alpha_logit"):
@@ -467,6 +473,38 @@ def add_head_alphas(
     return added
 
 
+def _implementation(model: nn.Module, module: nn.Module) -> str | None:
+    """The attention implementation ``module`` dispatches to: its config's, else the model's."""
+    for holder in (module, model):
+        name = getattr(getattr(holder, "config", None), "_attn_implementation", None)
+        if name is not None:
+            return name
+    return None
+
+
+def _require_learned_alpha(model: nn.Module, name: str, module: nn.Module) -> None:
+    implementation = _implementation(model, module)
+    if implementation != "entmax_alpha":
+        raise LearnableSparsityError(
+            f"{name or type(model).__name__} runs attention {implementation!r}, which reads no "
+            "learned α: build the model with attn_implementation='entmax_alpha' (or call "
+            "model.set_attn_implementation('entmax_alpha')) before add_head_alphas"
+        )
+
+
+def require_registered(name: str) -> None:
+    """Raise unless ``name`` is one of :data:`ATTENTION_NAMES` registered with transformers."""
+    if name not in ATTENTION_NAMES:
+        raise LearnableSparsityError(
+            f"attention {name!r} is not one of learnable_sparsity's: {', '.join(ATTENTION_NAMES)}"
+        )
+    if AttentionInterface().get(name) is not ATTENTION_FUNCTIONS[name]:
+        raise LearnableSparsityError(
+            f"attention {name!r} is not registered with transformers: call "
+            "learnable_sparsity.hf.attention.register() before building or loading the model"
+        )
+
+
 def head_alphas(model: nn.Module) -> dict[str, Tensor]:
     """Current α per head ([n_heads], detached) of every module with an ``alpha_logit``."""
     return {
@@ -474,3 +512,77 @@ def head_alphas(model: nn.Module) -> dict[str, Tensor]:
         for name, module in model.named_modules()
         if isinstance(getattr(module, "alpha_logit", None), Tensor)
     }
+
+
+# --------------------------------------------------------------------------- save and reload
+
+# The config attribute (config.json key) that names a saved model's attention.
+SAVED_ATTENTION_KEY = "sparse_attention"
+
+
+def save_sparse(model: PreTrainedModel, directory: str | os.PathLike, **kwargs: Any) -> None:
+    """``model.save_pretrained(directory, **kwargs)`` that keeps the sparse attention.
+
+    transformers does not save the attention implementation (a plain reload runs "sdpa"), so
+    the name goes into the config as ``sparse_attention``; the learned α per head
+    (``alpha_logit``) are model parameters and go into the weights. Any directory
+    ``save_pretrained`` writes (a ``push_to_hub`` one included) reloads with
+    :func:`load_sparse`. Raises LearnableSparsityError if the model's attention is not one of
+    :data:`ATTENTION_NAMES`.
+    """
+    name = model.config._attn_implementation
+    require_registered(name)
+    setattr(model.config, SAVED_ATTENTION_KEY, name)
+    model.save_pretrained(directory, **kwargs)
+
+
+def _saved_alphas(directory: Path) -> dict[str, Tensor]:
+    """The ``alpha_logit`` tensors of the safetensors weights in ``directory``, by key."""
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise LearnableSparsityError(f"{directory} has no *.safetensors weights")
+    return {
+        key: tensor
+        for file in files
+        for key, tensor in load_state_dict(file).items()
+        if key.endswith(".alpha_logit")
+    }
+
+
+def load_sparse(
+    model_class: type[PreTrainedModel], directory: str | os.PathLike, **kwargs: Any
+) -> PreTrainedModel:
+    """``model_class.from_pretrained(directory, **kwargs)`` with the attention it was saved with.
+
+    Reads the name :func:`save_sparse` put in the config, registers the names
+    (:func:`register`), loads the model with ``attn_implementation=name`` and, when the weights
+    hold learned α, adds them (:func:`add_head_alphas`) and loads their saved values: the
+    reloaded model computes what the saved one did. ``directory`` is a local directory (a
+    downloaded hub snapshot included) and ``model_class`` the class that saved it. Raises
+    LearnableSparsityError if the config names no sparse attention or the saved α and the
+    model's attention modules differ.
+    """
+    directory = Path(directory)
+    register()
+    config = model_class.config_class.from_pretrained(directory)
+    name = getattr(config, SAVED_ATTENTION_KEY, None)
+    if name is None:
+        raise LearnableSparsityError(
+            f"{directory / 'config.json'} has no {SAVED_ATTENTION_KEY!r}: save the model with "
+            "learnable_sparsity.hf.attention.save_sparse"
+        )
+    require_registered(name)
+    model = model_class.from_pretrained(directory, attn_implementation=name, **kwargs)
+    alphas = _saved_alphas(directory)
+    if alphas:
+        added = add_head_alphas(model)
+        expected = {f"{module}.alpha_logit" for module in added}
+        if set(alphas) != expected:
+            raise LearnableSparsityError(
+                f"{directory}: saved α {sorted(set(alphas) - expected)} and the model's "
+                f"attention modules {sorted(expected - set(alphas))} differ"
+            )
+        with torch.no_grad():
+            for module, parameter in added.items():
+                parameter.copy_(alphas[f"{module}.alpha_logit"])
+    return model

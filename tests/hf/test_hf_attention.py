@@ -41,6 +41,7 @@ from learnable_sparsity.hf.attention import (
     head_alphas,
     query_heads,
     register,
+    require_registered,
     sparse_attention_forward,
 )
 
@@ -263,14 +264,18 @@ def test_alpha_per_head_is_a_parameter_that_gets_a_gradient() -> None:
 
 
 def test_fixed_alpha_init_and_refusals() -> None:
-    model = _bert("sparsemax")  # any name: the helper only adds parameters
+    model = BertModel(_config("entmax_alpha")).eval()
     add_head_alphas(model, alpha_init=1.2)
     for alpha in head_alphas(model).values():
         assert torch.allclose(alpha, torch.full((HEADS,), 1.2), rtol=0, atol=1e-6)
     with pytest.raises(LearnableSparsityError, match="already has an alpha_logit"):
         add_head_alphas(model)
     with pytest.raises(LearnableSparsityError, match="alpha_init"):
-        add_head_alphas(_bert("sparsemax"), alpha_init=2.5)
+        add_head_alphas(BertModel(_config("entmax_alpha")), alpha_init=2.5)
+    # An α on a model whose attention reads none would never get a gradient.
+    for other in ("sparsemax", "eager", "sdpa"):
+        with pytest.raises(LearnableSparsityError, match=f"runs attention '{other}'"):
+            add_head_alphas(BertModel(_config(other)))
     without = _bert("entmax_alpha")
     for module in attention_modules(without).values():
         del module.alpha_logit
@@ -524,6 +529,15 @@ def test_llama_sparse_attention_is_causal_with_exact_zeros() -> None:
         assert torch.all(probs[~mask.bool()[:, None, None, :].expand_as(probs)] == 0)
         real = mask.bool()[:, None, :, None].expand_as(probs)[..., 0]
         assert torch.allclose(probs.sum(-1)[real], torch.ones(()), atol=1e-6)
+
+
+def test_an_unregistered_name_says_to_call_register(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_registered("sparsemax")
+    monkeypatch.setitem(AttentionInterface._global_mapping, "sparsemax", lambda *a, **k: None)
+    with pytest.raises(LearnableSparsityError, match=r"call .*register\(\)"):
+        require_registered("sparsemax")
+    with pytest.raises(LearnableSparsityError, match="not one of learnable_sparsity's"):
+        require_registered("flash_attention_2")
 
 
 def test_add_head_alphas_names_what_it_looks_for() -> None:
