@@ -73,7 +73,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-from transformers import AttentionInterface, PreTrainedModel
+from transformers import AttentionInterface, AutoConfig, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import load_state_dict
 from transformers.utils.generic import TransformersKwargs
@@ -558,13 +558,14 @@ def load_sparse(
     (:func:`register`), loads the model with ``attn_implementation=name`` and, when the weights
     hold learned α, adds them (:func:`add_head_alphas`) and loads their saved values: the
     reloaded model computes what the saved one did. ``directory`` is a local directory (a
-    downloaded hub snapshot included) and ``model_class`` the class that saved it. Raises
+    downloaded hub snapshot included) and ``model_class`` the class that saved it or an Auto
+    class that resolves to it (``AutoModelForCausalLM``, ...). Raises
     LearnableSparsityError if the config names no sparse attention or the saved α and the
     model's attention modules differ.
     """
     directory = Path(directory)
     register()
-    config = model_class.config_class.from_pretrained(directory)
+    config = AutoConfig.from_pretrained(directory)
     name = getattr(config, SAVED_ATTENTION_KEY, None)
     if name is None:
         raise LearnableSparsityError(

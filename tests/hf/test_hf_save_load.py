@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import (
+    AutoModelForCausalLM,
     BartConfig,
     BartForConditionalGeneration,
     BertConfig,
@@ -134,3 +135,11 @@ def test_loading_a_directory_without_the_name_or_with_other_alphas_refuses(tmp_p
     save_sparse(model, tmp_path / "partial")
     with pytest.raises(LearnableSparsityError, match="differ"):
         load_sparse(BertForMaskedLM, tmp_path / "partial")
+
+
+def test_an_auto_class_loads_it_too(tmp_path: Path) -> None:
+    model = _model("llama", "entmax_alpha")
+    save_sparse(model, tmp_path)
+    reloaded = load_sparse(AutoModelForCausalLM, tmp_path).eval()
+    assert type(reloaded) is LlamaForCausalLM
+    assert torch.equal(_logits(reloaded, "llama"), _logits(model, "llama"))
