@@ -32,11 +32,14 @@ The contract, read from ``transformers`` 5.23 (``eager_attention_forward`` and i
 * The mask the model passes is built by the *mask* function registered under the same name in
   ``AttentionMaskInterface``; for a name with none, ``create_causal_mask`` and
   ``create_bidirectional_mask`` silently return None, dropping padding and causality. So
-  :func:`register` also registers :func:`boolean_attention_mask`: a boolean [B, 1, q, k] mask,
-  True = may attend, or None when every key is visible (no padding, no causality). BERT's encoder
-  self-attention and a decoder's cross-attention get padding masks, a decoder's
-  (``is_decoder=True``) self-attention the causal mask (∧ padding), never skipped: transformers'
-  "sdpa" mask returns None for a plain causal mask and relies on SDPA's ``is_causal`` flag.
+  :func:`register` also registers :func:`additive_attention_mask`: eager attention's float
+  [B, 1, q, k] mask (0 = may attend, ``finfo(dtype).min`` = masked), or None when every key is
+  visible (no padding, no causality). BERT's encoder self-attention and a decoder's
+  cross-attention get padding masks, a decoder's (``is_decoder=True``) self-attention the causal
+  mask (∧ padding), never skipped: transformers' "sdpa" mask returns None for a plain causal
+  mask and relies on SDPA's ``is_causal`` flag. Eager's form, not a boolean one, because some
+  models add the mask to scores in code of their own that does not dispatch by name
+  (BigBird-Pegasus's encoder): a boolean mask there would be added as 1/0.
 * A model may pass a ready 4D mask instead (a caller's own 4D ``attention_mask`` reaches the
   attention function unchanged): boolean (True = attend) or additive float, where entries at or
   below half the dtype's most negative value (``finfo.min``, as transformers' eager masks, or
@@ -74,7 +77,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 from transformers import AttentionInterface, AutoConfig, PreTrainedModel
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.modeling_utils import load_state_dict
 from transformers.utils.generic import TransformersKwargs
 
@@ -103,15 +106,15 @@ AttentionFunction = Callable[..., tuple[Tensor, Tensor]]
 # --------------------------------------------------------------------------- masks
 
 
-def boolean_attention_mask(**kwargs: Any) -> Tensor | None:
-    """transformers' boolean mask ([B, 1, q, k], True = may attend) that keeps causal masks.
+def additive_attention_mask(**kwargs: Any) -> Tensor | None:
+    """transformers' eager mask ([B, 1, q, k]: 0 = may attend, ``finfo(dtype).min`` = masked).
 
-    The mask function registered for every name in :data:`ATTENTION_NAMES`: ``sdpa_mask`` with
-    ``allow_is_causal_skip=False``, since the attention functions here have no ``is_causal``
-    kernel flag to fall back on. A bidirectional mask without padding is still None.
+    The mask function registered for every name in :data:`ATTENTION_NAMES`: ``eager_mask``,
+    which never skips a causal mask (the attention functions here have no ``is_causal`` kernel
+    flag to fall back on) and which model code outside the attention interface adds to its
+    scores as it does under "eager". A bidirectional mask without padding may be None.
     """
-    kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(**kwargs)
+    return eager_mask(**kwargs)
 
 
 def _visible_and_bias(
@@ -380,7 +383,7 @@ def register() -> None:
     """Register every name in :data:`ATTENTION_NAMES` with transformers; idempotent.
 
     Each name gets its attention function (``AttentionInterface``) and
-    :func:`boolean_attention_mask` (``AttentionMaskInterface``), without which the model would
+    :func:`additive_attention_mask` (``AttentionMaskInterface``), without which the model would
     build no mask at all for the name. Explicit rather than at import: it changes transformers'
     process-wide registries, so a caller (a model builder, a test) says when, and importing the
     module for its helpers changes nothing. Calling it again is a no-op; a name already taken
@@ -388,7 +391,7 @@ def register() -> None:
     """
     for name in ATTENTION_NAMES:
         _register_once(AttentionInterface, name, ATTENTION_FUNCTIONS[name])
-        _register_once(AttentionMaskInterface, name, boolean_attention_mask)
+        _register_once(AttentionMaskInterface, name, additive_attention_mask)
 
 
 # --------------------------------------------------------------------------- learnable α

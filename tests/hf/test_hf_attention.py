@@ -36,8 +36,8 @@ from learnable_sparsity.hf.attention import (
     ATTENTION_FUNCTIONS,
     ATTENTION_NAMES,
     add_head_alphas,
+    additive_attention_mask,
     attention_modules,
-    boolean_attention_mask,
     head_alphas,
     query_heads,
     register,
@@ -144,13 +144,13 @@ def test_register_is_idempotent_and_covers_every_core_normalizer() -> None:
     for name in ATTENTION_NAMES:
         assert AttentionInterface()[name] is ATTENTION_FUNCTIONS[name]
         # Without a mask function of its own a name gets no mask at all (padding ignored).
-        assert AttentionMaskInterface()[name] is boolean_attention_mask
+        assert AttentionMaskInterface()[name] is additive_attention_mask
 
 
 def test_the_mask_function_keeps_a_plain_causal_mask() -> None:
     """transformers' "sdpa" mask is None for a causal mask without padding (SDPA's is_causal
     flag does the work); ours must be the causal mask itself."""
-    mask = boolean_attention_mask(
+    mask = additive_attention_mask(
         batch_size=2,
         q_length=4,
         kv_length=4,
@@ -159,8 +159,9 @@ def test_the_mask_function_keeps_a_plain_causal_mask() -> None:
         allow_is_causal_skip=True,
         device="cpu",
     )
-    assert mask is not None and mask.dtype == torch.bool
-    assert torch.equal(mask, torch.ones(4, 4, dtype=torch.bool).tril().expand(2, 1, 4, 4))
+    assert mask is not None and mask.dtype == torch.float32
+    visible = torch.ones(4, 4, dtype=torch.bool).tril().expand(2, 1, 4, 4)
+    assert torch.equal(mask, torch.zeros(()).masked_fill(~visible, torch.finfo(torch.float32).min))
 
 
 def test_register_refuses_to_replace_a_foreign_function(monkeypatch) -> None:
