@@ -4,8 +4,8 @@
 // in learnable_sparsity/core/normalizers.py, whose eager solvers stay the fall-back and the oracle.
 //
 // Every kernel works on a contiguous [rows, d] array (the normalised dimension last); masked
-// entries arrive as -inf. A row with a NaN gives NaN everywhere (output and gradients), a row
-// with no finite entry gives zeros (and zero gradients), as the eager path does. Rows are split
+// entries arrive as -inf. A row with a NaN or +inf gives NaN everywhere (output and gradients), a
+// row with no finite entry gives zeros (and zero gradients), as the eager path does. Rows are split
 // across OpenMP threads; linked against torch's libgomp (same SONAME), the pool is torch's own.
 //
 // Per row, the forward pass finds the row max m, packs the candidates — entries whose scaled
@@ -182,7 +182,8 @@ RowStart<T> row_start(const T* x, int64_t d) {
     m = x[i] > m ? x[i] : m;
     nan |= x[i] != x[i];
   }
-  return {m, nan};
+  // A +inf score makes the row NaN, as torch.softmax does (inf − inf in x − max x).
+  return {m, nan || m == kInf<T>};
 }
 
 template <typename T>

@@ -14,16 +14,21 @@ Conventions shared by every function here:
 * ``mask`` is boolean and broadcastable to ``x``; True means "may receive probability". Masked
   entries, and entries equal to −inf, get exactly 0.
 * A row with no unmasked entry returns all zeros, and its gradient is zero (never NaN).
-* A row with a NaN score in an unmasked position returns NaN in every entry, as ``torch.softmax``
-  does, and so does its gradient (and the α-gradient it feeds); other rows are unaffected, and a
-  NaN in a masked position is replaced by the mask like any other score. The sparse solvers find
-  such rows from the row max (which NaN propagates to: no extra pass) and solve them as empty
-  rows, so they neither stall the batch's iterations nor disable the candidate packing.
+* A row with a NaN or +inf score in an unmasked position returns NaN in every entry, as
+  ``torch.softmax`` does, and so does its gradient (and the α-gradient it feeds); other rows are
+  unaffected, and a NaN or +inf in a masked position is replaced by the mask like any other
+  score. The sparse solvers find such rows from the row max (which NaN propagates to, and which
+  is +inf with a +inf score: no extra pass) and solve them as empty rows, so they neither stall
+  the batch's iterations nor disable the candidate packing.
+* Empty input (no rows, or rows of length 0) returns an empty result of the same shape, on every
+  path.
 * fp16/bf16 inputs are computed in fp32 and the result is cast back to the input dtype (the
   Triton kernels load and store half precision themselves: no cast kernels). α-entmax with α > 2
   is computed in fp64 (see ``_FLOAT64_ABOVE_ALPHA``) and cast back likewise.
-* α is checked (α ≥ 1, not NaN) with a clear error, except a tensor α on the Triton kernels: the
-  check would wait for the device on every call, so an invalid α gives NaN rows there instead.
+* α is a Python number, a tensor, or anything ``torch.as_tensor`` takes (a list, a NumPy array).
+  It is checked (1 ≤ α < ∞, not NaN) with a clear error, except a tensor α on the Triton
+  kernels: the check would wait for the device on every call, so an invalid α gives NaN rows
+  there instead.
 * Under ``torch.autocast`` the autograd Functions run with autocast off (``core.amp``), the scores
   in their dtype and α in float32: autocast would narrow the solvers' row sums to bf16.
 * Any ``dim``; non-contiguous inputs are fine.
@@ -433,7 +438,7 @@ def _scaled_candidates(x: Tensor, beta: float | Tensor) -> _Rows:
     there. The callers put NaN back on their outputs and gradients (``_poison``).
     """
     row_max = x.amax(dim=-1, keepdim=True)
-    nan = torch.isnan(row_max)
+    nan = torch.isnan(row_max) | (row_max == float("inf"))
     if bool(nan.any()):
         x = x.masked_fill(nan, float("-inf"))
         row_max = row_max.masked_fill(nan, float("-inf"))
@@ -591,6 +596,21 @@ class TopkSoftmaxFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------- public API
 
 
+def _number_or_tensor(alpha: object) -> float | Tensor:
+    """α as a Python number or a tensor: lists, NumPy arrays and the like via torch.as_tensor."""
+    if isinstance(alpha, (Tensor, int, float)) and not isinstance(alpha, bool):
+        return alpha
+    try:
+        return torch.as_tensor(alpha)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"alpha must be a number or a tensor, got {alpha!r}") from error
+
+
+def _empty_like(x: Tensor) -> Tensor:
+    """The result for an ``x`` with no entries: empty, of x's shape and dtype, in x's graph."""
+    return x * 0
+
+
 def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
     """α in x's compute dtype on x's device, checked broadcastable to x with size 1 along
     ``dim`` (one α per row), with ``dim`` moved last. Its values are ``_checked``'s."""
@@ -624,10 +644,12 @@ def _alpha_to_last_dim(alpha: float | Tensor, x: Tensor, dim: int) -> Tensor:
 def _checked(a: Tensor) -> bool:
     """Raise unless every α ≥ 1; whether some α exceeds ``_FLOAT64_ABOVE_ALPHA``. One wait for
     the device (a single transfer for both answers): the Triton path does without it."""
-    bad = torch.isnan(a) | (a < 1)
+    bad = torch.isnan(a) | (a < 1) | (a == math.inf)
     any_bad, above = torch.stack([bad.any(), (a > _FLOAT64_ABOVE_ALPHA).any()]).tolist()
     if any_bad:
-        raise ValueError(f"alpha must be >= 1 (α = 1 is softmax); got {a[bad].flatten()[0].item()}")
+        raise ValueError(
+            f"alpha must be finite and >= 1 (α = 1 is softmax); got {a[bad].flatten()[0].item()}"
+        )
     return above
 
 
@@ -645,18 +667,22 @@ def _softmax_with_empty_rows(x: Tensor, row_max: Tensor) -> Tensor:
 def softmax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
     """Masked softmax: p_i ∝ exp(x_i) over unmasked entries; fully masked rows give zeros."""
     xl = _to_last_dim(x, dim, mask)
+    if xl.numel() == 0:
+        return _from_last_dim(_empty_like(xl), dim, x.dtype)
     return _from_last_dim(_softmax_with_empty_rows(xl, xl.amax(dim=-1, keepdim=True)), dim, x.dtype)
 
 
 def sparsemax(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
     """sparsemax(x) = argmin_{p ∈ Δ} ‖p − x‖² = [x − τ]_+ (Martins & Astudillo 2016); exact."""
-    p = SparsemaxFunction.apply(_to_last_dim(x, dim, mask, native=True))
+    xl = _to_last_dim(x, dim, mask, native=True)
+    p = _empty_like(xl) if xl.numel() == 0 else SparsemaxFunction.apply(xl)
     return _from_last_dim(p, dim, x.dtype)
 
 
 def entmax15(x: Tensor, dim: int = -1, mask: Tensor | None = None) -> Tensor:
     """1.5-entmax(x) = [x/2 − τ]_+² (Peters et al. 2019); exact."""
-    p = Entmax15Function.apply(_to_last_dim(x, dim, mask, native=True))
+    xl = _to_last_dim(x, dim, mask, native=True)
+    p = _empty_like(xl) if xl.numel() == 0 else Entmax15Function.apply(xl)
     return _from_last_dim(p, dim, x.dtype)
 
 
@@ -667,12 +693,14 @@ def entmax(x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None 
     row, per head with shape [1, H, 1, 1], ...); the result is differentiable in x and in α.
     Float α = 1, 1.5 and 2 dispatch to softmax, ``entmax15`` and ``sparsemax``. Calls where some
     α exceeds 2 are computed in float64 (``_FLOAT64_ABOVE_ALPHA``; the Triton kernels: those
-    rows); others in the input dtype. An α below 1 or NaN raises ValueError, except a tensor α on
-    the Triton kernels (CUDA), which gives NaN rows: checking it would wait for the device.
+    rows); others in the input dtype. A list or array α is taken as ``torch.as_tensor(alpha)``.
+    An α below 1, +inf or NaN raises ValueError, except a tensor α on the Triton kernels
+    (CUDA), which gives NaN rows: checking it would wait for the device.
     """
+    alpha = _number_or_tensor(alpha)
     if not isinstance(alpha, Tensor):
-        if not alpha >= 1:  # NaN too
-            raise ValueError(f"alpha must be >= 1 (α = 1 is softmax); got {alpha}")
+        if not 1 <= alpha < math.inf:  # NaN too
+            raise ValueError(f"alpha must be finite and >= 1 (α = 1 is softmax); got {alpha}")
         if alpha == 1:
             return softmax(x, dim, mask)
         if alpha == 1.5:
@@ -685,7 +713,7 @@ def entmax(x: Tensor, alpha: float | Tensor, dim: int = -1, mask: Tensor | None 
     # (tensor) α NaN: no wait for the device there. Elsewhere α is checked.
     if not fused_triton.usable(xl) and _checked(a):
         xl, a = xl.to(torch.float64), a.to(torch.float64)
-    p = EntmaxFunction.apply(xl, a)
+    p = _empty_like(xl) if xl.numel() == 0 else EntmaxFunction.apply(xl, a)
     return _from_last_dim(p, dim, x.dtype)
 
 
@@ -698,6 +726,8 @@ def topk_softmax(x: Tensor, k: int, dim: int = -1, mask: Tensor | None = None) -
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     xl = _to_last_dim(x, dim, mask)
+    if xl.numel() == 0:
+        return _from_last_dim(_empty_like(xl), dim, x.dtype)
     if fused.usable(xl):
         return _from_last_dim(TopkSoftmaxFunction.apply(xl, k), dim, x.dtype)
     top = xl.topk(min(k, xl.shape[-1]), dim=-1).values
@@ -719,6 +749,7 @@ def entmax_threshold(
     and for checking optimality conditions. Not differentiable.
     """
     xl = _to_last_dim(x, dim, mask)
+    alpha = _number_or_tensor(alpha)
     if isinstance(alpha, Tensor) or alpha not in (1.5, 2):
         a = _alpha_to_last_dim(alpha, x, dim)
         if _checked(a):

@@ -17,13 +17,13 @@ The same mappings and solvers as the eager path (``normalizers``) and the C++ ke
   |Σp − 1| ≤ 4·eps·bits(d) or when the bracket collapses to two ulps, then p/Σp. Rows with
   β < ``DOUBLE_BELOW_BETA`` (the 1/β power multiplies the solve's rounding) or α >
   ``FLOAT64_ABOVE_ALPHA`` are solved in float64 whatever the input, by a launch of their own
-  (``WIDE``); β below ``MIN_BETA`` is softmax, exactly; an α below 1 or NaN gives NaN.
+  (``WIDE``); β below ``MIN_BETA`` is softmax, exactly; an α below 1, NaN or +inf gives NaN.
 
 Half precision is loaded and stored as it is and computed in float32.
 
-A row with a NaN score gives NaN everywhere (and NaN gradients); a row with no finite score gives
-zeros (and zero gradients). Backward, with s = p^{2−α} on the support (the indicator for
-sparsemax, √p for 1.5-entmax): ∂L/∂x = s ⊙ (g − ⟨s, g⟩/Σs); the α-gradient per row is
+A row with a NaN or +inf score gives NaN everywhere (and NaN gradients); a row with no finite
+score gives zeros (and zero gradients). Backward, with s = p^{2−α} on the support (the
+indicator for sparsemax, √p for 1.5-entmax): ∂L/∂x = s ⊙ (g − ⟨s, g⟩/Σs); the α-gradient per row is
 ``normalizers._alpha_grad``'s, in its cancellation-free form below β = ``STABLE_ALPHA_GRAD_BELOW``.
 
 Only ``tl`` primitives are used (no libdevice), so ``TRITON_INTERPRET=1`` runs every kernel on
@@ -201,10 +201,10 @@ def forward(
 
     x and p are float64, float32, or half precision computed in float32 (no cast kernels around
     the launch). α-entmax of rows narrower than float64 takes two launches that share out the
-    rows: WIDE=False the softmax rows, rows of an invalid α (NaN or below 1: NaN everywhere, as
-    the host does not sync to check α) and the float32 solve; WIDE=True only the rows ``_wide``
-    sends to the float64 solve, so that the float32 kernel carries no float64 code (registers,
-    issue 37). A launch neither reads nor writes the other's rows.
+    rows: WIDE=False the softmax rows, rows of an invalid α (NaN, +inf or below 1: NaN
+    everywhere, as the host does not sync to check α) and the float32 solve; WIDE=True only
+    the rows ``_wide`` sends to the float64 solve, so that the float32 kernel carries no
+    float64 code (registers, issue 37). A launch neither reads nor writes the other's rows.
     """
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -222,6 +222,7 @@ def forward(
     nan_row = tl.sum((x != x).to(tl.int32), axis=0) > 0
     x = tl.where(x != x, float("-inf"), x)
     row_max = tl.max(x, axis=0)
+    nan_row = nan_row | (row_max == float("inf"))  # a +inf score: NaN, as torch.softmax
     live = row_max > float("-inf")
     shifted = x - tl.where(live, row_max, 0.0)
     if KIND == SPARSEMAX:
@@ -229,7 +230,7 @@ def forward(
     elif KIND == ENTMAX15:
         p = _entmax15_row(0.5 * shifted)
     else:
-        nan_row = nan_row | (alpha != alpha) | (alpha < 1.0)
+        nan_row = nan_row | (alpha != alpha) | (alpha < 1.0) | (alpha == float("inf"))
         n = tl.sum((shifted > float("-inf")).to(shifted.dtype), axis=0)
         if WIDE:
             p = _entmax_solve(

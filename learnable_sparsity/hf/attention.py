@@ -33,11 +33,14 @@ The contract, read from ``transformers`` 5.23 (``eager_attention_forward`` and i
 * The mask the model passes is built by the *mask* function registered under the same name in
   ``AttentionMaskInterface``; for a name with none, ``create_causal_mask`` and
   ``create_bidirectional_mask`` silently return None, dropping padding and causality. So
-  :func:`register` also registers :func:`boolean_attention_mask`: a boolean [B, 1, q, k] mask,
-  True = may attend, or None when every key is visible (no padding, no causality). BERT's encoder
-  self-attention and a decoder's cross-attention get padding masks, a decoder's
-  (``is_decoder=True``) self-attention the causal mask (∧ padding), never skipped: transformers'
-  "sdpa" mask returns None for a plain causal mask and relies on SDPA's ``is_causal`` flag.
+  :func:`register` also registers :func:`additive_attention_mask`: eager attention's float
+  [B, 1, q, k] mask (0 = may attend, ``finfo(dtype).min`` = masked), or None when every key is
+  visible (no padding, no causality). BERT's encoder self-attention and a decoder's
+  cross-attention get padding masks, a decoder's (``is_decoder=True``) self-attention the causal
+  mask (∧ padding), never skipped: transformers' "sdpa" mask returns None for a plain causal
+  mask and relies on SDPA's ``is_causal`` flag. Eager's form, not a boolean one, because some
+  models add the mask to scores in code of their own that does not dispatch by name
+  (BigBird-Pegasus's encoder): a boolean mask there would be added as 1/0.
 * A model may pass a ready 4D mask instead (a caller's own 4D ``attention_mask`` reaches the
   attention function unchanged): boolean (True = attend) or additive float, where entries at or
   below half the dtype's most negative value (``finfo.min``, as transformers' eager masks, or
@@ -56,15 +59,21 @@ the registry: a learned α per head ("entmax_alpha") or k ("topk"):
   e.g. ``BertConfig(topk_k=8)``, so k is saved with the config; the per-module attribute can
   give one layer a different k). Ties at the k-th score are kept, as in the core.
 
-Not supported: attention variants whose eager path does more than softmax(c·QKᵀ + mask)·V
-(logit soft-capping, attention sinks, relative-position terms computed inside the attention
-function).
+Supported model score terms: logit soft-capping (``softcap``, Gemma 2), T5's relative-position
+``position_bias`` and attention sinks (``s_aux``, GPT-OSS) as :func:`sparse_attention_forward`
+states them; sliding windows come in the mask. Any other argument a model passes that eager
+attention would use raises LearnableSparsityError naming it and the model type
+(:func:`check_attention_arguments`) rather than being dropped.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -74,8 +83,10 @@ from torch.nn import functional as F
 from learnable_sparsity.extras import needs_extra
 
 with needs_extra("hf", __name__):
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers import AttentionInterface, AutoConfig, PreTrainedModel
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.modeling_utils import load_state_dict
+    from transformers.utils.generic import TransformersKwargs
 
 from learnable_sparsity.core.attention import (
     ALPHA_MAX,
@@ -99,15 +110,15 @@ AttentionFunction = Callable[..., tuple[Tensor, Tensor]]
 # --------------------------------------------------------------------------- masks
 
 
-def boolean_attention_mask(**kwargs: Any) -> Tensor | None:
-    """transformers' boolean mask ([B, 1, q, k], True = may attend) that keeps causal masks.
+def additive_attention_mask(**kwargs: Any) -> Tensor | None:
+    """transformers' eager mask ([B, 1, q, k]: 0 = may attend, ``finfo(dtype).min`` = masked).
 
-    The mask function :func:`register` registers for every normalizer: ``sdpa_mask`` with
-    ``allow_is_causal_skip=False``, since the attention functions here have no ``is_causal``
-    kernel flag to fall back on. A bidirectional mask without padding is still None.
+    The mask function registered for every normalizer of ``NORMALIZERS``: ``eager_mask``,
+    which never skips a causal mask (the attention functions here have no ``is_causal`` kernel
+    flag to fall back on) and which model code outside the attention interface adds to its
+    scores as it does under "eager". A bidirectional mask without padding may be None.
     """
-    kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(**kwargs)
+    return eager_mask(**kwargs)
 
 
 def _visible_and_bias(
@@ -185,6 +196,88 @@ def _normalize(module: nn.Module, normalizer: str, scores: Tensor, mask: Tensor 
     return spec(scores, mask, k=k, alpha=alpha)
 
 
+# --------------------------------------------------------------------------- model arguments
+
+# Keyword arguments that transformers passes to every attention function for other kernels
+# (flash attention's packed-sequence bookkeeping, output and cache flags) and that eager
+# attention ignores, so that ignoring them here changes nothing. ``sliding_window`` is one of
+# them when the model passes a mask: transformers builds the window into the mask with the mask
+# function (``sliding_window_causal_mask_function``), and eager attention reads only the mask.
+KERNEL_ONLY_ARGUMENTS: frozenset[str] = frozenset(TransformersKwargs.__annotations__) | {
+    "sliding_window",
+    "use_cache",
+    "past_key_values",
+    "cache_position",
+    "layer_idx",
+}
+
+
+def _model_type(module: nn.Module) -> str:
+    return str(getattr(getattr(module, "config", None), "model_type", type(module).__name__))
+
+
+def _eager_parameters(module: nn.Module) -> frozenset[str] | None:
+    """The named parameters of the eager attention function of ``module``'s model file, if any."""
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if not callable(eager):
+        return None
+    return frozenset(inspect.signature(eager).parameters)
+
+
+def check_attention_arguments(
+    module: nn.Module, kwargs: dict[str, Any], attention_mask: Tensor | None, k_len: int
+) -> None:
+    """Refuse a keyword argument that the model's eager attention uses and this one would drop.
+
+    ``kwargs`` are the arguments :func:`sparse_attention_forward` does not name. Accepted: None
+    values, :data:`KERNEL_ONLY_ARGUMENTS`, and arguments that the eager attention function of
+    the module's model file (``eager_attention_forward``) does not name either, so that eager
+    attention too drops them in its ``**kwargs`` (e.g. the ``decoder_input_ids`` Pegasus
+    forwards); with no such function, only :data:`KERNEL_ONLY_ARGUMENTS`. ``sliding_window`` W
+    passes only when the window is in the model's mask or cannot cut (k ≤ W). Anything else
+    (DeepSeek's sparse ``indices``, Inkling's per-token ``sinks``, ...) raises
+    LearnableSparsityError naming the argument and the model type.
+    """
+    window = kwargs.get("sliding_window")
+    if window is not None and attention_mask is None and k_len > window:
+        raise LearnableSparsityError(
+            f"sliding_window={window} from a {_model_type(module)} model came without an "
+            f"attention mask that carries it ({k_len} keys): the window cannot be applied"
+        )
+    eager = _eager_parameters(module)
+    unknown = sorted(
+        name
+        for name, value in kwargs.items()
+        if value is not None
+        and name not in KERNEL_ONLY_ARGUMENTS
+        and (eager is None or name in eager)
+    )
+    if unknown:
+        raise LearnableSparsityError(
+            f"{_model_type(module)} attention ({type(module).__name__}) passes "
+            f"{', '.join(unknown)}, which learnable_sparsity's attention does not support "
+            "(use attn_implementation='eager' for this model)"
+        )
+
+
+def _with_sink_column(
+    module: nn.Module, scores: Tensor, visible: Tensor | None, sinks: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """[B, H, q, k+1] scores with the sink logit s_h as the last key, always visible."""
+    n_heads = scores.shape[1]
+    if sinks.shape != (n_heads,):
+        raise LearnableSparsityError(
+            f"s_aux of a {_model_type(module)} model has shape {tuple(sinks.shape)}, expected "
+            f"({n_heads},): one sink logit per query head"
+        )
+    column = sinks.to(scores.dtype).view(1, n_heads, 1, 1).expand(*scores.shape[:-1], 1)
+    scores = torch.cat([scores, column], dim=-1)
+    if visible is None:
+        return scores, None
+    visible = visible.expand(*scores.shape[:-1], scores.shape[-1] - 1)
+    return scores, torch.cat([visible, visible.new_ones(*visible.shape[:-1], 1)], dim=-1)
+
+
 # --------------------------------------------------------------------------- attention function
 
 
@@ -199,6 +292,9 @@ def sparse_attention_forward(
     *,
     normalizer: str,
     is_causal: bool | None = None,
+    softcap: float | None = None,
+    position_bias: Tensor | None = None,
+    s_aux: Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor]:
     """Attention with the core ``normalizer``: (output [B, q, H, d], probabilities [B, H, q, k]).
@@ -207,9 +303,17 @@ def sparse_attention_forward(
     output = Dropout_p(P) V with p = ``dropout`` when ``module.training`` (eager attention's
     placement). The returned probabilities are P before dropout (the core's convention; eager
     attention returns them after dropout, which differs in training mode only). Keys and values
-    with fewer heads than the query (grouped-query attention) are repeated per group. Other
-    keyword arguments from the model (``position_ids``, ``output_attentions``, ...) are unused.
+    with fewer heads than the query (grouped-query attention) are repeated per group.
+
+    The model's own score terms, as its eager attention applies them: ``softcap`` c_s (Gemma 2)
+    S ← c_s·tanh(S / c_s) before the masks; ``position_bias`` (T5's relative positions) added to
+    S; ``s_aux`` (attention sinks, GPT-OSS: one logit s_h per query head) an extra key column of
+    score s_h that every query sees and that has no value: P = π([S, s_h]) without its last
+    column (for "topk" the sink is one of the k). The keyword arguments only other kernels read
+    (:data:`KERNEL_ONLY_ARGUMENTS`) are unused; any other non-None one raises
+    LearnableSparsityError naming it and the model type (see :func:`check_attention_arguments`).
     """
+    check_attention_arguments(module, kwargs, attention_mask, key.shape[2])
     if normalizer not in NORMALIZERS:
         raise LearnableSparsityError(
             f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}"
@@ -227,12 +331,20 @@ def sparse_attention_forward(
         scaling = query.shape[-1] ** -0.5
 
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    if position_bias is not None:
+        scores = scores + position_bias
     visible, bias = _visible_and_bias(attention_mask, k_len)
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     if visible is None and q_len > 1 and _is_causal(module, is_causal):
         visible = _causal_mask(q_len, k_len, scores.device)
+    if s_aux is not None:
+        scores, visible = _with_sink_column(module, scores, visible, s_aux)
     probs = _normalize(module, normalizer, scores, visible)
+    if s_aux is not None:
+        probs = probs[..., :k_len]  # the sink's probability leaves the row with no value
     dropped = F.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(dropped.to(value.dtype), value)
     return output.transpose(1, 2).contiguous(), probs
@@ -271,7 +383,7 @@ def register() -> None:
     """Register every normalizer of ``NORMALIZERS`` with transformers; idempotent.
 
     Each name gets its attention function (``AttentionInterface``) and
-    :func:`boolean_attention_mask` (``AttentionMaskInterface``), without which the model would
+    :func:`additive_attention_mask` (``AttentionMaskInterface``), without which the model would
     build no mask at all for the name. Explicit rather than at import: it changes transformers'
     process-wide registries, so a caller (a model builder, a test) says when, and importing the
     module for its helpers changes nothing. Calling it again is a no-op; a name already taken
@@ -279,7 +391,7 @@ def register() -> None:
     """
     for name in NORMALIZERS:
         _register_once(AttentionInterface, name, attention_function(name))
-        _register_once(AttentionMaskInterface, name, boolean_attention_mask)
+        _register_once(AttentionMaskInterface, name, additive_attention_mask)
 
 
 # --------------------------------------------------------------------------- learnable α
@@ -333,7 +445,8 @@ def add_head_alphas(
     the global RNG, one draw per module in ``named_modules`` order). The parameters are fp32 on
     the device of each module's other parameters; create the optimizer afterwards. Returns the
     new parameters by module name. Raises LearnableSparsityError if the model has no attention
-    module (see :func:`attention_modules`) or one already has an ``alpha_logit``.
+    module (see :func:`attention_modules`), if one of them does not run "entmax_alpha" (its α
+    would never be read, nor get a gradient) or already has an ``alpha_logit``.
     """
     if alpha_init is not None and not ALPHA_MIN < alpha_init < ALPHA_MAX:
         raise LearnableSparsityError(
@@ -346,6 +459,8 @@ def add_head_alphas(
             "is_causal and a head count: num_attention_heads, num_heads or "
             "config.num_attention_heads)"
         )
+    for name, module in modules.items():
+        _require_learned_alpha(model, name, module)
     added: dict[str, nn.Parameter] = {}
     for name, module in modules.items():
         if hasattr(module, "alpha_logit"):
@@ -360,6 +475,38 @@ def add_head_alphas(
     return added
 
 
+def _implementation(model: nn.Module, module: nn.Module) -> str | None:
+    """The attention implementation ``module`` dispatches to: its config's, else the model's."""
+    for holder in (module, model):
+        name = getattr(getattr(holder, "config", None), "_attn_implementation", None)
+        if name is not None:
+            return name
+    return None
+
+
+def _require_learned_alpha(model: nn.Module, name: str, module: nn.Module) -> None:
+    implementation = _implementation(model, module)
+    if implementation != "entmax_alpha":
+        raise LearnableSparsityError(
+            f"{name or type(model).__name__} runs attention {implementation!r}, which reads no "
+            "learned α: build the model with attn_implementation='entmax_alpha' (or call "
+            "model.set_attn_implementation('entmax_alpha')) before add_head_alphas"
+        )
+
+
+def require_registered(name: str) -> None:
+    """Raise unless ``name`` is a normalizer of ``NORMALIZERS`` registered with transformers."""
+    if name not in NORMALIZERS:
+        raise LearnableSparsityError(
+            f"attention {name!r} is not one of learnable_sparsity's: {', '.join(NORMALIZERS)}"
+        )
+    if AttentionInterface().get(name) is not attention_function(name):
+        raise LearnableSparsityError(
+            f"attention {name!r} is not registered with transformers: call "
+            "learnable_sparsity.hf.attention.register() before building or loading the model"
+        )
+
+
 def head_alphas(model: nn.Module) -> dict[str, Tensor]:
     """Current α per head ([n_heads], detached) of every module with an ``alpha_logit``."""
     return {
@@ -367,3 +514,78 @@ def head_alphas(model: nn.Module) -> dict[str, Tensor]:
         for name, module in model.named_modules()
         if isinstance(getattr(module, "alpha_logit", None), Tensor)
     }
+
+
+# --------------------------------------------------------------------------- save and reload
+
+# The config attribute (config.json key) that names a saved model's attention.
+SAVED_ATTENTION_KEY = "sparse_attention"
+
+
+def save_sparse(model: PreTrainedModel, directory: str | os.PathLike, **kwargs: Any) -> None:
+    """``model.save_pretrained(directory, **kwargs)`` that keeps the sparse attention.
+
+    transformers does not save the attention implementation (a plain reload runs "sdpa"), so
+    the name goes into the config as ``sparse_attention``; the learned α per head
+    (``alpha_logit``) are model parameters and go into the weights. Any directory
+    ``save_pretrained`` writes (a ``push_to_hub`` one included) reloads with
+    :func:`load_sparse`. Raises LearnableSparsityError if the model's attention is not one of
+    ``NORMALIZERS``.
+    """
+    name = model.config._attn_implementation
+    require_registered(name)
+    setattr(model.config, SAVED_ATTENTION_KEY, name)
+    model.save_pretrained(directory, **kwargs)
+
+
+def _saved_alphas(directory: Path) -> dict[str, Tensor]:
+    """The ``alpha_logit`` tensors of the safetensors weights in ``directory``, by key."""
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise LearnableSparsityError(f"{directory} has no *.safetensors weights")
+    return {
+        key: tensor
+        for file in files
+        for key, tensor in load_state_dict(file).items()
+        if key.endswith(".alpha_logit")
+    }
+
+
+def load_sparse(
+    model_class: type[PreTrainedModel], directory: str | os.PathLike, **kwargs: Any
+) -> PreTrainedModel:
+    """``model_class.from_pretrained(directory, **kwargs)`` with the attention it was saved with.
+
+    Reads the name :func:`save_sparse` put in the config, registers the names
+    (:func:`register`), loads the model with ``attn_implementation=name`` and, when the weights
+    hold learned α, adds them (:func:`add_head_alphas`) and loads their saved values: the
+    reloaded model computes what the saved one did. ``directory`` is a local directory (a
+    downloaded hub snapshot included) and ``model_class`` the class that saved it or an Auto
+    class that resolves to it (``AutoModelForCausalLM``, ...). Raises
+    LearnableSparsityError if the config names no sparse attention or the saved α and the
+    model's attention modules differ.
+    """
+    directory = Path(directory)
+    register()
+    config = AutoConfig.from_pretrained(directory)
+    name = getattr(config, SAVED_ATTENTION_KEY, None)
+    if name is None:
+        raise LearnableSparsityError(
+            f"{directory / 'config.json'} has no {SAVED_ATTENTION_KEY!r}: save the model with "
+            "learnable_sparsity.hf.attention.save_sparse"
+        )
+    require_registered(name)
+    model = model_class.from_pretrained(directory, attn_implementation=name, **kwargs)
+    alphas = _saved_alphas(directory)
+    if alphas:
+        added = add_head_alphas(model)
+        expected = {f"{module}.alpha_logit" for module in added}
+        if set(alphas) != expected:
+            raise LearnableSparsityError(
+                f"{directory}: saved α {sorted(set(alphas) - expected)} and the model's "
+                f"attention modules {sorted(expected - set(alphas))} differ"
+            )
+        with torch.no_grad():
+            for module, parameter in added.items():
+                parameter.copy_(alphas[f"{module}.alpha_logit"])
+    return model

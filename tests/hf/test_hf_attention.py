@@ -35,12 +35,13 @@ from learnable_sparsity.core.registry import NORMALIZERS
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.hf.attention import (
     add_head_alphas,
+    additive_attention_mask,
     attention_function,
     attention_modules,
-    boolean_attention_mask,
     head_alphas,
     query_heads,
     register,
+    require_registered,
     sparse_attention_forward,
 )
 
@@ -142,13 +143,13 @@ def test_register_is_idempotent_and_covers_every_core_normalizer() -> None:
     for name in NORMALIZERS:
         assert AttentionInterface()[name] is attention_function(name)
         # Without a mask function of its own a name gets no mask at all (padding ignored).
-        assert AttentionMaskInterface()[name] is boolean_attention_mask
+        assert AttentionMaskInterface()[name] is additive_attention_mask
 
 
 def test_the_mask_function_keeps_a_plain_causal_mask() -> None:
     """transformers' "sdpa" mask is None for a causal mask without padding (SDPA's is_causal
     flag does the work); ours must be the causal mask itself."""
-    mask = boolean_attention_mask(
+    mask = additive_attention_mask(
         batch_size=2,
         q_length=4,
         kv_length=4,
@@ -157,8 +158,9 @@ def test_the_mask_function_keeps_a_plain_causal_mask() -> None:
         allow_is_causal_skip=True,
         device="cpu",
     )
-    assert mask is not None and mask.dtype == torch.bool
-    assert torch.equal(mask, torch.ones(4, 4, dtype=torch.bool).tril().expand(2, 1, 4, 4))
+    assert mask is not None and mask.dtype == torch.float32
+    visible = torch.ones(4, 4, dtype=torch.bool).tril().expand(2, 1, 4, 4)
+    assert torch.equal(mask, torch.zeros(()).masked_fill(~visible, torch.finfo(torch.float32).min))
 
 
 def test_register_refuses_to_replace_a_foreign_function(monkeypatch) -> None:
@@ -262,14 +264,18 @@ def test_alpha_per_head_is_a_parameter_that_gets_a_gradient() -> None:
 
 
 def test_fixed_alpha_init_and_refusals() -> None:
-    model = _bert("sparsemax")  # any name: the helper only adds parameters
+    model = BertModel(_config("entmax_alpha")).eval()
     add_head_alphas(model, alpha_init=1.2)
     for alpha in head_alphas(model).values():
         assert torch.allclose(alpha, torch.full((HEADS,), 1.2), rtol=0, atol=1e-6)
     with pytest.raises(LearnableSparsityError, match="already has an alpha_logit"):
         add_head_alphas(model)
     with pytest.raises(LearnableSparsityError, match="alpha_init"):
-        add_head_alphas(_bert("sparsemax"), alpha_init=2.5)
+        add_head_alphas(BertModel(_config("entmax_alpha")), alpha_init=2.5)
+    # An α on a model whose attention reads none would never get a gradient.
+    for other in ("sparsemax", "eager", "sdpa"):
+        with pytest.raises(LearnableSparsityError, match=f"runs attention '{other}'"):
+            add_head_alphas(BertModel(_config(other)))
     without = _bert("entmax_alpha")
     for module in attention_modules(without).values():
         del module.alpha_logit
@@ -525,6 +531,15 @@ def test_llama_sparse_attention_is_causal_with_exact_zeros() -> None:
         assert torch.allclose(probs.sum(-1)[real], torch.ones(()), atol=1e-6)
 
 
+def test_an_unregistered_name_says_to_call_register(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_registered("sparsemax")
+    monkeypatch.setitem(AttentionInterface._global_mapping, "sparsemax", lambda *a, **k: None)
+    with pytest.raises(LearnableSparsityError, match=r"call .*register\(\)"):
+        require_registered("sparsemax")
+    with pytest.raises(LearnableSparsityError, match="not one of learnable_sparsity's"):
+        require_registered("flash_attention_2")
+
+
 def test_add_head_alphas_names_what_it_looks_for() -> None:
     with pytest.raises(LearnableSparsityError, match="num_attention_heads, num_heads or config"):
         add_head_alphas(nn.Sequential(nn.Linear(2, 2)))
@@ -597,3 +612,49 @@ def test_dropout_on_the_probabilities_in_training_only() -> None:
         module.eval(), q, k, v, None, 0.5, 0.5, normalizer="topk"
     )
     assert torch.allclose(evaluated, (probs @ v).transpose(1, 2), rtol=0, atol=TOL)
+
+
+# --------------------------------------------------------------------------- model score terms
+
+
+def test_softcap_and_position_bias_enter_the_scores_before_the_normalizer() -> None:
+    q, k, v = _qkv()
+    bias = torch.randn(1, HEADS, 5, 5, generator=torch.Generator().manual_seed(6))
+    _, probs = sparse_attention_forward(
+        _stub(), q, k, v, None, softcap=0.5, position_bias=bias, normalizer="sparsemax"
+    )
+    scores = 0.5 * torch.tanh(q @ k.transpose(-2, -1) / math.sqrt(D_HEAD) / 0.5) + bias
+    assert torch.allclose(probs, NORMALIZERS["sparsemax"](scores), rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("normalizer", ["softmax", "sparsemax"])
+def test_a_sink_is_an_always_visible_key_column_without_value(normalizer: str) -> None:
+    q, k, v = _qkv()
+    sinks = torch.tensor([-1.0, 0.0, 1.0, 3.0])
+    padding = _padding((5, 3), 5)[:, None, None, :]
+    output, probs = sparse_attention_forward(
+        _stub(), q, k, v, padding, s_aux=sinks, normalizer=normalizer
+    )
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D_HEAD)
+    column = sinks.view(1, HEADS, 1, 1).expand(2, HEADS, 5, 1)
+    visible = torch.cat([padding.expand(2, HEADS, 5, 5), torch.ones_like(column, dtype=bool)], -1)
+    full = NORMALIZERS[normalizer](torch.cat([scores, column], -1), mask=visible)
+    assert torch.allclose(probs, full[..., :5], rtol=0, atol=TOL)
+    assert torch.allclose(output, (full[..., :5] @ v).transpose(1, 2), rtol=0, atol=TOL)
+    assert bool((probs.sum(-1) < 1 - 1e-3).any())  # the sink took mass
+    with pytest.raises(LearnableSparsityError, match="one sink logit per query head"):
+        sparse_attention_forward(_stub(), q, k, v, None, s_aux=sinks[:2], normalizer=normalizer)
+
+
+def test_an_argument_eager_attention_would_use_is_refused_by_name() -> None:
+    q, k, v = _qkv()
+    with pytest.raises(LearnableSparsityError, match="indices"):
+        sparse_attention_forward(
+            _stub(), q, k, v, None, indices=torch.zeros(1), normalizer="softmax"
+        )
+    # None values and the arguments only other kernels read pass.
+    sparse_attention_forward(
+        _stub(), q, k, v, None, indices=None, cu_seq_lens_q=torch.zeros(1), normalizer="softmax"
+    )
+    with pytest.raises(LearnableSparsityError, match="sliding_window=2"):
+        sparse_attention_forward(_stub(), q, k, v, None, sliding_window=2, normalizer="softmax")
