@@ -384,10 +384,11 @@ def register() -> None:
 
     Each name gets its attention function (``AttentionInterface``) and
     :func:`additive_attention_mask` (``AttentionMaskInterface``), without which the model would
-    build no mask at all for the name. Explicit rather than at import: it changes transformers'
-    process-wide registries, so a caller (a model builder, a test) says when, and importing the
-    module for its helpers changes nothing. Calling it again is a no-op; a name already taken
-    by a function from elsewhere raises LearnableSparsityError rather than being overwritten.
+    build no mask at all for the name. Importing the package ``learnable_sparsity.hf`` calls it
+    (so does any import of this module, which imports the package first): no model can ask for a
+    name between the import and the registration. Calling it again is a no-op; a name already
+    taken by a function from elsewhere raises LearnableSparsityError rather than being
+    overwritten.
     """
     for name in NORMALIZERS:
         _register_once(AttentionInterface, name, attention_function(name))

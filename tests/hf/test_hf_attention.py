@@ -11,6 +11,8 @@ zeros on real keys to check. The batch has 3 right-padded sequences of lengths 7
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -658,3 +660,17 @@ def test_an_argument_eager_attention_would_use_is_refused_by_name() -> None:
     )
     with pytest.raises(LearnableSparsityError, match="sliding_window=2"):
         sparse_attention_forward(_stub(), q, k, v, None, sliding_window=2, normalizer="softmax")
+
+
+def test_importing_the_package_registers_the_names() -> None:
+    """A fresh process that only imports ``learnable_sparsity.hf`` builds a model by name."""
+    code = (
+        "import learnable_sparsity.hf\n"
+        "from transformers import BertConfig, BertModel\n"
+        "config = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1,\n"
+        "    num_attention_heads=2, intermediate_size=16, attn_implementation='sparsemax')\n"
+        "print(BertModel(config).config._attn_implementation)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "sparsemax"
