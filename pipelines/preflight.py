@@ -13,7 +13,7 @@ only: nothing is downloaded or written.
 status, the size the server gives, and whether the answer is the file at all (a ``text/html``
 answer is a licence, login or error page where an archive was expected). Digests cannot be
 checked without the whole file: each line says whether one is pinned (checked at download) or
-will be recorded at the first download. ``--profile NAME`` checks ``profiles/NAME.yaml`` applied
+not (a manual download: never fetched). ``--profile NAME`` checks ``profiles/NAME.yaml`` applied
 to the smoke params in memory, so ``python -m pipelines.preflight --online --profile
 paper`` tells in a minute what would fail hours into a run, without touching ``params.yaml``.
 """
@@ -223,14 +223,18 @@ def input_checks(params: Params) -> Iterator[Check]:
             spec = CORPORA[corpus.name]
             root = Path(corpus.cache) / spec.name
             what = f"corpus {name} (download {spec.name})"
-            manual = [r for r in spec.files if r.url is None and not (root / r.name).is_file()]
+            manual = [
+                r
+                for r in spec.files
+                if (r.url is None or r.sha256 is None) and not (root / r.name).is_file()
+            ]
             if manual:
                 yield Check(
                     what,
                     False,
-                    "manual download"
-                    + "; ".join(f" {r.name}: get it from {r.page}" for r in manual)
-                    + f"; save each under {root} with that name",
+                    "manual download (no pinned digest)"
+                    + "; ".join(f" {r.name}: get it from {r.url or r.page}" for r in manual)
+                    + f"; check each and save it under {root} with that name",
                 )
             else:
                 urls = [(r.url, root / r.name) for r in spec.files if r.url is not None]
@@ -253,6 +257,13 @@ def input_checks(params: Params) -> Iterator[Check]:
             what = f"images {name} (EGG's train/ and test/ folders)"
             if all(path.is_file() for path in egg_members(root)):
                 yield Check(what, True, f"in {root}")
+            elif dataset.sha256 is None:
+                yield Check(
+                    what,
+                    False,
+                    f"not in {root} and no sha256 pins {dataset.url}: put the folders there by "
+                    "hand, or give the archive's digest (sha256)",
+                )
             else:
                 yield _download_check(what, [(dataset.url, root / "download")])
 
@@ -274,7 +285,10 @@ def remote_files(params: Params) -> Iterator[tuple[str, RemoteFile]]:
             for _, remote in _image_files(dataset):
                 yield f"images {name}: {remote.name}", remote
         elif isinstance(dataset, EggReleased):
-            yield f"images {name}: EGG's folders", RemoteFile("download", dataset.url)
+            yield (
+                f"images {name}: EGG's folders",
+                RemoteFile("download", dataset.url, dataset.sha256),
+            )
 
 
 def _image_files(dataset: IdxImages) -> list[tuple[str, RemoteFile]]:
@@ -321,7 +335,7 @@ def url_check(what: str, url: str, sha256: str | None, timeout: float = ONLINE_T
             "page?): download it in a browser into the corpus cache, where it is used as it is",
         )
     size = _size(headers)
-    digest = "SHA-256 pinned" if sha256 else "no pinned digest (the first download records one)"
+    digest = "SHA-256 pinned" if sha256 else "no pinned digest (a manual download: never fetched)"
     shown = f"{size / 1e6:,.1f} MB" if size is not None else "size not given"
     return Check(what, True, f"HTTP {status}, {shown}, {digest}: {url}")
 
