@@ -83,9 +83,15 @@ from learnable_sparsity.settings import Settings
 from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
-from pipelines.scaffold.params import Params, load_params, with_profile
+from pipelines.scaffold.params import Params, check_profile, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.store import REFUSED_CODES, MlflowSettings, refused, tracking_uri
+from pipelines.scaffold.store import (
+    REFUSED_CODES,
+    MlflowSettings,
+    check_access,
+    refused,
+    tracking_uri,
+)
 
 # Every params section a stage reads, with the settings it becomes.
 SECTIONS: dict[str, type[Settings]] = {
@@ -456,9 +462,11 @@ def precision_checks(params: Params) -> Iterator[Check]:
         yield Check(f"params {key}", reason is None, detail)
 
 
-def tracking_check() -> Check:
+def tracking_check(experiment: str | None = None) -> Check:
     """The MLflow store can be written (a SQLite file's folder) or reached (a server, which
-    takes the credentials given, if it asks for any)."""
+    takes the credentials given, if it asks for any, and lets their user log into
+    ``experiment``: :func:`~pipelines.scaffold.store.check_access`). A malformed URI is a
+    failed check, not a traceback."""
     try:
         uri = tracking_uri(Path.cwd())
     except LearnableSparsityError as error:
@@ -474,13 +482,34 @@ def tracking_check() -> Check:
             return Check("MLflow server", False, f"{uri} does not answer ({error})")
         try:  # /health answers anyone; a server with authentication refuses the API
             MlflowClient(uri).search_experiments(max_results=1)
+            if experiment is not None:
+                check_access(uri, experiment)
         except MlflowException as error:
             refusal = error.error_code in REFUSED_CODES
             return Check(
                 "MLflow server", False, str(refused(error, uri)) if refusal else str(error)
             )
+        except LearnableSparsityError as error:
+            return Check("MLflow server", False, str(error))
         return Check("MLflow server", True, uri)
     return Check("MLflow store", True, uri)
+
+
+def profile_check(params: Params) -> Check:
+    """The profile is one every stage knows (a typo would label every run with it)."""
+    try:
+        return Check("profile", True, check_profile(params))
+    except LearnableSparsityError as error:
+        return Check("profile", False, str(error))
+
+
+def _experiment(params: Params) -> str | None:
+    """The experiment the stages log to; None where params mlflow is broken (reported by
+    settings_checks)."""
+    try:
+        return params.settings("mlflow", MlflowSettings).experiment
+    except LearnableSparsityError:
+        return None
 
 
 def record_checks(dvc_file: Path = Path("dvc.yaml")) -> Iterator[Check]:
@@ -526,7 +555,8 @@ def preflight(params: Params) -> list[Check]:
         *input_checks(params),
         *compute_checks(params),
         *precision_checks(params),
-        tracking_check(),
+        profile_check(params),
+        tracking_check(_experiment(params)),
         *record_checks(),
         *environment_checks(),
     ]

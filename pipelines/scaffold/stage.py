@@ -51,10 +51,10 @@ from pipelines.scaffold.cells import (
 from pipelines.scaffold.files import file_digest, png, write_json
 from pipelines.scaffold.inputs import require_inputs
 from pipelines.scaffold.metrics import check_scalar_metrics
-from pipelines.scaffold.params import Params, load_params
+from pipelines.scaffold.params import Params, check_profile, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, check_ready, run_grid
 from pipelines.scaffold.runs import RunLogger, StageRun, metric_name, start_stage_run
-from pipelines.scaffold.store import MlflowSettings, tracking_uri
+from pipelines.scaffold.store import MlflowSettings, check_access, tracking_uri
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
@@ -100,6 +100,13 @@ class Stage:
     def profile(self) -> str:
         return self.params.get("profile", str)
 
+    def check_before_work(self) -> None:
+        """What must hold before the stage touches any file (a cell directory, an output): a
+        known profile, and a store that takes the credentials given and lets their user log
+        into the experiment (:func:`~pipelines.scaffold.store.check_access`)."""
+        check_profile(self.params)
+        check_access(self.uri, self.settings("mlflow", MlflowSettings).experiment)
+
     @property
     def run(self) -> StageRun:
         """The stage's MLflow parent run, created on first use."""
@@ -133,6 +140,7 @@ class Stage:
         # A request no node can give ends here, even with nothing to run: no run made, no
         # finished cell removed.
         check_ready(ray)
+        self.run  # noqa: B018 - the parent run (the server's yes) before a cell is touched
         clear_outdated(store, outdated, prints)
         runs = []
         for cell in todo:
@@ -260,6 +268,7 @@ def run_stage(
     try:
         require_inputs(name.replace("/", "@"), Path.cwd())  # before a run or a cell is touched
         stage = Stage(name, params(), tracking_uri(Path.cwd()))
+        stage.check_before_work()
         main(stage)
     except LearnableSparsityError as error:
         if stage is not None:

@@ -396,3 +396,19 @@ def test_a_run_ends_with_how_its_block_ended(
         with pytest.raises(type(raised)), RunLogger(mlflow_uri, run_id):
             raise raised
     assert MlflowClient(mlflow_uri).get_run(run_id).info.status == status
+
+
+def test_a_new_store_is_its_owners_only(tmp_path: Path) -> None:
+    """mlflow.db 0600 (runs, params: nobody else's to read) and its artifacts folder 0700,
+    whatever the umask; a run logged into it keeps them so."""
+    database = tmp_path / "project" / "mlflow.db"
+    old = os.umask(0o022)
+    try:
+        uri = f"sqlite:///{database}"
+        with stage_run(uri, "private", "train", {"profile": "ci"}) as stage:
+            with RunLogger(uri, stage.child("cell", {"seed": 0})) as run:
+                run.log_dict({"seed": 0}, "model/config.json")
+    finally:
+        os.umask(old)
+    assert database.stat().st_mode & 0o777 == 0o600
+    assert (database.parent / "mlartifacts").stat().st_mode & 0o777 == 0o700
