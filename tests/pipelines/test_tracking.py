@@ -406,8 +406,9 @@ def test_a_new_store_is_its_owners_only(tmp_path: Path) -> None:
     try:
         uri = f"sqlite:///{database}"
         with stage_run(uri, "private", "train", {"profile": "ci"}) as stage:
-            with RunLogger(uri, stage.child("cell", {"seed": 0})) as run:
-                run.log_dict({"seed": 0}, "model/config.json")
+            run = RunLogger(uri, stage.child("cell", {"seed": 0}))
+            run.log_dict({"seed": 0}, "model/config.json")
+            run.finish("FINISHED")
     finally:
         os.umask(old)
     assert database.stat().st_mode & 0o777 == 0o600
