@@ -21,6 +21,7 @@ the traceback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -29,8 +30,9 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
+import psutil
 from matplotlib.figure import Figure
 
 from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
@@ -245,9 +247,60 @@ def _flat_metrics(data: Mapping[str, Any], *parts: str) -> dict[str, float]:
     return flat
 
 
+class _Killed(KeyboardInterrupt):
+    """A signal ended the stage (its number in ``signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_SIGNALLED: list[int] = []  # the signals _interrupt received (Ray re-raises its exception anew)
+
+
 def _interrupt(signum: int, _frame: object) -> None:
     """SIGTERM (``kill``, a scheduler) ends a stage like Ctrl-C: its MLflow runs are KILLED."""
-    raise KeyboardInterrupt(f"signal {signum}")
+    _SIGNALLED.append(signum)
+    raise _Killed(signum)
+
+
+# Seconds the processes this stage started (a local Ray's) get to end on SIGTERM before SIGKILL.
+CHILDREN_GRACE_S = 5.0
+
+
+def _end_children() -> None:
+    """End every process this one started and their children (a local Ray's GCS, raylet and
+    agents), which a stage leaving at once would leave behind."""
+    me, ended = psutil.Process(), set()
+    while children := [c for c in me.children(recursive=True) if c.pid not in ended]:
+        # a raylet may start a worker (a task's retry) while it is being ended: look again
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.terminate()
+        _, alive = psutil.wait_procs(children, timeout=CHILDREN_GRACE_S)
+        for child in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        ended |= {child.pid for child in children}
+
+
+def _exit_killed(name: str, error: BaseException) -> NoReturn:
+    """End a killed stage: one line, no traceback, the shell's status for the signal (143 for
+    SIGTERM, 130 for Ctrl-C). The process leaves at once: Ray's exit handlers would wait about
+    a minute for a local Ray whose processes the same signal already ended (a process group's
+    ``kill``), and the runs are ended already."""
+    if isinstance(error, _Killed):
+        signum = error.signum
+    elif _SIGNALLED:  # ray.wait raises a KeyboardInterrupt of its own for _interrupt's
+        signum = _SIGNALLED[-1]
+    else:  # Ctrl-C, or a handler of Ray's that exited with SIGTERM's number
+        signum = signal.SIGTERM if isinstance(error, SystemExit) else signal.SIGINT
+    log.error("%s killed by %s: its MLflow runs are KILLED", name, signal.Signals(signum).name)
+    _end_children()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def run_stage(
@@ -284,5 +337,7 @@ def run_stage(
         )
         if stage is not None:
             stage.finish("KILLED" if killed else "FAILED")
+        if killed:
+            _exit_killed(name, error)
         raise
     stage.finish("FINISHED")
