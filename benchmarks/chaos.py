@@ -434,8 +434,8 @@ def sweep_spec(storage: Path) -> dict[str, Any]:
 
 
 def make_project(folder: Path, env: dict[str, str]) -> Path:
-    """A copy of the project's files (as a clone has them, without the stages' outputs) on the
-    ci profile, with the data its ``images`` stage makes."""
+    """A copy of the project's files (as a clone has them, without the stages' outputs, a git
+    checkout) on the ci profile, with the data its ``images`` stage makes."""
     project = folder / "project"
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -447,6 +447,8 @@ def make_project(folder: Path, env: dict[str, str]) -> Path:
         if (ROOT / name).is_file() and not name.startswith(OUTPUTS):
             (project / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, project / name)
+    # A git checkout, as a clone is: --submit packs the files git tracks or would track.
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True, capture_output=True)
     for command in (["pipelines.profile", "ci"], ["pipelines.images"]):
         done = subprocess.run(
             [PYTHON, "-m", *command], cwd=project, env=env, capture_output=True, text=True

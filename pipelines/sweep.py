@@ -2,12 +2,13 @@
 
 Where the project is, this starts a local Ray (or joins ``ray.address`` / ``$RAY_ADDRESS``). On a
 cluster, submit it as a Ray job from the checkout with ``--submit ADDRESS`` (README, "Scale
-out"): the job's working directory is an allow-list (:func:`job_package`: the git-tracked files
-and the inputs the trials read, never a known secret file), not the checkout. The spec
-(``pipelines.sweep_spec``) is checked before anything runs: every key, every value, every
-trial's grid, the input files and the resources. Each trial (``pipelines.sweep_trials``) runs
-one cell of each of the spec's stages with the stages' own code and is one MLflow child run of
-the parent run ``sweep/<name>``; a line is logged per finished trial with the best metric so far.
+out"): the job's working directory is an allow-list (:func:`job_package`: the files git tracks
+or would track and the inputs the trials read, never a known secret file), not the checkout.
+The spec (``pipelines.sweep_spec``) is checked before anything runs: every key, every value,
+every trial's grid, the input files and the resources. Each trial (``pipelines.sweep_trials``)
+runs one cell of each of the spec's stages with the stages' own code and is one MLflow child run
+of the parent run ``sweep/<name>``; a line is logged per finished trial with the best metric so
+far.
 At the end, in ``reports/sweeps/<name>/`` and as artifacts of the parent run: ``summary.csv``
 (every trial: its outcome, values and results), ``summary.md`` (best first) and
 ``<metric>.png``. The sweep finishes when some trial did, and says how many failed; it fails
@@ -283,21 +284,26 @@ def _is_secret(relative: PurePosixPath) -> bool:
 
 def job_package(root: Path, inputs: Iterable[Path], into: Path) -> list[str]:
     """Stage a Ray job's working directory in the empty folder ``into``: an allow-list, never
-    the checkout with a deny-list. It holds the files git tracks in ``root`` (as they are in
-    the working tree) and the ``inputs`` the trials read (files, or folders taken whole: the
-    DVC outputs the job needs), as links to them (Ray's packing reads through them), and no
-    ``.gitignore``/``.rayignore`` (Ray would apply them to the inputs). A known secret file
+    the checkout with a deny-list. It holds the files git tracks or would track in ``root``
+    (not git-ignored; as they are in the working tree: a new sweep spec too) and the ``inputs``
+    the trials read (files, or folders taken whole: the DVC outputs the job needs), as links to
+    them (Ray's packing reads through them), and no ``.gitignore``/``.rayignore`` (Ray would
+    apply them to the inputs). A known secret file
     (:data:`SECRET_FILES`, :data:`SECRET_FOLDERS`) among them is refused, naming it; a missing
     input is left out with a warning (the job then stops saying how to send the data along).
     Returns the staged paths, relative to ``root``."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "-z", "--cached"],
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=root,
         capture_output=True,
-        check=True,
         timeout=60,
-    ).stdout.decode()
-    files = {PurePosixPath(name) for name in tracked.split("\0") if name}
+    )
+    if listed.returncode != 0:
+        raise LearnableSparsityError(
+            f"{root} is not a git checkout: --submit packs the files git tracks or would track "
+            f"(`git init` there, or submit from a clone): {listed.stderr.decode().strip()}"
+        )
+    files = {PurePosixPath(name) for name in listed.stdout.decode().split("\0") if name}
     missing = []
     for source in inputs:
         source = source if source.is_absolute() else root / source
@@ -364,7 +370,7 @@ def submit(path: Path, address: str) -> str:
         raise LearnableSparsityError(f"{error}: `dvc repro` (or `dvc pull`) makes them") from None
     with tempfile.TemporaryDirectory(prefix="sweep-package-") as package:
         files = job_package(here, inputs, Path(package))
-        log.info("the job's working directory: %d files (git-tracked and inputs)", len(files))
+        log.info("the job's working directory: %d files (git's and inputs)", len(files))
         job = jobs.submit_job(  # Ray zips and uploads the package here, before it returns
             entrypoint=f"python -m pipelines.sweep {relative}",
             runtime_env={"working_dir": package, "excludes": [], "env_vars": env},

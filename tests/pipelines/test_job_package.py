@@ -32,6 +32,7 @@ def checkout(tmp_path: Path) -> Path:
         ".gitignore": "/data/\n.env\nsecrets/\n/models/\n",
         ".rayignore": "/pipelines/\n",  # would drop the code if Ray read it
         "data.dvc.yaml": "outs: []\n",
+        "sweeps/new.yaml": "stages: []\n",  # not committed yet, not ignored: it goes
         # git-ignored, not tracked:
         ".env": f"MLFLOW_TRACKING_PASSWORD={PASSWORD}\n",
         "secrets/credentials": f"[mlflow]\nmlflow_tracking_password = {PASSWORD}\n",
@@ -66,6 +67,7 @@ def test_the_package_holds_tracked_files_and_inputs_only(checkout: Path, tmp_pat
         "data/images/meta.json",
         "data/images/train.pt",
         "pipelines/stage.py",
+        "sweeps/new.yaml",
     ]
     packed = _packed(package, tmp_path)
     assert sorted(packed) == staged
@@ -93,6 +95,12 @@ def test_a_secret_tracked_or_in_an_input_is_refused(
     assert not any(package.iterdir())  # refused before anything is staged
 
 
-def test_an_input_outside_the_checkout_is_refused(checkout: Path, tmp_path: Path) -> None:
+def test_an_input_outside_the_checkout_or_no_checkout_is_refused(
+    checkout: Path, tmp_path: Path
+) -> None:
     with pytest.raises(LearnableSparsityError, match="outside"):
         job_package(checkout, [tmp_path], tmp_path / "package")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(LearnableSparsityError, match="is not a git checkout"):
+        job_package(plain, [], tmp_path / "package")

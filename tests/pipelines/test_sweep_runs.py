@@ -55,6 +55,8 @@ def project(
     its BPE model."""
     project = tmp_path_factory.mktemp("project")
     project_files(project)
+    # A git checkout, as a clone is: --submit packs the files git tracks or would track.
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True, capture_output=True)
     for command in (["pipelines.profile", "ci"], ["pipelines.images"], ["pipelines.corpora"]):
         subprocess.run(
             [sys.executable, "-m", *command],

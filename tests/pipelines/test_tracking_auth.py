@@ -346,9 +346,9 @@ def test_a_submitted_sweep_hands_the_cluster_no_credential(
 ) -> None:
     """What `--submit` sends (entrypoint, runtime environment, the packed working directory)
     holds the server's address and no credential (a job's environment is shown by the
-    dashboard and `ray job list`), and its files are git-tracked ones only (the trials' inputs
-    taken as made: the smoke data are not made here; tests/pipelines/test_job_package.py packs
-    inputs): nothing git ignores travels."""
+    dashboard and `ray job list`), and its files are those git tracks or would track (the
+    trials' inputs taken as made: the smoke data are not made here;
+    tests/pipelines/test_job_package.py packs inputs): nothing git ignores travels."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", credentials.uri)
     monkeypatch.setattr(sweep, "JobSubmissionClient", _Jobs)
     monkeypatch.chdir(ROOT)
@@ -366,7 +366,11 @@ def test_a_submitted_sweep_hands_the_cluster_no_credential(
     assert secret not in sent + caplog.text
     assert "MLFLOW_TRACKING_USERNAME" not in sent and "MLFLOW_TRACKING_PASSWORD" not in sent
     tracked = subprocess.run(
-        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     data = {name for name in _Jobs.packed if name.startswith("data/")}
     assert set(_Jobs.packed) - data <= set(tracked)
