@@ -42,6 +42,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
 from learnable_sparsity.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
+from pipelines.scaffold.inputs import declared_inputs
 from pipelines.scaffold.params import PARAMS_FILE
 from pipelines.scaffold.provenance import (
     GIT_COMMIT_ENV,
@@ -275,6 +276,21 @@ def fetch_reports(spec: SweepSpec, uri: str, job: str | None = None) -> Path:
     return folder
 
 
+def job_inputs(spec: SweepSpec, uri: str, root: Path) -> list[Path]:
+    """What a job's trials read that it must carry: the files of every trial's grid cells
+    (``SweepSpec.check_trials``) and the inputs each stage of the chain declares in
+    ``dvc.yaml`` (a stage's ``meta.json`` beside its data: :func:`declared_inputs`) that no
+    stage of the chain writes in the trial itself."""
+    chain = set(spec.settings.stages)
+    declared = {
+        root / dep
+        for stage in chain
+        for dep, writer in declared_inputs(stage, root / "dvc.yaml").items()
+        if writer not in chain
+    }
+    return sorted(set(spec.check_trials(uri)) | declared)
+
+
 def _is_secret(relative: PurePosixPath) -> bool:
     """Whether a file at ``relative`` is a known kind of secret (by its name or a folder's)."""
     return any(fnmatch.fnmatch(relative.name, pattern) for pattern in SECRET_FILES) or any(
@@ -362,7 +378,7 @@ def submit(path: Path, address: str) -> str:
     env[JOB_ENV] = f"sweep_{spec.name}_{secrets.token_hex(6)}"
     jobs = JobSubmissionClient(address)
     try:
-        inputs = spec.check_trials(uri)
+        inputs = job_inputs(spec, uri, here)
         missing = [str(path) for path in inputs if not path.exists()]
         if missing:
             raise MissingInputError(f"the trials read {missing}, which are not here")

@@ -357,7 +357,7 @@ def test_a_submitted_sweep_hands_the_cluster_no_credential(
         with pytest.raises(LearnableSparsityError, match=r"meta\.json.*`dvc repro`"):
             sweep.submit(Path("sweeps/ssvae_lr.yaml"), "http://127.0.0.1:8265")
         assert _Jobs.sent == {}
-    monkeypatch.setattr(sweep.SweepSpec, "check_trials", lambda spec, uri: [])
+    monkeypatch.setattr(sweep, "job_inputs", lambda spec, uri, root: [])
     caplog.set_level(logging.DEBUG)
     assert sweep.submit(Path("sweeps/ssvae_lr.yaml"), "http://127.0.0.1:8265") == "FAILED"
     sent = json.dumps(_Jobs.sent, default=str)
