@@ -23,6 +23,8 @@ import re
 import sqlite3
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +116,7 @@ def refused(error: MlflowException, uri: str) -> LearnableSparsityError:
     )
 
 
+HEALTH_TIMEOUT_S = 10.0  # a server's /health answers at once; a slow proxy gets this long
 # The grants that let a user log runs into an experiment (mlflow.server.auth.permissions).
 WRITING_PERMISSIONS = ("EDIT", "MANAGE")
 
@@ -134,6 +137,13 @@ def check_access(uri: str, experiment: str) -> None:
     gets MANAGE). Reads only. A refusal raises naming what to set or the grant to ask for."""
     if not uri.startswith(("http://", "https://")):
         return
+    try:  # MLflow's client retries an unreachable server for minutes
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S).close()
+    except (urllib.error.URLError, OSError) as error:
+        raise LearnableSparsityError(
+            f"the MLflow tracking server {uri} does not answer ({getattr(error, 'reason', error)})"
+            ": start it, or set MLFLOW_TRACKING_URI to one that runs (docs/tracking.md)"
+        ) from None
     try:
         found = retry(MlflowClient(uri).get_experiment_by_name, experiment)
     except MlflowException as error:

@@ -429,3 +429,23 @@ def test_a_new_store_is_its_owners_only(tmp_path: Path) -> None:
         os.umask(old)
     assert database.stat().st_mode & 0o777 == 0o600
     assert (database.parent / "mlartifacts").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_server_that_does_not_answer_stops_a_stage_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before any work, and without MLflow's minutes of retries: one line naming the server."""
+    from pipelines.scaffold.params import Params
+    from pipelines.scaffold.stage import run_stage
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    params = Params({"profile": "ci", "mlflow": {"experiment": "x"}}, "params.yaml")
+    ran: list[object] = []
+    with caplog.at_level("ERROR"), pytest.raises(SystemExit):
+        run_stage("unreachable", ran.append, argv=[], params=lambda: params)
+    assert ran == []
+    assert f"the MLflow tracking server {uri} does not answer" in caplog.text
+    assert "Traceback" not in caplog.text
