@@ -12,11 +12,15 @@ A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top
    logged to the stage's MLflow run; ``stage.write_metrics(...)`` — its DVC metrics, checked to
    hold numbers only.
 
-MLflow: the stage's parent run is created on first use (so a params error leaves no run behind),
-with the params sections the stage read; every cell that runs is a child run, ended FINISHED or
+Before ``main`` runs, and so before any file is touched, :meth:`Stage.check_before_work` checks
+the profile's name and the tracking store (a server that answers, takes the credentials and lets
+their user log into the experiment). MLflow: the stage's parent run is created on first use (so
+a params error leaves no run behind), at the latest before a grid clears an outdated cell, with
+the params sections the stage read; every cell that runs is a child run, ended FINISHED or
 FAILED with its task. Errors a user causes (:class:`LearnableSparsityError`) end the stage with
 one clear message and exit status 1; ``--verbose`` (or ``LEARNABLE_SPARSITY_VERBOSE=1``) adds
-the traceback.
+the traceback. SIGTERM or Ctrl-C end its runs KILLED and the stage with one line and status 143
+or 130.
 """
 
 from __future__ import annotations
