@@ -418,6 +418,75 @@ def test_an_unpinned_file_is_never_downloaded(server: LoopbackServer, tmp_path: 
     assert len(fetch_corpus(spec, tmp_path, progress=False)["train"]) == 5  # put there by hand
 
 
+def test_fetch_escape_triplets_streaming(tmp_path: Path) -> None:
+    """eSCAPE is a manual download of several GB: the archive the user saved is read, nothing is
+    requested; its members are copied out beside it and the rows stream from there, once."""
+    spec = CORPORA["escape_pbsmt_en_de"]
+    members = _triplet_members("escape", "en-de.pbsmt", 4, TRIPLET_FIELDS)
+    members["escape/en-de.pbsmt.mt"] = _lines("m0", "", "m2", "m3")  # an empty MT line
+    _saved_by_hand(spec, tmp_path / "cache", {spec.files[0].name: _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path / "cache", progress=False)
+    assert list(corpus) == ["train"]
+    assert not isinstance(corpus["train"], Sequence)  # an iterator: nothing read yet
+    copied = tmp_path / "cache" / spec.name / f"{spec.files[0].name}.members"
+    assert sorted(path.name for path in copied.iterdir()) == [
+        "0-en-de.pbsmt.src",
+        "1-en-de.pbsmt.mt",
+        "2-en-de.pbsmt.pe",
+    ]
+    streamed = write_corpus(tmp_path / "streamed", corpus, spec.fields)
+    rows = [
+        (f"escape en-de.pbsmt src {i}", f"m{i}", f"escape en-de.pbsmt pe {i}") for i in (0, 2, 3)
+    ]
+    assert (
+        read_triplets(tmp_path / "streamed", ("train",))["train"] == rows
+    )  # the empty row dropped
+    listed = write_corpus(tmp_path / "listed", {"train": rows}, spec.fields)
+    assert streamed == listed  # the same files, sizes and digests as from a list
+
+
+def test_a_streamed_corpus_names_the_file_that_ends_first(tmp_path: Path) -> None:
+    spec = CORPORA["escape_pbsmt_en_de"]
+    members = _triplet_members("escape", "en-de.pbsmt", 3, TRIPLET_FIELDS)
+    members["escape/en-de.pbsmt.pe"] = _lines("p0", "p1")
+    _saved_by_hand(spec, tmp_path, {spec.files[0].name: _tar_gz(members)})
+    corpus = fetch_corpus(spec, tmp_path, progress=False)
+    with pytest.raises(LearnableSparsityError) as err:
+        write_corpus(tmp_path / "prepared", corpus, spec.fields)
+    message = str(err.value)
+    assert "line-aligned files differ in length" in message
+    assert re.search(r"\['[^']*:escape/en-de\.pbsmt\.pe'\] end after 2 lines", message)
+    assert not (tmp_path / "prepared").exists() or not any((tmp_path / "prepared").iterdir())
+
+
+def test_misaligned_ape_members_name_every_file(server: LoopbackServer, tmp_path: Path) -> None:
+    archives = _wmt_ape_archives()
+    archives["wmt17_test_pe_LRT-2483.zip"] = _zip(_wmt17_test_members(2, ("pe",)))
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    _saved_by_hand(spec, tmp_path, archives)
+    with pytest.raises(LearnableSparsityError) as err:
+        fetch_corpus(spec, tmp_path, progress=False)
+    message = str(err.value)
+    assert "line-aligned files differ in length" in message
+    assert re.search(r"LRT-2133\.zip:test\.tar\.gz/en-de\.mt\.test\.2017 has 1 lines", message)
+    assert re.search(r"LRT-2483\.zip:en-de\.pe\.test\.2017 has 2 lines", message)
+
+
+def test_misaligned_prepared_triplets_name_every_file(tmp_path: Path) -> None:
+    write_corpus(tmp_path, {"test2017": [("s", "m", "p"), ("s2", "m2", "p2")]}, TRIPLET_FIELDS)
+    (tmp_path / "test2017.pe").write_text("p\n")
+    with pytest.raises(LearnableSparsityError) as err:
+        read_triplets(tmp_path, ("test2017",))
+    message = str(err.value)
+    assert f"{tmp_path / 'test2017.mt'} has 2 lines" in message
+    assert f"{tmp_path / 'test2017.pe'} has 1 lines" in message
+
+
+def test_rows_must_match_the_fields(tmp_path: Path) -> None:
+    with pytest.raises(LearnableSparsityError, match=r"train: every row .* \['src', 'tgt'\]"):
+        write_corpus(tmp_path, {"train": [("s", "m", "p")]})
+
+
 def test_unreachable_ape_host_suggests_the_local_source(tmp_path: Path) -> None:
     with socket.socket() as probe:  # a port that nothing listens on
         probe.bind(("127.0.0.1", 0))
