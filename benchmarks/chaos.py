@@ -5,10 +5,13 @@ its trial workers killed one by one, and what each fault lost.
 
 On this machine, with loopback addresses: a Ray head (``ray start --head``, token
 authentication, ``HEAD_CPUS`` CPUs) and a worker node (``ray start --address``, a raylet of its
-own with ``NODE_CPUS`` CPUs and its own temp dir), a loopback ``mlflow server`` (SQLite), and a
-copy of the project (its tracked files, on the ci profile, with the digits its ``images`` stage
-makes). The sweep (``sweep_spec``: ``TRIALS`` trials of ``train_lvm@ssvae``, 4 methods × 6
-seeds, each checkpointing as it trains) is submitted three times as a user submits it,
+own with ``NODE_CPUS`` CPUs and its own temp dir), the tracking server as docs/tracking.md
+starts it (``deploy/mlflow-server.sh``: basic authentication, no permission without a grant) with
+a non-admin user holding EDIT on the experiment (``deploy/mlflow_user.py``), as whom the sweeps
+and the checks log and read, and a copy of the project (its tracked files, on the ci profile,
+with the digits its ``images`` stage makes). The sweep (``sweep_spec``: ``TRIALS`` trials of
+``train_lvm@ssvae``, 4 methods × 6 seeds, each checkpointing as it trains) is submitted three
+times as a user submits it,
 ``python -m pipelines.sweep SPEC --submit DASHBOARD``, each under a name of its own:
 
 * ``twin``: no fault, the reference every other trial is compared with;
@@ -25,8 +28,9 @@ exactly once (the twin's points, by metric and step; MLflow's own ``system/`` sa
 wall time ``task_seconds`` aside), no run of the store left RUNNING, and each trial's cell result
 (its ``done.json``: metrics, curves, the checkpoint's digest) and metric values equal to its
 twin's. The counts go to reports/measurements/chaos/result.json; the command exits 1 if a check
-failed, 2 if it could not run. It refuses to start where something listens on its ports (a Ray
-it did not start), and stops every process it started, whatever happens, within ``--timeout``.
+failed, 2 if it could not run. It refuses to start where something listens on any of its ports,
+on any address (a Ray it did not start; the head's Ray Client server included), and stops every
+process it started, whatever happens, within ``--timeout``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ PYTHON = sys.executable
 RAY = str(Path(PYTHON).with_name("ray"))  # the environment's `ray` command
 HOST = "127.0.0.1"
 EXPERIMENT = "learnable-sparsity"  # params.yaml's mlflow.experiment
+SERVER_SCRIPT = ROOT / "deploy/mlflow-server.sh"  # the documented tracking server
+USER_SCRIPT = ROOT / "deploy/mlflow_user.py"  # the documented user and grant
+USER = "chaos"  # the non-admin user the sweeps log as: EDIT on EXPERIMENT only
 # What the stages write: the copy of the project starts without them (as tests/conftest.py's).
 OUTPUTS = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
 
@@ -118,15 +125,19 @@ def free_port() -> int:
 
 
 def refuse_taken(ports: dict[str, int]) -> None:
-    """Refuse to start where something already listens on one of ``ports`` (option → port)."""
+    """Refuse to start where something already listens on one of ``ports`` (option → port), on
+    any address: Ray binds some servers to every interface and others to the host's address
+    only, so the port is bound on all of them, not probed on loopback."""
     for option, port in ports.items():
         with socket.socket() as probe:
-            probe.settimeout(1)
-            if probe.connect_ex((HOST, port)) == 0:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no one
+            try:
+                probe.bind(("", port))
+            except OSError:
                 raise ChaosError(
-                    f"something listens on {HOST}:{port} (--{option}): a Ray cluster or server "
+                    f"something listens on port {port} (--{option}): a Ray cluster or server "
                     "this command did not start? Stop it (`ray stop`) or choose another port"
-                )
+                ) from None
 
 
 @dataclass
@@ -198,6 +209,7 @@ class Cluster:
     gcs_port: int
     dashboard_port: int
     mlflow_port: int
+    client_port: int
     env: dict[str, str] = field(init=False)
     head: Group = field(init=False)
     node: Group = field(init=False)
@@ -224,6 +236,7 @@ class Cluster:
                 *(RAY, "start", "--head", "--block", f"--node-ip-address={HOST}"),
                 *(f"--port={self.gcs_port}", f"--dashboard-host={HOST}"),
                 f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={self.client_port}",
                 *self._node_options(HEAD_CPUS, head),
             ],
             str(head),
@@ -240,18 +253,14 @@ class Cluster:
             self.folder / "node.log",
             self.env,
         )
+        # The tracking server as docs/tracking.md starts it (basic authentication, nobody sees
+        # an experiment without a grant); the sweeps log as a user with EDIT on theirs only.
         store = self.folder / "mlflow"
         self.server = Group(
-            [
-                *(PYTHON, "-m", "mlflow", "server"),
-                *("--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}"),
-                *("--artifacts-destination", str(store / "artifacts")),
-                *("--host", HOST, "--port", str(self.mlflow_port), "--workers", "1"),
-            ],
+            ["bash", str(SERVER_SCRIPT), str(store), str(self.mlflow_port)],
             str(store),
             self.folder / "mlflow.log",
-            # Without MLflow's job execution for GenAI jobs: processes nothing here uses.
-            {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+            {**os.environ, "PATH": f"{Path(PYTHON).parent}:{os.environ.get('PATH', '')}"},
         )
 
     @staticmethod
@@ -270,13 +279,46 @@ class Cluster:
         return f"http://{HOST}:{self.mlflow_port}"
 
     def start(self) -> None:
-        (self.folder / "mlflow").mkdir()
         self.server.start()
+        self._wait_for_server()
+        self._log_in()
         self._fresh_ports(self.head)
         self.head.start()
-        self._wait_for_server()
         self._wait(lambda: self._runs_a_job(), "the Ray head runs no job")
         self.start_node()
+
+    def _log_in(self) -> None:
+        """The admin (its first-start credentials) makes the user ``USER`` with EDIT on
+        ``EXPERIMENT`` (deploy/mlflow_user.py); this process, the nodes and the submissions
+        then use that user's credentials, as a machine that logs does."""
+        admin = self.folder / "admin"
+        (admin / ".mlflow").mkdir(parents=True)
+        shutil.copy(self.folder / "mlflow" / "admin.credentials", admin / ".mlflow/credentials")
+        credentials = self.folder / f"{USER}.credentials"
+        env = {k: v for k, v in self.server.env.items() if not k.startswith("MLFLOW_TRACKING_")}
+        done = subprocess.run(
+            [
+                *(PYTHON, str(USER_SCRIPT), self.tracking_uri, USER, EXPERIMENT),
+                *("--permission", "EDIT", "--credentials", str(credentials)),
+            ],
+            env={**env, "HOME": str(admin)},
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ChaosError(f"the MLflow user was not made: {done.stderr[-2000:]}")
+        parsed = dict(
+            line.split(" = ", 1) for line in credentials.read_text().splitlines() if " = " in line
+        )
+        login = {
+            "MLFLOW_TRACKING_USERNAME": parsed["mlflow_tracking_username"],
+            "MLFLOW_TRACKING_PASSWORD": parsed["mlflow_tracking_password"],
+        }
+        self.env.update(login)  # the nodes' and the submissions' (Group.env is this dict)
+        os.environ.update(login)  # this process's checks'
+        (self.folder / "mlflow" / "admin.credentials").unlink()
 
     def start_node(self) -> None:
         """Start the worker node (again) and wait until the head counts two nodes alive."""
@@ -392,8 +434,8 @@ def sweep_spec(storage: Path) -> dict[str, Any]:
 
 
 def make_project(folder: Path, env: dict[str, str]) -> Path:
-    """A copy of the project's files (as a clone has them, without the stages' outputs) on the
-    ci profile, with the data its ``images`` stage makes."""
+    """A copy of the project's files (as a clone has them, without the stages' outputs, a git
+    checkout) on the ci profile, with the data its ``images`` stage makes."""
     project = folder / "project"
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
@@ -405,6 +447,8 @@ def make_project(folder: Path, env: dict[str, str]) -> Path:
         if (ROOT / name).is_file() and not name.startswith(OUTPUTS):
             (project / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, project / name)
+    # A git checkout, as a clone is: --submit packs the files git tracks or would track.
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True, capture_output=True)
     for command in (["pipelines.profile", "ci"], ["pipelines.images"]):
         done = subprocess.run(
             [PYTHON, "-m", *command], cwd=project, env=env, capture_output=True, text=True
@@ -661,7 +705,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from mlflow import MlflowClient
 
     deadline = time.monotonic() + args.timeout
-    cluster = Cluster(folder, args.port, args.dashboard_port, args.mlflow_port)
+    cluster = Cluster(folder, args.port, args.dashboard_port, args.mlflow_port, args.client_port)
     watcher = Watcher(cluster)
     phases: dict[str, Any] = {}
     sweep: Sweep | None = None
@@ -719,6 +763,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=6479, help="the head's GCS port (6479)")
     parser.add_argument("--dashboard-port", type=int, default=8365, help="its dashboard's (8365)")
     parser.add_argument("--mlflow-port", type=int, default=5055, help="the tracking server's")
+    parser.add_argument(
+        "--client-port", type=int, default=10001, help="the head's Ray Client server's (10001)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="of the choice of worker to kill")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs)")
@@ -729,7 +776,7 @@ def main() -> None:
     if not args.node_down >= 0:
         parser.error(f"--node-down must be >= 0, got {args.node_down}")
     ports = {"port": args.port, "dashboard-port": args.dashboard_port}
-    ports["mlflow-port"] = args.mlflow_port
+    ports |= {"mlflow-port": args.mlflow_port, "client-port": args.client_port}
     for option, port in ports.items():
         if not 1024 <= port <= 65535:
             parser.error(f"--{option} must be a port in 1024-65535, got {port}")
@@ -761,6 +808,10 @@ def main() -> None:
         "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version()},
         "versions": {name: metadata.version(name) for name in ("ray", "mlflow", "torch")},
         "cluster": {"head_cpus": HEAD_CPUS, "node_cpus": NODE_CPUS},
+        "tracking": {
+            "server": f"{SERVER_SCRIPT.relative_to(ROOT)} (basic authentication, NO_PERMISSIONS)",
+            "user": f"{USER}: not an admin, EDIT on {EXPERIMENT} ({USER_SCRIPT.relative_to(ROOT)})",
+        },
         "sweep": sweep_spec(Path("<storage>")) | {"trials": TRIALS},
         "kill_every_s": args.kill_every,
         "passed": all(phase["passed"] for phase in phases.values()),

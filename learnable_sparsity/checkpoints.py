@@ -30,6 +30,8 @@ from learnable_sparsity.errors import LearnableSparsityError
 
 log = logging.getLogger(__name__)
 
+# The opening of torch's paragraphs around a refused file (weights_only advice, documentation).
+_TORCH_ADVICE = ("Weights only load failed", "Check the documentation of torch.load")
 LAST = "last.pt"
 PREVIOUS = "previous.pt"
 
@@ -55,14 +57,20 @@ def load_file(
     except FileNotFoundError:
         raise LearnableSparsityError(f"{what} {path} does not exist") from None
     except pickle.UnpicklingError as error:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", str(error))
         if found:
             raise LearnableSparsityError(
                 f"{what} {path} refused: it holds {found[1]}, not plain data (tensors, numbers, "
                 "strings, containers), and loading it could run code"
             ) from None
         detail = re.search(r"WeightsUnpickler error: (.+)", str(error))
-        reason = detail[1].strip() if detail else str(error).strip().splitlines()[0]
+        # torch's own paragraphs advise weights_only=False, which would run the file's code
+        ours = [
+            part.strip()
+            for part in str(error).split("\n\n")
+            if part.strip() and not part.strip().startswith(_TORCH_ADVICE)
+        ]
+        reason = detail[1].strip() if detail else (ours or ["not plain data"])[0]
         raise LearnableSparsityError(f"{what} {path} cannot be read: {reason}") from None
     except Exception as error:
         raise LearnableSparsityError(f"{what} {path} cannot be read: {error}") from None

@@ -15,18 +15,45 @@ over layers and seeds).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 from learnable_sparsity.analysis.figures import alpha_histograms
 from learnable_sparsity.claims import evaluate, results_to_json
 from learnable_sparsity.claims.report import claims_markdown, claims_record, counts
+from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.claims_inputs import gather
 from pipelines.scaffold import layout
+from pipelines.scaffold.files import read_json
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "claims"
 RESULTS = layout.results(STAGE)
 
 
+def check_inputs(
+    alphas: Path = layout.ALPHA_TRAJECTORIES, histories: Path = layout.NMT_HISTORIES
+) -> None:
+    """Inputs that are there but hold nothing (a stage cut short, a file emptied by hand) are
+    refused before any output is rewritten: judged, they would turn every claim that reads them
+    into "not measurable" as if the stage had not run. An absent input is the profile's choice
+    (the claims that read it are not measurable)."""
+    if alphas.exists():
+        data = read_json(alphas)
+        if not isinstance(data, Mapping) or not data:
+            raise LearnableSparsityError(
+                f"{alphas} holds no α trajectory (an empty or non-mapping {type(data).__name__}):"
+                " rerun the stage that writes it (`dvc repro -f train_nmt`), or remove it"
+            )
+    if histories.is_dir() and not any(histories.rglob("history.json")):
+        raise LearnableSparsityError(
+            f"{histories} holds no cell's history.json: rerun the stage that writes it "
+            "(`dvc repro -f train_nmt`), or remove the folder"
+        )
+
+
 def main(stage: Stage) -> None:
+    check_inputs()
     results, alphas_per_block = gather()
     verdicts = evaluate(results)
     stage.write_json(RESULTS / "results.json", results_to_json(results), artifact="")

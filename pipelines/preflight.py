@@ -13,7 +13,7 @@ only: nothing is downloaded or written.
 status, the size the server gives, and whether the answer is the file at all (a ``text/html``
 answer is a licence, login or error page where an archive was expected). Digests cannot be
 checked without the whole file: each line says whether one is pinned (checked at download) or
-will be recorded at the first download. ``--profile NAME`` checks ``profiles/NAME.yaml`` applied
+not (a manual download: never fetched). ``--profile NAME`` checks ``profiles/NAME.yaml`` applied
 to the smoke params in memory, so ``python -m pipelines.preflight --online --profile
 paper`` tells in a minute what would fail hours into a run, without touching ``params.yaml``.
 """
@@ -81,9 +81,15 @@ from pipelines.experiments import LVM
 from pipelines.profile import PROFILES
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
-from pipelines.scaffold.params import Params, load_params, with_profile
+from pipelines.scaffold.params import Params, check_profile, load_params, with_profile
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.store import REFUSED_CODES, MlflowSettings, refused, tracking_uri
+from pipelines.scaffold.store import (
+    REFUSED_CODES,
+    MlflowSettings,
+    check_access,
+    refused,
+    tracking_uri,
+)
 
 # Every params section a stage reads, with the settings it becomes (the latent-variable
 # experiments' sections, lvm.<name>, come from their records between "speed" and "ray").
@@ -236,14 +242,18 @@ def input_checks(params: Params) -> Iterator[Check]:
             spec = CORPORA[corpus.name]
             root = Path(corpus.cache) / spec.name
             what = f"corpus {name} (download {spec.name})"
-            manual = [r for r in spec.files if r.url is None and not (root / r.name).is_file()]
+            manual = [
+                r
+                for r in spec.files
+                if (r.url is None or r.sha256 is None) and not (root / r.name).is_file()
+            ]
             if manual:
                 yield Check(
                     what,
                     False,
-                    "manual download"
-                    + "; ".join(f" {r.name}: get it from {r.page}" for r in manual)
-                    + f"; save each under {root} with that name",
+                    "manual download (no pinned digest)"
+                    + "; ".join(f" {r.name}: get it from {r.url or r.page}" for r in manual)
+                    + f"; check each and save it under {root} with that name",
                 )
             else:
                 urls = [(r.url, root / r.name) for r in spec.files if r.url is not None]
@@ -266,6 +276,13 @@ def input_checks(params: Params) -> Iterator[Check]:
             what = f"images {name} (EGG's train/ and test/ folders)"
             if all(path.is_file() for path in egg_members(root)):
                 yield Check(what, True, f"in {root}")
+            elif dataset.sha256 is None:
+                yield Check(
+                    what,
+                    False,
+                    f"not in {root} and no sha256 pins {dataset.url}: put the folders there by "
+                    "hand, or give the archive's digest (sha256)",
+                )
             else:
                 yield _download_check(what, [(dataset.url, root / "download")])
 
@@ -287,7 +304,10 @@ def remote_files(params: Params) -> Iterator[tuple[str, RemoteFile]]:
             for _, remote in _image_files(dataset):
                 yield f"images {name}: {remote.name}", remote
         elif isinstance(dataset, EggReleased):
-            yield f"images {name}: EGG's folders", RemoteFile("download", dataset.url)
+            yield (
+                f"images {name}: EGG's folders",
+                RemoteFile("download", dataset.url, dataset.sha256),
+            )
 
 
 def _image_files(dataset: IdxImages) -> list[tuple[str, RemoteFile]]:
@@ -334,7 +354,7 @@ def url_check(what: str, url: str, sha256: str | None, timeout: float = ONLINE_T
             "page?): download it in a browser into the corpus cache, where it is used as it is",
         )
     size = _size(headers)
-    digest = "SHA-256 pinned" if sha256 else "no pinned digest (the first download records one)"
+    digest = "SHA-256 pinned" if sha256 else "no pinned digest (a manual download: never fetched)"
     shown = f"{size / 1e6:,.1f} MB" if size is not None else "size not given"
     return Check(what, True, f"HTTP {status}, {shown}, {digest}: {url}")
 
@@ -456,9 +476,11 @@ def precision_checks(params: Params) -> Iterator[Check]:
         yield Check(f"params {key}", reason is None, detail)
 
 
-def tracking_check() -> Check:
+def tracking_check(experiment: str | None = None) -> Check:
     """The MLflow store can be written (a SQLite file's folder) or reached (a server, which
-    takes the credentials given, if it asks for any)."""
+    takes the credentials given, if it asks for any, and lets their user log into
+    ``experiment``: :func:`~pipelines.scaffold.store.check_access`). A malformed URI is a
+    failed check, not a traceback."""
     try:
         uri = tracking_uri(Path.cwd())
     except LearnableSparsityError as error:
@@ -474,13 +496,34 @@ def tracking_check() -> Check:
             return Check("MLflow server", False, f"{uri} does not answer ({error})")
         try:  # /health answers anyone; a server with authentication refuses the API
             MlflowClient(uri).search_experiments(max_results=1)
+            if experiment is not None:
+                check_access(uri, experiment)
         except MlflowException as error:
             refusal = error.error_code in REFUSED_CODES
             return Check(
                 "MLflow server", False, str(refused(error, uri)) if refusal else str(error)
             )
+        except LearnableSparsityError as error:
+            return Check("MLflow server", False, str(error))
         return Check("MLflow server", True, uri)
     return Check("MLflow store", True, uri)
+
+
+def profile_check(params: Params) -> Check:
+    """The profile is one every stage knows (a typo would label every run with it)."""
+    try:
+        return Check("profile", True, check_profile(params))
+    except LearnableSparsityError as error:
+        return Check("profile", False, str(error))
+
+
+def _experiment(params: Params) -> str | None:
+    """The experiment the stages log to; None where params mlflow is broken (reported by
+    settings_checks)."""
+    try:
+        return params.settings("mlflow", MlflowSettings).experiment
+    except LearnableSparsityError:
+        return None
 
 
 def record_checks(dvc_file: Path = Path("dvc.yaml")) -> Iterator[Check]:
@@ -526,7 +569,8 @@ def preflight(params: Params) -> list[Check]:
         *input_checks(params),
         *compute_checks(params),
         *precision_checks(params),
-        tracking_check(),
+        profile_check(params),
+        tracking_check(_experiment(params)),
         *record_checks(),
         *environment_checks(),
     ]

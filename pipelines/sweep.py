@@ -1,21 +1,18 @@
 """Sweeps over the stages' settings on Ray Tune: ``python -m pipelines.sweep sweeps/<name>.yaml``.
 
 Where the project is, this starts a local Ray (or joins ``ray.address`` / ``$RAY_ADDRESS``). On a
-cluster, submit it as a Ray job from the checkout (README, "Scale out")::
-
-    RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 ray job submit --working-dir . \\
-        --runtime-env-json '{"env_vars": {"MLFLOW_TRACKING_URI": "http://<head>:5000"}}' \\
-        -- python -m pipelines.sweep sweeps/ssvae_lr.yaml
-
-(the variable lets the DVC-made data in ``data/`` travel with the job; ``.rayignore`` keeps the
-environment, git and the local stores out). The spec (``pipelines.sweep_spec``) is checked
-before anything runs: every key, every value, every trial's grid, the input files and the
-resources. Each trial (``pipelines.sweep_trials``) runs one cell of each of the spec's stages
-with the stages' own code and is one MLflow child run of the parent run ``sweep/<name>``; a line
-is logged per finished trial with the best metric so far. At the end, in
-``reports/sweeps/<name>/`` and as artifacts of the parent run: ``summary.csv`` (every trial: its
-outcome, values and results), ``summary.md`` (best first) and ``<metric>.png``. The sweep
-finishes when some trial did, and says how many failed; it fails when none finished.
+cluster, submit it as a Ray job from the checkout with ``--submit ADDRESS`` (README, "Scale
+out"): the job's working directory is an allow-list (:func:`job_package`: the files git tracks
+or would track and the inputs the trials read, never a known secret file), not the checkout.
+The spec (``pipelines.sweep_spec``) is checked before anything runs: every key, every value,
+every trial's grid, the input files and the resources. Each trial (``pipelines.sweep_trials``)
+runs one cell of each of the spec's stages with the stages' own code and is one MLflow child run
+of the parent run ``sweep/<name>``; a line is logged per finished trial with the best metric so
+far.
+At the end, in ``reports/sweeps/<name>/`` and as artifacts of the parent run: ``summary.csv``
+(every trial: its outcome, values and results), ``summary.md`` (best first) and
+``<metric>.png``. The sweep finishes when some trial did, and says how many failed; it fails
+when none finished.
 
 ``--submit ADDRESS`` does the submitting (then ``$MLFLOW_TRACKING_URI`` must name the tracking
 server) and follows the job; once it ended, the reports the job wrote in its copy of the checkout
@@ -27,13 +24,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
 import functools
 import logging
 import os
 import secrets
+import subprocess
 import tempfile
 import urllib.parse
-from pathlib import Path
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
 
 from mlflow import MlflowClient
 from ray import tune
@@ -42,6 +42,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
 from learnable_sparsity.reporting.sweeps import summary_csv, summary_markdown, sweep_figure
+from pipelines.scaffold.inputs import declared_inputs
 from pipelines.scaffold.params import PARAMS_FILE
 from pipelines.scaffold.provenance import (
     GIT_COMMIT_ENV,
@@ -71,15 +72,35 @@ REPORTS = Path("reports/sweeps")
 STORAGE = Path("models/sweeps")
 SEEDS = ".seeds"  # the search keys of seeds (nmt.seeds, lvm.<experiment>.seeds, ape.seeds)
 UI_BASE = "http://127.0.0.1:5000"  # `make ui` on the project's store
-IGNORE_GITIGNORE = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray then uploads git-ignored files too
+# Files a job's package never holds, git-tracked or not: environment files, credentials, keys,
+# MLflow's auth config and the Ray token (fnmatch patterns of the file name)...
+SECRET_FILES = (
+    ".env",
+    ".env.*",
+    "*.env",
+    ".netrc",
+    "*credentials*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "id_rsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "basic_auth.ini",
+    "auth_token",
+    "secret_key",
+)
+# ...nor any file under a folder of these names.
+SECRET_FOLDERS = ("secrets", ".secrets", ".mlflow", ".ssh", ".aws", ".ray")
+RAY_IGNORE_FILES = (".gitignore", ".rayignore")  # read by Ray at every level of a working_dir
 # A submitted sweep's Ray job id, which its parent run carries as a tag: the submitter finds the
 # run, and so its reports, by it.
 JOB_ENV = "LEARNABLE_SPARSITY_RAY_JOB"
 JOB_TAG = "ray.job"
 NO_DATA = (
-    "`dvc repro` (or `dvc pull`) makes the data where the project is; a Ray job carries data/ "
-    f"(git-ignored) when submitted with {IGNORE_GITIGNORE}=1 (`python -m pipelines.sweep SPEC "
-    "--submit ADDRESS` sets it), or runs in a checkout on a shared filesystem (README, Scale out)"
+    "`dvc repro` (or `dvc pull`) makes the data where the project is; a Ray job carries the "
+    "inputs its trials read when submitted with `python -m pipelines.sweep SPEC --submit "
+    "ADDRESS`, or runs in a checkout on a shared filesystem (README, Scale out)"
 )
 log = logging.getLogger(__name__)
 
@@ -255,6 +276,78 @@ def fetch_reports(spec: SweepSpec, uri: str, job: str | None = None) -> Path:
     return folder
 
 
+def job_inputs(spec: SweepSpec, uri: str, root: Path) -> list[Path]:
+    """What a job's trials read that it must carry: the files of every trial's grid cells
+    (``SweepSpec.check_trials``) and the inputs each stage of the chain declares in
+    ``dvc.yaml`` (a stage's ``meta.json`` beside its data: :func:`declared_inputs`) that no
+    stage of the chain writes in the trial itself."""
+    chain = set(spec.settings.stages)
+    declared = {
+        root / dep
+        for stage in chain
+        for dep, writer in declared_inputs(stage, root / "dvc.yaml").items()
+        if writer not in chain
+    }
+    return sorted(set(spec.check_trials(uri)) | declared)
+
+
+def _is_secret(relative: PurePosixPath) -> bool:
+    """Whether a file at ``relative`` is a known kind of secret (by its name or a folder's)."""
+    return any(fnmatch.fnmatch(relative.name, pattern) for pattern in SECRET_FILES) or any(
+        part in SECRET_FOLDERS for part in relative.parts[:-1]
+    )
+
+
+def job_package(root: Path, inputs: Iterable[Path], into: Path) -> list[str]:
+    """Stage a Ray job's working directory in the empty folder ``into``: an allow-list, never
+    the checkout with a deny-list. It holds the files git tracks or would track in ``root``
+    (not git-ignored; as they are in the working tree: a new sweep spec too) and the ``inputs``
+    the trials read (files, or folders taken whole: the DVC outputs the job needs), as links to
+    them (Ray's packing reads through them), and no ``.gitignore``/``.rayignore`` (Ray would
+    apply them to the inputs). A known secret file
+    (:data:`SECRET_FILES`, :data:`SECRET_FOLDERS`) among them is refused, naming it; a missing
+    input is left out with a warning (the job then stops saying how to send the data along).
+    Returns the staged paths, relative to ``root``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root,
+        capture_output=True,
+        timeout=60,
+    )
+    if listed.returncode != 0:
+        raise LearnableSparsityError(
+            f"{root} is not a git checkout: --submit packs the files git tracks or would track "
+            f"(`git init` there, or submit from a clone): {listed.stderr.decode().strip()}"
+        )
+    files = {PurePosixPath(name) for name in listed.stdout.decode().split("\0") if name}
+    missing = []
+    for source in inputs:
+        source = source if source.is_absolute() else root / source
+        if not source.is_relative_to(root):
+            raise LearnableSparsityError(
+                f"the trials read {source}, outside {root}: a job takes files of the checkout"
+            )
+        if not source.exists():
+            missing.append(str(source))
+            continue
+        found = [source] if source.is_file() else [p for p in source.rglob("*") if p.is_file()]
+        files |= {PurePosixPath(p.relative_to(root).as_posix()) for p in found}
+    if missing:
+        log.warning("the trials read %s, which are not here: the job goes without them", missing)
+    files = {f for f in files if f.name not in RAY_IGNORE_FILES and (root / f).is_file()}
+    secret = sorted(str(f) for f in files if _is_secret(f))
+    if secret:
+        raise LearnableSparsityError(
+            f"the job's working directory would hold {secret}, which look like secrets: a job's "
+            "files are stored in the cluster and unpacked on every node; move them out of the "
+            "checkout (or out of git) and give each node its own (docs/tracking.md)"
+        )
+    for relative in files:
+        (into / relative).parent.mkdir(parents=True, exist_ok=True)
+        (into / relative).symlink_to(root / relative)
+    return sorted(str(f) for f in files)
+
+
 def submit(path: Path, address: str) -> str:
     """Submit the sweep ``path`` as a Ray job to the cluster whose dashboard is at ``address``
     (``http://<head>:8265``), with this checkout as its working directory (``data/`` included),
@@ -281,15 +374,24 @@ def submit(path: Path, address: str) -> str:
     if GIT_COMMIT_TAG in source:
         env[GIT_COMMIT_ENV] = source[GIT_COMMIT_TAG]
         env[GIT_DIRTY_ENV] = source[GIT_DIRTY_TAG]
-    os.environ[IGNORE_GITIGNORE] = "1"  # data/ (DVC's, git-ignored) travels; .rayignore rules
     relative = path.resolve().relative_to(here).as_posix()
     env[JOB_ENV] = f"sweep_{spec.name}_{secrets.token_hex(6)}"
     jobs = JobSubmissionClient(address)
-    job = jobs.submit_job(
-        entrypoint=f"python -m pipelines.sweep {relative}",
-        runtime_env={"working_dir": ".", "env_vars": env},
-        submission_id=env[JOB_ENV],
-    )
+    try:
+        inputs = job_inputs(spec, uri, here)
+        missing = [str(path) for path in inputs if not path.exists()]
+        if missing:
+            raise MissingInputError(f"the trials read {missing}, which are not here")
+    except MissingInputError as error:
+        raise LearnableSparsityError(f"{error}: `dvc repro` (or `dvc pull`) makes them") from None
+    with tempfile.TemporaryDirectory(prefix="sweep-package-") as package:
+        files = job_package(here, inputs, Path(package))
+        log.info("the job's working directory: %d files (git's and inputs)", len(files))
+        job = jobs.submit_job(  # Ray zips and uploads the package here, before it returns
+            entrypoint=f"python -m pipelines.sweep {relative}",
+            runtime_env={"working_dir": package, "excludes": [], "env_vars": env},
+            submission_id=env[JOB_ENV],
+        )
     log.info("submitted %s to %s; `ray job logs %s` shows its log", job, address, job)
 
     async def follow() -> None:

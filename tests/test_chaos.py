@@ -57,10 +57,65 @@ def test_a_port_something_listens_on_is_refused_before_anything_starts(tmp_path:
         out = ["--out", str(tmp_path / "result.json")]
         done = run_chaos(*ports, "--dashboard-port", str(port), *out)
     assert done.returncode == 2
-    assert f"something listens on 127.0.0.1:{port} (--dashboard-port)" in done.stderr
+    assert f"something listens on port {port} (--dashboard-port)" in done.stderr
     assert "did not start" in done.stderr
     assert set(Path("/tmp").glob("chaos-*")) == before  # no working folder, no cluster
     assert not (tmp_path / "result.json").exists()
+
+
+def test_a_port_taken_on_another_address_only_is_refused(tmp_path: Path) -> None:
+    """Ray binds its Ray Client server (10001 by default) to the host's address, not loopback:
+    a listener there is found too (--client-port)."""
+    addresses = [
+        a.address
+        for family in psutil.net_if_addrs().values()
+        for a in family
+        if a.family == socket.AF_INET and not a.address.startswith("127.")
+    ]
+    if not addresses:
+        pytest.skip("this machine has no IPv4 address but loopback")
+    with socket.socket() as listener:
+        listener.bind((addresses[0], 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        done = run_chaos("--client-port", str(port), "--out", str(tmp_path / "result.json"))
+    assert done.returncode == 2
+    assert f"something listens on port {port} (--client-port)" in done.stderr
+
+
+def test_the_cluster_logs_as_a_non_admin_user_of_the_documented_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tracking server chaos starts is deploy/mlflow-server.sh's (authentication, nothing
+    visible without a grant); the user it makes (deploy/mlflow_user.py) is no admin, holds EDIT
+    on the experiment, and is what the nodes, the submissions and the checks log in as."""
+    from mlflow import MlflowClient
+    from mlflow.server import get_app_client
+
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.setenv(name, "restored after the test")
+    folder = tmp_path / "c"
+    folder.mkdir()
+    ports = [chaos.free_port() for _ in range(4)]
+    cluster = chaos.Cluster(folder, *ports)
+    try:
+        cluster.server.start()
+        cluster._wait_for_server()
+        cluster._log_in()
+        assert cluster.env["MLFLOW_TRACKING_USERNAME"] == chaos.USER
+        assert "admin_password" not in (folder / "mlflow" / "basic_auth.ini").read_text()
+        assert not (folder / "mlflow" / "admin.credentials").exists()
+        auth = get_app_client("basic-auth", tracking_uri=cluster.tracking_uri)
+        assert not auth.get_user(chaos.USER).is_admin
+        client = MlflowClient(cluster.tracking_uri)
+        experiment = client.get_experiment_by_name(chaos.EXPERIMENT).experiment_id
+        permission = auth.get_user_permission(chaos.USER, "experiment", experiment)
+        assert permission.permission == "EDIT"
+        run = client.create_run(experiment)
+        client.log_metric(run.info.run_id, "loss", 1.0, step=0)
+        assert "ray-client-server-port" in " ".join(cluster.head.command)
+    finally:
+        cluster.server.stop()
 
 
 def test_a_group_kills_its_process_tree_and_what_names_its_marker(tmp_path: Path) -> None:

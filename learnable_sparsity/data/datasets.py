@@ -10,9 +10,10 @@ Every entry names its ``source``:
 * ``digits_game`` — signalling-game features derived offline from the digits (fixed random ReLU
   features; concepts = digit class × k-means cluster);
 * ``egg`` — the user's signalling-game files in the EGG format: ``features`` (HDF5, VGG fc7) and
-  ``labels`` (pickled concept per image), split at random by ``seed``;
-* ``egg_released`` — EGG's ``train/`` and ``test/`` feature folders, downloaded from ``url``
-  (EGG's link) into ``cache`` or put there by hand, split as the released code of Correia et al.
+  ``labels`` (pickled concept per image, read as plain data only), split at random by ``seed``;
+* ``egg_released`` — EGG's ``train/`` and ``test/`` feature folders, put into ``cache`` by hand
+  or downloaded from ``url`` (EGG's link) when ``sha256`` pins the archive's digest (none is
+  published, so none is pinned by default), split as the released code of Correia et al.
   (2020) splits them (validation games from the training images, test games from ``test/``).
 
 Split sizes (``valid_size``, ``test_size``) are counts (int ≥ 1) or fractions (float in (0, 1)).
@@ -125,6 +126,7 @@ class EggReleased(Settings):
     source: Literal["egg_released"]
     cache: str = "data/cache"
     url: str = EGG_URL
+    sha256: str | None = None  # of the archive at url; None: the folders are put in cache by hand
 
 
 DatasetSettings = DigitsImages | IdxImages | DigitsGame | EggGame | EggReleased
@@ -147,7 +149,9 @@ def build_dataset(settings: DatasetSettings) -> dict[str, Any]:
     """The stored form of the dataset ``settings`` describe."""
     if isinstance(settings, DigitsGame | EggGame | EggReleased):
         if isinstance(settings, EggReleased):
-            game = released_egg_games(fetch_egg_folders(Path(settings.cache), settings.url))
+            game = released_egg_games(
+                fetch_egg_folders(Path(settings.cache), settings.url, settings.sha256)
+            )
         elif isinstance(settings, DigitsGame):
             game = digits_game_features(
                 settings.seed,

@@ -7,11 +7,14 @@ the expected SHA-256:
 * **Resume.** Bytes arrive in ``<file>.part``; a transfer cut short is resumed with an HTTP
   ``Range`` request, up to :data:`DEFAULT_ATTEMPTS` transfers per call, and a partial file left
   by the last attempt stays for the next call to resume. Progress is a tqdm bar.
-* **Checksums.** The expected digest is the one given, else the one recorded in
-  ``<file>.sha256`` by the first successful download (entries that pin none, such as the
-  Hugging Face ``main`` revision of wmt/wmt16). The finished file is checked against it and renamed
-  into place atomically; a mismatch moves the bad file to ``<file>.corrupt`` and raises a
+* **Checksums.** Every download is pinned: the caller gives the expected SHA-256 (the data
+  registries pin one per file). The finished file is checked against it and renamed into place
+  atomically; a mismatch moves the bad file to ``<file>.corrupt`` and raises a
   :class:`~learnable_sparsity.errors.LearnableSparsityError` naming the file and both digests.
+  Nothing is fetched for an entry that pins no digest (such as the Hugging Face ``main`` revision
+  of wmt/wmt16): trusting whatever the first download brings would let a changed or hijacked
+  source choose the digest later downloads are checked against. Such a file is a manual download,
+  used as it is once the user has put it in the cache.
 * **Offline.** An unreachable host raises a ``LearnableSparsityError`` naming the URL and pointing
   to the ``local`` corpus source (:mod:`learnable_sparsity.data.local`); an HTTP error names its status.
 * **Pages.** No file the project downloads is a web page: an answer of type ``text/html`` (a
@@ -37,7 +40,6 @@ from learnable_sparsity.extras import needs_extra
 with needs_extra("pipeline", __name__):
     from tqdm import tqdm
 
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
 
 CHUNK_SIZE = 1 << 16
@@ -66,17 +68,6 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _recorded_digest(record: Path) -> str | None:
-    if not record.is_file():
-        return None
-    digest = record.read_text().strip().lower()
-    if not _SHA256.fullmatch(digest):
-        raise LearnableSparsityError(
-            f"{record} does not hold a SHA-256 digest ({digest!r}); delete it to re-record"
-        )
-    return digest
 
 
 def _quarantine(path: Path, final: Path) -> Path:
@@ -158,7 +149,7 @@ def _transfer(url: str, part: Path, *, progress: bool, timeout: float) -> None:
 def download(
     url: str,
     dest: str | os.PathLike[str],
-    sha256: str | None = None,
+    sha256: str | None,
     *,
     progress: bool = True,
     timeout: float = DEFAULT_TIMEOUT,
@@ -166,23 +157,29 @@ def download(
 ) -> Path:
     """Download ``url`` to ``dest`` (the cache entry) unless a verified copy is there already.
 
-    The expected digest is ``sha256`` if given, else the one recorded in ``<dest>.sha256`` by an
-    earlier download, else none (the digest of this download is then recorded). A transfer cut
-    short is resumed from ``<dest>.part`` with an HTTP Range request, up to ``attempts`` transfers
-    in all; after that the partial file stays for the next call to resume. Returns ``dest``.
+    ``sha256`` is the pinned digest of the file. None (no digest pinned): nothing is downloaded;
+    a file the user put at ``dest`` is returned as it is, else the error names the URL and
+    ``dest``. A transfer cut short is resumed from ``<dest>.part`` with an HTTP Range request,
+    up to ``attempts`` transfers in all; after that the partial file stays for the next call to
+    resume. Returns ``dest``.
     """
     dest = Path(dest)
-    if sha256 is not None and not _SHA256.fullmatch(sha256.lower()):
+    if sha256 is None:
+        if dest.is_file():
+            return dest
+        raise LearnableSparsityError(
+            f"no SHA-256 is pinned for {url}, so it is not downloaded (the first download's "
+            f"digest would be trusted unchecked): fetch the file yourself, check it, and save it "
+            f"as {dest}, where it is used as it is"
+        )
+    if not _SHA256.fullmatch(sha256.lower()):
         raise LearnableSparsityError(
             f"sha256 for {dest.name} is not a hex SHA-256 digest: {sha256!r}"
         )
-    record = _sibling(dest, ".sha256")
-    expected = sha256.lower() if sha256 is not None else _recorded_digest(record)
+    expected = sha256.lower()
     if dest.is_file():
         actual = sha256_of(dest)
-        if expected in (None, actual):
-            if expected is None:
-                atomic_write_text(record, actual + "\n")
+        if actual == expected:
             return dest
         bad = _quarantine(dest, dest)
         _log.warning(
@@ -207,14 +204,11 @@ def download(
             "bytes and the next call resumes from there"
         )
     actual = sha256_of(part)
-    if expected is not None and actual != expected:
+    if actual != expected:
         bad = _quarantine(part, dest)
-        origin = "given" if sha256 is not None else f"recorded in {record} by an earlier download"
         raise LearnableSparsityError(
-            f"{dest.name} downloaded from {url} has sha256 {actual}, expected {expected} "
-            f"({origin}); the file was moved to {bad}. If the source changed on purpose, delete "
-            f"{record} and download again"
+            f"{dest.name} downloaded from {url} has sha256 {actual}, expected the pinned "
+            f"{expected}; the file was moved to {bad}"
         )
     os.replace(part, dest)
-    atomic_write_text(record, actual + "\n")
     return dest

@@ -124,13 +124,13 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
 class ImageDatasetSpec:
     """An MNIST-like data set: the four :data:`IDX_FILES` under ``base_url``.
 
-    ``sha256`` maps each file name to its pinned digest (None: the first download records one).
+    ``sha256`` maps each file name to its pinned digest (every download is pinned).
     The sizes, ``side`` and ``num_classes`` are checked when the files are read.
     """
 
     name: str
     base_url: str
-    sha256: Mapping[str, str | None]
+    sha256: Mapping[str, str]
     train_size: int = 60_000
     test_size: int = 10_000
     side: int = 28
@@ -250,7 +250,10 @@ def released_ssvae_split(
     indices: dict[str, np.ndarray] = {}
     for role, (name, sha256, size) in RELEASED_SSVAE_SPLIT.items():
         path = download(f"{base}/{name}", root / name, sha256, progress=progress, timeout=timeout)
-        values = np.load(path, allow_pickle=False)
+        try:
+            values = np.load(path, allow_pickle=False)  # an object array would be unpickled
+        except ValueError as error:
+            raise LearnableSparsityError(f"{path} refused: {error}") from None
         if (
             values.shape != (size,)
             or values.dtype.kind not in "iu"
@@ -303,7 +306,7 @@ def fetch_images(
         role: download(
             f"{base}/{name}",
             root / name,
-            dataset.sha256.get(name),
+            dataset.sha256[name],
             progress=progress,
             timeout=timeout,
         )

@@ -50,8 +50,10 @@ error names the page and the path. The LINDAT items' ``allzip`` addresses and th
 member names were written without network access: a wrong one fails loudly (an HTTP error naming
 the URL, a licence page refused as a web page, or a missing member listed with the files the
 archive does hold), and ``python -m pipelines.preflight --online --profile paper`` finds the first
-two in a minute. No publisher checksum exists for these items: the first download records each
-file's digest (``<file>.sha256``) and later uses are verified against it.
+two in a minute. No publisher checksum exists for these items, and every download is pinned
+(:func:`~learnable_sparsity.data.fetch.download`): a file without a digest here (the LINDAT items,
+kftt, fairseq's IWSLT14, wmt/wmt16's ``main``) is fetched by the user, who checks it and saves it
+as ``<cache>/<corpus>/<file name>``, where it is used as it is; the error names the URL and path.
 
 Text is kept as published (see :mod:`learnable_sparsity.data.extractors`), so ``iwslt14_de_en`` differs
 from fairseq's Moses-tokenized, lowercased, length-cleaned version in its train/valid sizes
@@ -61,8 +63,8 @@ from fairseq's Moses-tokenized, lowercased, length-cleaned version in its train/
 :func:`learnable_sparsity.data.fetch.download` (cache reuse, resume, SHA-256 checks; an unreachable host
 raises a :class:`~learnable_sparsity.errors.LearnableSparsityError` pointing to the ``local`` corpus
 source), extracts the splits, logs a warning for a split size that differs from the published
-one and then drops rows with an empty field (counted in the log). Where no digest is pinned, the
-first download of each file records its digest and later uses are verified against the record.
+one and then drops rows with an empty field (counted in the log). A file whose digest is not
+pinned is never downloaded: it must be in the cache already.
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ class RemoteFile:
     """One file of a corpus: its name in the cache, its URL and, if pinned, its SHA-256.
 
     A file without a URL is a manual download: ``page`` says where a user gets it, to save it as
-    ``<cache>/<corpus>/<name>``.
+    ``<cache>/<corpus>/<name>``. A file with a URL but no digest is one too: only a pinned file
+    is downloaded.
     """
 
     name: str
@@ -146,7 +149,7 @@ _IWSLT15_SHA256 = {
 # de-en.tgz huggingface/datasets recorded with its SHA-256 (datasets/iwslt2017/dataset_infos.json
 # at 040102f1; the repository is IWSLT/iwslt2017 since, and the Hub redirects the old name);
 # wmt/wmt14 at a revision a published script pins (no digest of the de-en shards is published);
-# wmt/wmt16: none found, so ``main``, whose files' digests the first download records.
+# wmt/wmt16: none found, so ``main``, whose files (no digest pinned) the user fetches by hand.
 _IWSLT17_REVISION = "ebd7c60d9800c2a1be010a227e5f0a2363730f7a"
 _WMT14_REVISION = "b199e406369ec1b7634206d3ded5ba45de2fe696"
 _WMT16_REVISION = "main"

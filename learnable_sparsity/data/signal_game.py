@@ -9,8 +9,9 @@ Two sources:
 * :func:`load_egg_features` — the EGG / Lazaridou et al. files: an HDF5 file of VGG fc7
   features (``ours_images_single_sm0.h5``, ``[N, 4096]``; EGG reads the file's one dataset,
   usually ``dataset_1``) and a pickled sequence with the concept label of each image
-  (``ours_images_single_sm0.objects``, e.g. ImageNet concept names). Rows are L2-normalised as
-  in EGG.
+  (``ours_images_single_sm0.objects``, e.g. ImageNet concept names), unpickled as plain data
+  only (containers, numbers, strings, numpy arrays: nothing in it can run code). Rows are
+  L2-normalised as in EGG.
 * :func:`digits_game_features` — an offline smoke stand-in built from scikit-learn's 8×8 digits:
   a fixed random projection of the 64 pixels followed by a ReLU (non-negative like fc7
   activations), L2-normalised. Concepts are finer than the 10 digit classes, so that 16
@@ -181,12 +182,74 @@ def _read_features(path: Path, dataset: str | None) -> Tensor:
     return tensor
 
 
+def _ndarray_reconstruct(subtype: type, shape: tuple[int, ...], dtype: bytes) -> np.ndarray:
+    """numpy's ``_reconstruct`` (the empty array a pickled array's state is then set on), for
+    a plain ``ndarray`` only."""
+    if subtype is not np.ndarray:
+        raise pickle.UnpicklingError(f"an array of type {subtype!r}, not numpy.ndarray")
+    return np.ndarray.__new__(np.ndarray, shape, dtype)
+
+
+def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
+    """``_codecs.encode`` as pickled arrays use it (an array's bytes written as latin-1 text by
+    protocols 0-2), without the other codecs."""
+    if encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r}")
+    return text.encode("latin-1")
+
+
+def _frombuffer(buffer: bytes, dtype: np.dtype, shape: tuple[int, ...], order: str) -> np.ndarray:
+    """numpy's protocol-5 array rebuild, into an array of its own (not a view of the buffer)."""
+    return np.frombuffer(buffer, dtype).reshape(shape, order=order).copy()
+
+
+# What a label file may name besides plain containers, numbers and strings (which pickle builds
+# without naming anything): a numpy array or scalar and the pieces its pickle rebuilds it from,
+# in numpy 1's and numpy 2's module names, and Python 2's / 3's name of the set types. Every
+# other name is refused before it is looked up: an unpickled name is called, and a callable such
+# as os.system runs whatever the file says.
+_NUMPY_CORE = ("numpy.core.multiarray", "numpy._core.multiarray")
+LABEL_GLOBALS: dict[tuple[str, str], object] = {
+    **{(module, "_reconstruct"): _ndarray_reconstruct for module in _NUMPY_CORE},
+    **{(module, "scalar"): np._core.multiarray.scalar for module in _NUMPY_CORE},
+    ("numpy.core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1_encode,
+    **{
+        (module, kind.__name__): kind
+        for module in ("builtins", "__builtin__")
+        for kind in (set, frozenset)
+    },
+}
+
+
+class _Refused(pickle.UnpicklingError):
+    """A label file names an object outside :data:`LABEL_GLOBALS`."""
+
+
+class _LabelUnpickler(pickle.Unpickler):
+    """An unpickler that builds plain data only: :data:`LABEL_GLOBALS`, nothing else."""
+
+    def find_class(self, module: str, name: str) -> object:
+        try:
+            return LABEL_GLOBALS[module, name]
+        except KeyError:
+            raise _Refused(
+                f"refused: it names {module}.{name}, not plain data (containers, numbers, "
+                "strings, numpy arrays), and loading it could run code"
+            ) from None
+
+
 def _read_labels(path: Path) -> list[Hashable]:
     if not path.is_file():
         raise LearnableSparsityError(f"label file {path} does not exist")
     try:
         with open(path, "rb") as handle:
-            labels = pickle.load(handle)
+            labels = _LabelUnpickler(handle).load()
+    except _Refused as err:
+        raise LearnableSparsityError(f"label file {path} {err}") from None
     except Exception as err:  # unpickling raises many types; all mean a bad file here
         raise LearnableSparsityError(
             f"label file {path} is not a readable pickle: {type(err).__name__}: {err}"
@@ -225,7 +288,8 @@ def load_egg_features(
     list, tuple or 1-d numpy array of N hashable labels (concept names or ids), row i's label at
     position i. Concept ids number the distinct labels in order of first appearance (as EGG's
     ``obj2id``); names are ``str(label)``. With ``normalize`` every row is scaled to unit L2 norm
-    (EGG does). Only unpickle files you trust: a pickle can run code.
+    (EGG does). The labels are unpickled as plain data only (:data:`LABEL_GLOBALS`): a file
+    naming any other Python object is refused before it is looked up.
 
     Features are loaded into memory (the 463,000 × 4,096 ImageNet set takes 7.6 GB as float32).
     """
@@ -247,8 +311,9 @@ def load_egg_features(
 # --------------------------------------------------------------------------- EGG's released folders
 
 # Where EGG's signal_game README links "the data used in the paper". What the address serves (an
-# archive, and of which kind) is not documented: fetch_egg_folders takes a zip or tar archive and
-# refuses anything else, naming the folders to put in the cache by hand.
+# archive, and of which kind) is not documented, nor its digest: fetch_egg_folders downloads it
+# only with a digest given (a zip or tar archive, anything else refused) and otherwise names the
+# folders to put in the cache by hand.
 EGG_URL = "https://dl.fbaipublicfiles.com/signaling_game_data"
 EGG_PARTS = ("train", "test")
 EGG_FILES = ("ours_images_single_sm0.h5", "ours_images_single_sm0.objects")
@@ -263,18 +328,27 @@ def egg_members(root: Path) -> list[Path]:
 def fetch_egg_folders(
     cache_dir: str | os.PathLike[str],
     url: str = EGG_URL,
+    sha256: str | None = None,
     *,
     progress: bool = True,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> Path:
     """``<cache_dir>/signal_game`` holding ``train/`` and ``test/`` with :data:`EGG_FILES` each:
     as found there (put by hand, or unpacked before), else downloaded from ``url`` as one zip or
-    tar archive and the six files unpacked from it, found under any folder, one at a time."""
+    tar archive whose SHA-256 is ``sha256`` and the six files unpacked from it, found under any
+    folder, one at a time, each to its fixed path (an archive's member names choose no path).
+    Without ``sha256`` nothing is downloaded (:func:`~learnable_sparsity.data.fetch.download`)."""
     root = Path(cache_dir) / EGG_FOLDER
     wanted = egg_members(root)
     if all(path.is_file() for path in wanted):
         return root
-    archive = download(url, root / "download", progress=progress, timeout=timeout)
+    if sha256 is None:
+        raise LearnableSparsityError(
+            f"EGG's folders are not in {root} and no SHA-256 is pinned for {url}, so it is not "
+            f"downloaded: put EGG's train/ and test/ folders (each with {', '.join(EGG_FILES)}) "
+            f"into {root} by hand, or give the archive's digest (images: sha256)"
+        )
+    archive = download(url, root / "download", sha256, progress=progress, timeout=timeout)
     suffixes = {f"{path.parent.name}/{path.name}": path for path in wanted}
     found: set[str] = set()
 

@@ -18,6 +18,9 @@ from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.settings import Settings, SettingsError, build
 
 PARAMS_FILE = Path("params.yaml")
+# The profiles' overlays, found beside the code (a Ray job's copy of the checkout holds them too).
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+SMOKE = "smoke"  # the profile params.yaml holds as committed
 S = TypeVar("S", bound=Settings)
 T = TypeVar("T")
 
@@ -97,6 +100,24 @@ def load_params(path: Path = PARAMS_FILE) -> Params:
     if not isinstance(data, Mapping):
         raise LearnableSparsityError(f"params file {path} must hold a mapping at the top level")
     return Params(data, str(path))
+
+
+def known_profiles(profiles: Path = PROFILES_DIR) -> list[str]:
+    """``smoke`` (``params.yaml`` as committed) and the overlays ``profiles/<name>.yaml``."""
+    return sorted({SMOKE, *(path.stem for path in profiles.glob("*.yaml"))})
+
+
+def check_profile(params: Params, profiles: Path = PROFILES_DIR) -> str:
+    """The params' ``profile``, which labels every run: a known profile's name
+    (:func:`known_profiles`); another (a typo, ``papre``) is refused, listing them."""
+    name = params.get("profile", str)
+    known = known_profiles(profiles)
+    if name not in known:
+        raise LearnableSparsityError(
+            f"{params.source}: profile {name!r} is not a known profile; known: {known} "
+            f"(smoke and the files of {profiles})"
+        )
+    return name
 
 
 def with_profile(smoke: Params, name: str, profiles: Path) -> Params:

@@ -257,7 +257,8 @@ def check_ready(settings: RaySettings) -> None:
 
 
 def _describe_failure(index: int, cell: Any, error: ray.exceptions.RayError) -> str:
-    """One failed cell for the error message: the cell and the end of its remote traceback."""
+    """One failed cell for the error message: its error first (a full disk, named, is the
+    line a user reads), then the cell and the end of its remote traceback."""
     shown = repr(cell)
     if len(shown) > _CELL_REPR_CHARS:
         shown = shown[:_CELL_REPR_CHARS] + " ...}"
@@ -272,4 +273,4 @@ def _describe_failure(index: int, cell: Any, error: ray.exceptions.RayError) -> 
         headline = f"{type(error).__name__}: {lines[0] if lines else ''}"
         lines = lines[1:]
     detail = "".join(f"\n      {line}" for line in lines[-_TRACEBACK_LINES:])
-    return f"  - cell {index} {shown}: {headline}{detail}"
+    return f"  - cell {index}: {headline}\n      the cell: {shown}{detail}"

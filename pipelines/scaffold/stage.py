@@ -12,15 +12,20 @@ A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top
    logged to the stage's MLflow run; ``stage.write_metrics(...)`` — its DVC metrics, checked to
    hold numbers only.
 
-MLflow: the stage's parent run is created on first use (so a params error leaves no run behind),
-with the params sections the stage read; every cell that runs is a child run, ended FINISHED or
+Before ``main`` runs, and so before any file is touched, :meth:`Stage.check_before_work` checks
+the profile's name and the tracking store (a server that answers, takes the credentials and lets
+their user log into the experiment). MLflow: the stage's parent run is created on first use (so
+a params error leaves no run behind), at the latest before a grid clears an outdated cell, with
+the params sections the stage read; every cell that runs is a child run, ended FINISHED or
 FAILED with its task. Errors a user causes (:class:`LearnableSparsityError`) end the stage with
 one clear message and exit status 1; ``--verbose`` (or ``LEARNABLE_SPARSITY_VERBOSE=1``) adds
-the traceback.
+the traceback. SIGTERM or Ctrl-C end its runs KILLED and the stage with one line and status 143
+or 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -29,8 +34,9 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
+import psutil
 from matplotlib.figure import Figure
 
 from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
@@ -51,10 +57,10 @@ from pipelines.scaffold.cells import (
 from pipelines.scaffold.files import file_digest, png, write_json
 from pipelines.scaffold.inputs import require_inputs
 from pipelines.scaffold.metrics import check_scalar_metrics
-from pipelines.scaffold.params import Params, load_params
+from pipelines.scaffold.params import Params, check_profile, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, check_ready, run_grid
 from pipelines.scaffold.runs import RunLogger, StageRun, metric_name, start_stage_run
-from pipelines.scaffold.store import MlflowSettings, tracking_uri
+from pipelines.scaffold.store import MlflowSettings, check_access, tracking_uri
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
@@ -100,6 +106,13 @@ class Stage:
     def profile(self) -> str:
         return self.params.get("profile", str)
 
+    def check_before_work(self) -> None:
+        """What must hold before the stage touches any file (a cell directory, an output): a
+        known profile, and a store that takes the credentials given and lets their user log
+        into the experiment (:func:`~pipelines.scaffold.store.check_access`)."""
+        check_profile(self.params)
+        check_access(self.uri, self.settings("mlflow", MlflowSettings).experiment)
+
     @property
     def run(self) -> StageRun:
         """The stage's MLflow parent run, created on first use."""
@@ -133,6 +146,7 @@ class Stage:
         # A request no node can give ends here, even with nothing to run: no run made, no
         # finished cell removed.
         check_ready(ray)
+        self.run  # noqa: B018 - the parent run (the server's yes) before a cell is touched
         clear_outdated(store, outdated, prints)
         runs = []
         for cell in todo:
@@ -237,9 +251,60 @@ def _flat_metrics(data: Mapping[str, Any], *parts: str) -> dict[str, float]:
     return flat
 
 
+class _Killed(KeyboardInterrupt):
+    """A signal ended the stage (its number in ``signum``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+_SIGNALLED: list[int] = []  # the signals _interrupt received (Ray re-raises its exception anew)
+
+
 def _interrupt(signum: int, _frame: object) -> None:
     """SIGTERM (``kill``, a scheduler) ends a stage like Ctrl-C: its MLflow runs are KILLED."""
-    raise KeyboardInterrupt(f"signal {signum}")
+    _SIGNALLED.append(signum)
+    raise _Killed(signum)
+
+
+# Seconds the processes this stage started (a local Ray's) get to end on SIGTERM before SIGKILL.
+CHILDREN_GRACE_S = 5.0
+
+
+def _end_children() -> None:
+    """End every process this one started and their children (a local Ray's GCS, raylet and
+    agents), which a stage leaving at once would leave behind."""
+    me, ended = psutil.Process(), set()
+    while children := [c for c in me.children(recursive=True) if c.pid not in ended]:
+        # a raylet may start a worker (a task's retry) while it is being ended: look again
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.terminate()
+        _, alive = psutil.wait_procs(children, timeout=CHILDREN_GRACE_S)
+        for child in alive:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        ended |= {child.pid for child in children}
+
+
+def _exit_killed(name: str, error: BaseException) -> NoReturn:
+    """End a killed stage: one line, no traceback, the shell's status for the signal (143 for
+    SIGTERM, 130 for Ctrl-C). The process leaves at once: Ray's exit handlers would wait about
+    a minute for a local Ray whose processes the same signal already ended (a process group's
+    ``kill``), and the runs are ended already."""
+    if isinstance(error, _Killed):
+        signum = error.signum
+    elif _SIGNALLED:  # ray.wait raises a KeyboardInterrupt of its own for _interrupt's
+        signum = _SIGNALLED[-1]
+    else:  # Ctrl-C, or a handler of Ray's that exited with SIGTERM's number
+        signum = signal.SIGTERM if isinstance(error, SystemExit) else signal.SIGINT
+    log.error("%s killed by %s: its MLflow runs are KILLED", name, signal.Signals(signum).name)
+    _end_children()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)
 
 
 def run_stage(
@@ -260,6 +325,7 @@ def run_stage(
     try:
         require_inputs(name.replace("/", "@"), Path.cwd())  # before a run or a cell is touched
         stage = Stage(name, params(), tracking_uri(Path.cwd()))
+        stage.check_before_work()
         main(stage)
     except LearnableSparsityError as error:
         if stage is not None:
@@ -275,5 +341,7 @@ def run_stage(
         )
         if stage is not None:
             stage.finish("KILLED" if killed else "FAILED")
+        if killed:
+            _exit_killed(name, error)
         raise
     stage.finish("FINISHED")

@@ -23,10 +23,13 @@ import re
 import sqlite3
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
@@ -44,6 +47,8 @@ _RETRY_MAX_DELAY_S = 5.0
 # Makes the MLflow UI open an experiment on its runs table (MLflow 3 defaults to the GenAI view).
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 ARTIFACTS_FOLDER = "mlartifacts"
+PRIVATE_FILE_MODE = 0o600  # a store this project creates: its owner's only
+PRIVATE_FOLDER_MODE = 0o700
 # The tables whose rows name artifact locations (mlflow.store.tracking.dbmodels.models).
 _ARTIFACT_COLUMNS = (
     ("experiments", "artifact_location"),
@@ -53,22 +58,48 @@ _ARTIFACT_COLUMNS = (
 
 
 def tracking_uri(start: Path) -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else the SQLite file ``mlflow.db`` at the project root
-    around ``start`` (absolute; see :func:`project_root`). A URI with a password in it
-    (``http://user:password@host``) is refused, the password left out of the error."""
+    """``$MLFLOW_TRACKING_URI`` if set (checked by :func:`checked_uri`), else the SQLite file
+    ``mlflow.db`` at the project root around ``start`` (absolute; see :func:`project_root`)."""
     given = os.environ.get("MLFLOW_TRACKING_URI")
-    if given and _USERINFO.search(given):
+    return checked_uri(given) if given else f"sqlite:///{project_root(start) / 'mlflow.db'}"
+
+
+# Tracking URIs naming a file of this machine: no authority, no credentials.
+_LOCAL_SCHEMES = ("", "sqlite", "file")
+
+
+def checked_uri(uri: str) -> str:
+    """``uri`` (``MLFLOW_TRACKING_URI``) if it names a server (or database) by its address
+    alone. A URI with user information (``http://user:password@host``, ``@`` anywhere after
+    the scheme: a password may hold ``/`` or ``@``, which moves where a parser sees the
+    authority end), or an authority that does not parse (a port that is not a number) is
+    refused; the error shows the scheme only, never any part of the authority or what follows
+    (the password could be anywhere in it)."""
+    parts = urlsplit(uri)
+    if parts.scheme in _LOCAL_SCHEMES:
+        return uri  # a file of this machine (checked by prepare)
+    shown = f"MLFLOW_TRACKING_URI ({parts.scheme}://… withheld)"
+    if "@" in uri.partition("//")[2]:
         raise LearnableSparsityError(
-            f"MLFLOW_TRACKING_URI ({_USERINFO.sub('//***@', given)}) holds credentials, which "
-            "would be logged and shown to every Ray job: give the server's address alone and "
-            "the credentials in MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD or "
-            "~/.mlflow/credentials (docs/tracking.md)"
+            f"{shown} holds user information (an '@'), which would be logged and shown to every "
+            "Ray job: give the server's address alone and the credentials in "
+            "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD or ~/.mlflow/credentials "
+            "(docs/tracking.md)"
         )
-    return given or f"sqlite:///{project_root(start) / 'mlflow.db'}"
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        raise LearnableSparsityError(
+            f"{shown} has an address whose port is not a number: give "
+            "scheme://host[:port] (e.g. https://mlflow.example.org or http://127.0.0.1:5000)"
+        ) from None
+    if not parts.hostname:
+        raise LearnableSparsityError(
+            f"{shown} names no host: give scheme://host[:port] (e.g. http://127.0.0.1:5000)"
+        )
+    return uri
 
 
-# The user information of a URL ("//user:password@" or "//token@"), where credentials would hide.
-_USERINFO = re.compile(r"//[^/@]*@")
 # What a tracking server answers to requests without (valid) credentials, or without the right.
 REFUSED_CODES = ("UNAUTHENTICATED", "PERMISSION_DENIED")
 
@@ -82,6 +113,75 @@ def refused(error: MlflowException, uri: str) -> LearnableSparsityError:
         f"{given}: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or write them in "
         "~/.mlflow/credentials on every machine that logs (docs/tracking.md), for a user with "
         "the right to edit the experiment"
+    )
+
+
+HEALTH_TIMEOUT_S = 10.0  # a server's /health answers at once; a slow proxy gets this long
+# The grants that let a user log runs into an experiment (mlflow.server.auth.permissions).
+WRITING_PERMISSIONS = ("EDIT", "MANAGE")
+
+
+def grant_command(uri: str, user: str, experiment_id: str) -> str:
+    """What an admin runs to let ``user`` log into the experiment (docs/tracking.md)."""
+    return (
+        f'an admin runs: python -c "from mlflow.server import get_app_client; '
+        f"get_app_client('basic-auth', tracking_uri='{uri}').grant_user_permission("
+        f"'{user}', 'experiment', '{experiment_id}', 'EDIT')\""
+    )
+
+
+def check_access(uri: str, experiment: str) -> None:
+    """Before any work: the server at ``uri`` (nothing to check for a SQLite store) takes the
+    credentials given and lets their user log runs into ``experiment``: an admin, or a user
+    with EDIT or MANAGE on it (a user who may create it, if it does not exist yet: its creator
+    gets MANAGE). Reads only. A refusal raises naming what to set or the grant to ask for."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:  # MLflow's client retries an unreachable server for minutes
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S).close()
+    except (urllib.error.URLError, OSError) as error:
+        raise LearnableSparsityError(
+            f"the MLflow tracking server {uri} does not answer ({getattr(error, 'reason', error)})"
+            ": start it, or set MLFLOW_TRACKING_URI to one that runs (docs/tracking.md)"
+        ) from None
+    try:
+        found = retry(MlflowClient(uri).get_experiment_by_name, experiment)
+    except MlflowException as error:
+        if error.error_code == "PERMISSION_DENIED":
+            raise _no_grant(uri, experiment, "no permission to read it", None) from None
+        if error.error_code in REFUSED_CODES:
+            raise refused(error, uri) from None
+        raise
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    user = read_mlflow_creds().username
+    if found is None or user is None:
+        return  # created by its first stage; or a server without authentication
+    from mlflow.server import get_app_client
+
+    auth = get_app_client("basic-auth", tracking_uri=uri)
+    try:
+        if auth.get_user(user).is_admin:
+            return
+        permission = auth.get_user_permission(user, "experiment", found.experiment_id).permission
+    except MlflowException as error:
+        if error.error_code == "ENDPOINT_NOT_FOUND":
+            return  # a server without authentication: anyone may log
+        raise
+    if permission not in WRITING_PERMISSIONS:
+        raise _no_grant(uri, experiment, f"only {permission}", found.experiment_id, user)
+
+
+def _no_grant(
+    uri: str, experiment: str, has: str, experiment_id: str | None, user: str | None = None
+) -> LearnableSparsityError:
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    user = user or read_mlflow_creds().username or "<user>"
+    fix = grant_command(uri, user, experiment_id or "<experiment id>")
+    return LearnableSparsityError(
+        f"the MLflow tracking server {uri} gives user {user!r} {has} on experiment "
+        f"{experiment!r}; logging runs needs EDIT: {fix} (docs/tracking.md)"
     )
 
 
@@ -130,10 +230,11 @@ def prepare(uri: str, experiment: str) -> str:
         raise LearnableSparsityError(
             f"mlflow.experiment must be a non-empty name, got {experiment!r}"
         )
+    check_access(uri, experiment)
     database = _sqlite_path(uri)
     location = None
     if database is not None:
-        database.parent.mkdir(parents=True, exist_ok=True)
+        _private_store(database)
         folder = re.sub(r"[^A-Za-z0-9_-]", "_", experiment)
         location = (database.parent / ARTIFACTS_FOLDER / folder).as_uri()
     client = MlflowClient(uri)
@@ -165,6 +266,18 @@ def prepare(uri: str, experiment: str) -> str:
             "or choose another mlflow.experiment"
         )
     return found.experiment_id
+
+
+def _private_store(database: Path) -> None:
+    """The SQLite file created readable by its owner only (0600; SQLite gives its journal the
+    same mode) and its artifacts folder 0700: runs, params and models are nobody else's to
+    read. Existing ones are left as they are."""
+    database.parent.mkdir(parents=True, exist_ok=True)
+    if not database.exists():
+        os.close(os.open(database, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE_MODE))
+    artifacts = database.parent / ARTIFACTS_FOLDER
+    if not artifacts.exists():
+        artifacts.mkdir(mode=PRIVATE_FOLDER_MODE)
 
 
 def _relocate(database: Path, found: str, wanted: str) -> None:

@@ -1,5 +1,5 @@
 """Tests for ``learnable_sparsity.data.fetch``: :func:`download` against the loopback HTTP server of
-tests/loopback.py (checksums, resume, cache, the offline error, web pages)."""
+tests/loopback.py (pinned checksums, resume, cache, the offline error, web pages)."""
 
 from __future__ import annotations
 
@@ -25,13 +25,27 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def test_download_verifies_and_records_the_checksum(server: LoopbackServer, tmp_path: Path) -> None:
+def test_download_verifies_the_pinned_checksum(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "cache" / "corpus.bin"
     assert download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False) == dest
     assert dest.read_bytes() == PAYLOAD
-    assert (tmp_path / "cache" / "corpus.bin.sha256").read_text().strip() == _sha(PAYLOAD)
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["corpus.bin", "corpus.bin.sha256"]
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["corpus.bin"]
+
+
+def test_nothing_unpinned_is_downloaded(server: LoopbackServer, tmp_path: Path) -> None:
+    """No digest: no request (a first download's digest would be trusted unchecked); a file the
+    user put in the cache is used as it is."""
+    server.files["/corpus.bin"] = PAYLOAD
+    dest = tmp_path / "cache" / "corpus.bin"
+    with pytest.raises(LearnableSparsityError) as error:
+        download(server.url("/corpus.bin"), dest, None, progress=False)
+    assert "no SHA-256 is pinned" in str(error.value) and str(dest) in str(error.value)
+    assert server.requests == [] and not dest.parent.exists()
+    dest.parent.mkdir()
+    dest.write_bytes(b"checked by the user")
+    assert download(server.url("/corpus.bin"), dest, None, progress=False) == dest
+    assert server.requests == [] and dest.read_bytes() == b"checked by the user"
 
 
 def test_checksum_mismatch_names_file_and_both_digests(
@@ -68,9 +82,9 @@ def test_partial_file_is_kept_for_the_next_call(server: LoopbackServer, tmp_path
     server.drop_after["/corpus.bin"] = 12_345
     dest = tmp_path / "corpus.bin"
     with pytest.raises(LearnableSparsityError, match="keeps the first 12345 bytes"):
-        download(server.url("/corpus.bin"), dest, progress=False, attempts=1)
+        download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False, attempts=1)
     assert not dest.exists()
-    download(server.url("/corpus.bin"), dest, progress=False)
+    download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
     assert dest.read_bytes() == PAYLOAD
     assert server.requests[-1] == ("/corpus.bin", "bytes=12345-")
 
@@ -88,9 +102,9 @@ def test_complete_partial_file_refused_by_the_server_restarts(
 def test_corrupted_cache_entry_is_downloaded_again(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "corpus.bin"
-    download(server.url("/corpus.bin"), dest, progress=False)
+    download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
     dest.write_bytes(b"bit rot")
-    download(server.url("/corpus.bin"), dest, progress=False)  # verified against the record
+    download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
     assert dest.read_bytes() == PAYLOAD
     assert (tmp_path / "corpus.bin.corrupt").read_bytes() == b"bit rot"
     assert len(server.requests) == 2
@@ -99,20 +113,9 @@ def test_corrupted_cache_entry_is_downloaded_again(server: LoopbackServer, tmp_p
 def test_cache_hit_makes_no_request(server: LoopbackServer, tmp_path: Path) -> None:
     server.files["/corpus.bin"] = PAYLOAD
     dest = tmp_path / "corpus.bin"
-    download(server.url("/corpus.bin"), dest, progress=False)
-    download(server.url("/corpus.bin"), dest, progress=False)
+    download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
     download(server.url("/corpus.bin"), dest, _sha(PAYLOAD), progress=False)
     assert len(server.requests) == 1
-
-
-def test_recorded_digest_guards_later_downloads(server: LoopbackServer, tmp_path: Path) -> None:
-    server.files["/corpus.bin"] = PAYLOAD
-    dest = tmp_path / "corpus.bin"
-    download(server.url("/corpus.bin"), dest, progress=False)  # no digest given: recorded
-    dest.unlink()
-    server.files["/corpus.bin"] = PAYLOAD[::-1]  # the source changed under the same URL
-    with pytest.raises(LearnableSparsityError, match=r"corpus\.bin\.sha256 by an earlier download"):
-        download(server.url("/corpus.bin"), dest, progress=False)
 
 
 def test_unreachable_host_suggests_the_local_source(tmp_path: Path) -> None:
@@ -121,13 +124,13 @@ def test_unreachable_host_suggests_the_local_source(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/corpus.bin"
     with pytest.raises(LearnableSparsityError) as err:
-        download(url, tmp_path / "corpus.bin", progress=False, timeout=5)
+        download(url, tmp_path / "corpus.bin", "0" * 64, progress=False, timeout=5)
     assert url in str(err.value) and "`local` corpus source" in str(err.value)
 
 
 def test_http_error_is_named(server: LoopbackServer, tmp_path: Path) -> None:
     with pytest.raises(LearnableSparsityError, match=r"/missing\.bin failed: HTTP 404"):
-        download(server.url("/missing.bin"), tmp_path / "missing.bin", progress=False)
+        download(server.url("/missing.bin"), tmp_path / "missing.bin", "0" * 64, progress=False)
 
 
 def test_a_web_page_where_a_file_was_expected_is_refused(
@@ -138,7 +141,7 @@ def test_a_web_page_where_a_file_was_expected_is_refused(
     server.content_types["/item/train.zip"] = "text/html;charset=UTF-8"
     dest = tmp_path / "cache" / "train.zip"
     with pytest.raises(LearnableSparsityError) as error:
-        download(server.url("/item/train.zip"), dest, progress=False)
+        download(server.url("/item/train.zip"), dest, "0" * 64, progress=False)
     assert "answers a web page (text/html" in str(error.value)
     assert server.url("/item/train.zip") in str(error.value) and str(dest) in str(error.value)
     assert not any(dest.parent.iterdir())

@@ -19,7 +19,16 @@ from sklearn.datasets import load_digits
 
 from learnable_sparsity.data import datasets, idx_images
 from learnable_sparsity.data.images import binarize, digits_splits, labelled_split, quantize
-from learnable_sparsity.data.idx_images import IDX_FILES, IMAGE_DATASETS, ImageArrays, ImageDatasetSpec, fetch_images, read_idx, released_ssvae_split, split_images
+from learnable_sparsity.data.idx_images import (
+    IDX_FILES,
+    IMAGE_DATASETS,
+    ImageArrays,
+    ImageDatasetSpec,
+    fetch_images,
+    read_idx,
+    released_ssvae_split,
+    split_images,
+)
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.settings import SettingsError
 
@@ -151,7 +160,7 @@ def test_fetch_images_downloads_verifies_and_parses(server: LoopbackServer, tmp_
         np.testing.assert_array_equal(getattr(fetched, role), arrays[role])
     assert fetched.train_labels.dtype == np.int64
     cached = tmp_path / "mnist" / "train-images-idx3-ubyte.gz"
-    assert cached.is_file() and (tmp_path / "mnist" / f"{cached.name}.sha256").is_file()
+    assert cached.is_file() and not (tmp_path / "mnist" / f"{cached.name}.sha256").exists()
     server.files.clear()  # a second call reads the verified cache
     again = fetch_images(spec, tmp_path, base_url=server.url("/mnist"), progress=False)
     np.testing.assert_array_equal(again.test_images, arrays["test_images"])
@@ -301,7 +310,11 @@ def test_released_index_files_that_overlap_or_stray_are_refused(
 
 def test_the_pinned_split_is_the_authors_commit() -> None:
     assert "/9d27ec0fd58ea2eb58d79bca23a0051f1b143ebe/" in idx_images.SSVAE_SPLIT_URL
-    assert [size for _, _, size in idx_images.RELEASED_SSVAE_SPLIT.values()] == [5_000, 45_000, 10_000]
+    assert [size for _, _, size in idx_images.RELEASED_SSVAE_SPLIT.values()] == [
+        5_000,
+        45_000,
+        10_000,
+    ]
 
 
 # --------------------------------------------------------------------------- model inputs

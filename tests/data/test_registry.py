@@ -35,13 +35,22 @@ if TYPE_CHECKING:
     from tests.loopback import LoopbackServer
 
 
-def _served(spec: CorpusSpec, server: LoopbackServer, contents: dict[str, bytes]) -> CorpusSpec:
+def _served(
+    spec: CorpusSpec, server: LoopbackServer, contents: dict[str, bytes], *, pin: bool = True
+) -> CorpusSpec:
     """``spec`` with every file that has a URL served by ``server`` (``contents``: file name →
-    bytes); a manual download keeps no URL."""
+    bytes) and, with ``pin``, pinned to the digest of what is served (as the registry pins the
+    published file); a manual download keeps no URL."""
     for name, data in contents.items():
         server.files[f"/{spec.name}/{name}"] = data
     files = tuple(
-        f if f.url is None else replace(f, url=server.url(f"/{spec.name}/{f.name}"))
+        f
+        if f.url is None
+        else replace(
+            f,
+            url=server.url(f"/{spec.name}/{f.name}"),
+            sha256=hashlib.sha256(contents[f.name]).hexdigest() if pin else f.sha256,
+        )
         for f in spec.files
     )
     return replace(spec, files=files)
@@ -95,7 +104,6 @@ def test_fetch_kftt_tarball_layout(server: LoopbackServer, tmp_path: Path) -> No
         "valid": [("dev ja 0", "dev en 0"), ("dev ja 1", "dev en 1")],
         "test": [("test ja 0", "test en 0")],
     }
-    assert (tmp_path / "kftt_ja_en" / "kftt-data-1.0.tar.gz.sha256").is_file()
     fetch_corpus(spec, tmp_path, progress=False)  # from the cache
     assert len(server.requests) == 1
 
@@ -333,10 +341,12 @@ def test_fetch_wmt_ape_triplets_and_write_them(
     assert "'train.src' is TrainDev.zip/train/train.src" in caplog.text
     assert "'en-de.src.test.2017' or 'test.src' is test.tar.gz/en-de.src.test.2017" in caplog.text
     root = tmp_path / "cache" / spec.name
-    for remote in spec.files:  # the first download records each downloaded file's digest
-        digest = hashlib.sha256(archives[remote.name]).hexdigest()
-        recorded = root / f"{remote.name}.sha256"
-        assert recorded.read_text().strip() == digest if remote.url else not recorded.exists()
+    for remote in spec.files:  # each downloaded file is the pinned one; no digest is recorded
+        assert (
+            hashlib.sha256((root / remote.name).read_bytes()).digest()
+            == hashlib.sha256(archives[remote.name]).digest()
+        )
+        assert not (root / f"{remote.name}.sha256").exists()
     assert fetch_corpus(spec, tmp_path / "cache", progress=False) == expected  # from the cache
     assert len(server.requests) == len(archives) - 1  # the manual download is never requested
 
@@ -390,17 +400,22 @@ def test_a_member_under_no_known_name_lists_what_the_archive_holds(
     assert "its 2 files: wmt18/ape18.src, wmt18/ape18.mt" in message
 
 
-def test_recorded_digest_guards_a_changed_ape_archive(
-    server: LoopbackServer, tmp_path: Path
-) -> None:
+def test_an_unpinned_file_is_never_downloaded(server: LoopbackServer, tmp_path: Path) -> None:
+    """The registry pins no digest for the LINDAT items: no request is made (the first
+    download's digest would be trusted unchecked); the error names the URL and the path."""
     archives = _wmt_ape_archives()
-    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives)
+    spec = _served(CORPORA["wmt_ape_pbsmt_en_de"], server, archives, pin=False)
     _saved_by_hand(spec, tmp_path, archives)
-    fetch_corpus(spec, tmp_path, progress=False)
-    (tmp_path / spec.name / "wmt17_test_pe_LRT-2483.zip").unlink()
-    server.files[f"/{spec.name}/wmt17_test_pe_LRT-2483.zip"] = _zip(_wmt17_test_members(5, ("pe",)))
-    with pytest.raises(LearnableSparsityError, match=r"LRT-2483\.zip\.sha256 by an earlier"):
+    with pytest.raises(LearnableSparsityError) as error:
         fetch_corpus(spec, tmp_path, progress=False)
+    message = str(error.value)
+    assert "no SHA-256 is pinned for " + server.url(f"/{spec.name}/{WMT16_ITEM}") in message
+    assert str(tmp_path / spec.name / WMT16_ITEM) in message
+    assert server.requests == []
+    _saved_by_hand(
+        replace(spec, files=tuple(replace(f, url=None) for f in spec.files)), tmp_path, archives
+    )
+    assert len(fetch_corpus(spec, tmp_path, progress=False)["train"]) == 5  # put there by hand
 
 
 def test_fetch_escape_triplets_streaming(tmp_path: Path) -> None:
@@ -477,7 +492,9 @@ def test_unreachable_ape_host_suggests_the_local_source(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     spec = CORPORA["wmt_ape_pbsmt_en_de"]
-    files = tuple(replace(f, url=f"http://127.0.0.1:{port}/{f.name}") for f in spec.files)
+    files = tuple(
+        replace(f, url=f"http://127.0.0.1:{port}/{f.name}", sha256="0" * 64) for f in spec.files
+    )
     with pytest.raises(LearnableSparsityError) as err:
         fetch_corpus(replace(spec, files=files), tmp_path, progress=False, timeout=5)
     message = str(err.value)

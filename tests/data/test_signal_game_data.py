@@ -4,6 +4,7 @@ tests/loopback.py) and the digits stand-in."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import pickle
 import tarfile
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from tests.loopback import LoopbackServer
 
 LABELS = ["dog", "cat", "dog", "car", "cat", "dog"]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _features(rows: int = 6, dim: int = 8) -> np.ndarray:
@@ -70,6 +75,31 @@ def test_egg_loader_accepts_arrays_nested_datasets_and_a_named_dataset(tmp_path:
         load_egg_features(features_path, labels_path)
     named = load_egg_features(features_path, labels_path, dataset="group/probs", normalize=False)
     assert named.features.dtype == torch.float32 and named.features.shape == (6, 8)
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4, 5])
+@pytest.mark.parametrize(
+    "labels",
+    [
+        LABELS,
+        tuple(LABELS),
+        np.array(LABELS),
+        np.array(LABELS, dtype=object),
+        np.array([3, 1, 3, 2, 1, 3]),
+        [np.int64(3), 1, 3, 2.0, frozenset({1}), b"x"],
+    ],
+    ids=["list", "tuple", "str array", "object array", "int array", "numpy scalars and sets"],
+)
+def test_egg_labels_as_plain_data_in_every_protocol(
+    tmp_path: Path, labels: object, protocol: int
+) -> None:
+    """The restricted unpickler rebuilds what a label file holds (containers, numbers, strings,
+    numpy arrays and scalars) from numpy's and pickle's every protocol."""
+    features_path, labels_path = _write(tmp_path, labels=labels)
+    labels_path.write_bytes(pickle.dumps(labels, protocol=protocol))
+    data = load_egg_features(features_path, labels_path)
+    expected = list(labels.tolist() if isinstance(labels, np.ndarray) else labels)
+    assert data.concept_names == tuple(str(label) for label in dict.fromkeys(expected))
 
 
 @pytest.mark.parametrize(
@@ -184,8 +214,13 @@ def _egg_folders(tmp_path: Path) -> dict[str, bytes]:
 def test_egg_folders_download_unpack_and_split_as_released(
     server: LoopbackServer, tmp_path: Path
 ) -> None:
-    server.files["/signaling_game_data"] = _egg_folders(tmp_path)["tar"]
-    root = fetch_egg_folders(tmp_path / "cache", server.url("/signaling_game_data"), progress=False)
+    archive = _egg_folders(tmp_path)["tar"]
+    server.files["/signaling_game_data"] = archive
+    url = server.url("/signaling_game_data")
+    with pytest.raises(LearnableSparsityError, match=r"no SHA-256 is pinned .*by hand"):
+        fetch_egg_folders(tmp_path / "cache", url, progress=False)
+    assert server.requests == [] and not (tmp_path / "cache").exists()
+    root = fetch_egg_folders(tmp_path / "cache", url, _sha(archive), progress=False)
     assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*.h5")) == [
         "test/ours_images_single_sm0.h5",
         "train/ours_images_single_sm0.h5",
@@ -204,10 +239,11 @@ def test_egg_folders_download_unpack_and_split_as_released(
 def test_egg_folders_that_are_not_an_archive_or_lack_a_file_are_named(
     server: LoopbackServer, tmp_path: Path
 ) -> None:
-    server.files["/listing"] = b"train/\ntest/\n"
+    listing = b"train/\ntest/\n"
+    server.files["/listing"] = listing
     server.content_types["/listing"] = "text/plain"
     with pytest.raises(LearnableSparsityError, match=r"neither a zip nor a tar.*by hand"):
-        fetch_egg_folders(tmp_path / "a", server.url("/listing"), progress=False)
+        fetch_egg_folders(tmp_path / "a", server.url("/listing"), _sha(listing), progress=False)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         data = pickle.dumps(LABELS)
@@ -216,18 +252,24 @@ def test_egg_folders_that_are_not_an_archive_or_lack_a_file_are_named(
         archive.addfile(info, io.BytesIO(data))
     server.files["/partial"] = buffer.getvalue()
     with pytest.raises(LearnableSparsityError, match=r"holds no \['test/ours_images_single_sm0"):
-        fetch_egg_folders(tmp_path / "b", server.url("/partial"), progress=False)
+        fetch_egg_folders(
+            tmp_path / "b", server.url("/partial"), _sha(buffer.getvalue()), progress=False
+        )
+    with pytest.raises(LearnableSparsityError, match=r"has sha256 .*expected the pinned 0000"):
+        fetch_egg_folders(tmp_path / "c", server.url("/partial"), "0" * 64, progress=False)
 
 
 def test_a_stored_released_game_keeps_train_and_valid_as_one(
     server: LoopbackServer, tmp_path: Path
 ) -> None:
     """The shared images are saved once (the ImageNet features are 7.6 GB as float32)."""
-    server.files["/signaling_game_data"] = _egg_folders(tmp_path)["tar"]
+    archive = _egg_folders(tmp_path)["tar"]
+    server.files["/signaling_game_data"] = archive
     entry = {
         "source": "egg_released",
         "cache": str(tmp_path),
         "url": server.url("/signaling_game_data"),
+        "sha256": _sha(archive),
     }
     stored = datasets.build_dataset(datasets.dataset_settings(entry, "images.egg"))
     assert datasets.save_dataset(stored, tmp_path / "game.pt") == {

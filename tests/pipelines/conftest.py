@@ -107,37 +107,6 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     _stop_server(process)
 
 
-@dataclass(frozen=True)
-class AuthServer:
-    """A tracking server with basic authentication: its URI and its admin's credentials."""
-
-    uri: str
-    username: str
-    password: str
-
-
-@pytest.fixture(scope="session")
-def mlflow_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
-    """`mlflow server --app-name basic-auth` on 127.0.0.1 as docs/tracking.md sets it up: users
-    in their own database, a random admin password, nobody in without credentials."""
-    folder = tmp_path_factory.mktemp("auth-server")
-    password = secrets.token_urlsafe(16)
-    config = folder / "basic_auth.ini"
-    config.write_text(
-        "[mlflow]\ndefault_permission = READ\n"
-        f"database_uri = sqlite:///{folder / 'users.db'}\n"
-        f"admin_username = admin\nadmin_password = {password}\n"
-        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-    )
-    env = {
-        "MLFLOW_AUTH_CONFIG_PATH": str(config),
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
-    }
-    process, uri = _start_server(folder, "--app-name", "basic-auth", env=env)
-    yield AuthServer(uri, "admin", password)
-    _stop_server(process)
-
-
 def free_port() -> int:
     """A TCP port of 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

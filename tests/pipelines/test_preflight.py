@@ -234,7 +234,7 @@ def test_online_a_file_a_page_a_missing_file_and_a_dead_host(server: LoopbackSer
     assert file.ok and "HTTP 206, 2.5 MB, SHA-256 pinned" in file.detail
     assert server.requests[-1] == ("/data.tgz", "bytes=0-0")  # one byte, not the file
     unpinned = preflight.url_check("file", server.url("/data.tgz"), None)
-    assert unpinned.ok and "the first download records one" in unpinned.detail
+    assert unpinned.ok and "a manual download: never fetched" in unpinned.detail
     page = preflight.url_check("page", server.url("/licence"), None)
     assert not page.ok and "web page (text/html" in page.detail and "/licence" in page.detail
     missing = preflight.url_check("missing", server.url("/gone.zip"), None)

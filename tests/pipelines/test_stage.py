@@ -254,7 +254,9 @@ def test_a_users_error_is_one_message_and_leaves_no_run(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-    (tmp_path / "params.yaml").write_text("profile: ci\nray: {num_cpus: 0}\n")
+    (tmp_path / "params.yaml").write_text(
+        "profile: ci\nmlflow: {experiment: user-error}\nray: {num_cpus: 0}\n"
+    )
 
     def main(stage: Stage) -> None:
         from pipelines.scaffold.runner import RaySettings
@@ -391,3 +393,24 @@ def test_outputs_are_written_and_logged_to_the_stage_run_where_asked(
     logged = {a.path for a in client.list_artifacts(stage.run.run_id, "figures/x")}
     assert logged == {"figures/x/figure.png"}
     assert "metrics.json" in {a.path for a in client.list_artifacts(stage.run.run_id)}
+
+
+def test_an_unknown_profile_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``profile: papre`` (a typo of paper) would label every run: every stage (run_stage)
+    and the preflight refuse it, listing the known profiles, before main runs."""
+    from pipelines.preflight import profile_check
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    typo = Params({"profile": "papre", "mlflow": {"experiment": "x"}}, "params.yaml")
+    ran = []
+    with caplog.at_level(logging.ERROR), pytest.raises(SystemExit):
+        run_stage("typo", ran.append, argv=[], params=lambda: typo)
+    assert ran == [] and not (tmp_path / "mlflow.db").exists()
+    assert "profile 'papre' is not a known profile; known: ['bible'," in caplog.text
+    assert "'paper'" in caplog.text and "'smoke'" in caplog.text
+    check = profile_check(typo)
+    assert not check.ok and "'papre'" in check.detail
+    assert profile_check(Params({"profile": "paper"}, "params.yaml")).ok

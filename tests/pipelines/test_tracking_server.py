@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from mlflow import MlflowClient
 
@@ -59,3 +60,18 @@ def test_cells_log_through_the_server_and_artifacts_land_in_its_destination(
         local = Path(client.download_artifacts(child.info.run_id, "model/weights.pt", tmp_path))
         assert set(torch.load(local)) == {"weight", "bias"}
     assert len(list(artifacts.rglob("weights.pt"))) == 2  # in the server's destination
+
+
+def test_a_server_without_authentication_lets_anyone_log(
+    mlflow_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_access on a server without basic-auth (its permission routes answer 404): the
+    credentials a machine holds for other servers do not stop a stage."""
+    from pipelines.scaffold.store import check_access
+
+    uri = mlflow_server[0]
+    MlflowClient(uri).create_experiment("open to anyone")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "someone")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "for another server")
+    check_access(uri, "open to anyone")
+    check_access(uri, "not made yet")
