@@ -37,13 +37,12 @@ PUBLIC_API = {
     "NORMALIZERS",
     "LearnableSparsityError",
 }
-# Modules that import an extra's package without needs_extra, edited concurrently by other
-# branches (claims: issue 46; the signal game's data: issue 47): convert them once merged.
+# Modules that import an extra's package without needs_extra, edited concurrently by another
+# branch (claims: issue 46): convert them once merged.
 NOT_YET_CONVERTED = {
     "learnable_sparsity/claims/checks.py",
     "learnable_sparsity/claims/nmt_checks.py",
     "learnable_sparsity/claims/preregistered.py",
-    "learnable_sparsity/data/signal_game.py",
 }
 
 

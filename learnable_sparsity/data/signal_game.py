@@ -40,13 +40,16 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from learnable_sparsity.data.fetch import DEFAULT_TIMEOUT, download
 from learnable_sparsity.data.images import resolve_size
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.extras import needs_extra
+
+with needs_extra("pipeline", __name__):
+    import numpy as np
 
 DIGITS_PIXELS = 64
 _PROJECTION_SEED = 0  # the fixed "pretrained network" of the digits stand-in
