@@ -6,6 +6,9 @@ publication's value it derives from, its source and the reason for the derivatio
 before a run; one moved after seeing results stays honest only through that history, which the
 report shows beside the verdict.
 
+Every threshold carries the commit and time it was ``fixed`` at; an earlier value in its
+history names the unit it was in (when that differed) and the name it had (when renamed).
+
 A claim of the seed documents that no check covers is listed under ``out_of_scope`` with the
 reason; the report counts and shows them, so that a claim is never silently left out.
 
@@ -28,18 +31,39 @@ from learnable_sparsity.errors import LearnableSparsityError
 WORKS = ("AST", "EST", "SparseMarg", "APE")
 TITLE_LENGTH = 70  # the most characters a claim's title may have
 _OUT_OF_SCOPE_KEYS = {"id", "title", "work", "source", "text", "reason"}
-_THRESHOLD_KEYS = {"value", "unit", "publication", "source", "reason", "history"}
+_THRESHOLD_KEYS = {"value", "unit", "publication", "source", "reason", "history", "fixed"}
 _HISTORY_KEYS = {"value", "until", "why"}
+_HISTORY_OPTIONAL = {"unit", "name", "commit"}
+_FIXED_KEYS = {"commit", "at"}
 
 
 @dataclass(frozen=True)
 class Change:
-    """An earlier value of a threshold: ``value`` held until ``until`` (a date), replaced
-    because ``why``."""
+    """An earlier value of a threshold: ``value`` (in ``unit``, under ``name``, where
+    these differed from today's; "" otherwise) held until ``until`` (a date or a time), replaced
+    because ``why`` (by ``commit``, where the history names it)."""
 
     value: float
     until: datetime.date
     why: str
+    unit: str = ""
+    name: str = ""
+    commit: str = ""
+
+    def describe(self, unit: str) -> str:
+        """``value unit`` (this entry's unit, else ``unit``) ``until …``, with its earlier name."""
+        shown = f"{self.value:g}"
+        in_unit = self.unit or unit
+        named = f" (as {self.name})" if self.name else ""
+        return f"{shown}{' ' + in_unit if in_unit else ''}{named} until {self.until.isoformat()}"
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """When a value was fixed: the ``commit`` that set it and its time ``at`` (UTC)."""
+
+    commit: str
+    at: datetime.datetime
 
 
 @dataclass(frozen=True)
@@ -52,11 +76,15 @@ class Threshold:
     source: str
     reason: str
     history: tuple[Change, ...] = ()
+    fixed: Fixed | None = None
 
     def describe(self, name: str) -> str:
-        """``name = value unit (source)``, with the earlier values, for the report."""
+        """``name = value unit (source)``, with when it was fixed and the earlier values (each
+        in its own unit), for the report."""
         text = f"{name} = {self.value:g}{' ' + self.unit if self.unit else ''} ({self.source})"
-        earlier = "; ".join(f"{c.value:g} until {c.until.isoformat()}" for c in self.history)
+        if self.fixed:
+            text += f", fixed {self.fixed.at:%Y-%m-%d} (`{self.fixed.commit[:10]}`)"
+        earlier = "; ".join(change.describe(self.unit) for change in self.history)
         return f"{text}; was {earlier}" if earlier else text
 
 
@@ -118,6 +146,50 @@ def _date(value: Any, where: str) -> datetime.date:
         ) from None
 
 
+def _time(value: Any, where: str) -> datetime.datetime:
+    """A time (UTC when it names no zone) or a date (its midnight, UTC)."""
+    if isinstance(value, datetime.datetime):
+        moment = value
+    elif isinstance(value, datetime.date):
+        moment = datetime.datetime.combine(value, datetime.time())
+    else:
+        try:
+            moment = datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            raise LearnableSparsityError(
+                f"claims.yaml: {where} is not a time (YYYY-MM-DDTHH:MM:SSZ): {value!r}"
+            ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+
+
+def _fixed(entry: Any, where: str) -> Fixed:
+    if not isinstance(entry, Mapping) or set(entry) != _FIXED_KEYS:
+        raise LearnableSparsityError(
+            f"claims.yaml: {where}.fixed needs exactly {sorted(_FIXED_KEYS)}"
+        )
+    return Fixed(str(entry["commit"]), _time(entry["at"], f"{where}.fixed.at"))
+
+
+def _history(entries: Any, where: str) -> tuple[Change, ...]:
+    history = []
+    for i, change in enumerate(entries or ()):
+        at = f"{where}.history[{i}]"
+        keys = set(change) if isinstance(change, Mapping) else set()
+        if not keys >= _HISTORY_KEYS or keys - _HISTORY_KEYS - _HISTORY_OPTIONAL:
+            raise LearnableSparsityError(
+                f"claims.yaml: {at} needs {sorted(_HISTORY_KEYS)} (and may have "
+                f"{sorted(_HISTORY_OPTIONAL)})"
+            )
+        extra = {key: str(change[key]) for key in _HISTORY_OPTIONAL & keys}
+        history.append(
+            Change(float(change["value"]), _date(change["until"], at), change["why"], **extra)
+        )
+    dates = [change.until for change in history]
+    if dates != sorted(dates):
+        raise LearnableSparsityError(f"claims.yaml: {where}.history must be oldest first")
+    return tuple(history)
+
+
 def _threshold(entry: Any, where: str) -> Threshold:
     if not isinstance(entry, Mapping):
         raise LearnableSparsityError(f"claims.yaml: {where} must be a mapping")
@@ -127,22 +199,14 @@ def _threshold(entry: Any, where: str) -> Threshold:
     _require(entry, {"publication", "source", "reason"}, where)
     if not isinstance(entry.get("value"), int | float) or isinstance(entry["value"], bool):
         raise LearnableSparsityError(f"claims.yaml: {where}.value must be a number")
-    history = []
-    for i, change in enumerate(entry.get("history") or ()):
-        at = f"{where}.history[{i}]"
-        if not isinstance(change, Mapping) or set(change) != _HISTORY_KEYS:
-            raise LearnableSparsityError(f"claims.yaml: {at} needs exactly {sorted(_HISTORY_KEYS)}")
-        history.append(Change(float(change["value"]), _date(change["until"], at), change["why"]))
-    dates = [change.until for change in history]
-    if dates != sorted(dates):
-        raise LearnableSparsityError(f"claims.yaml: {where}.history must be oldest first")
     return Threshold(
         float(entry["value"]),
         entry.get("unit", ""),
         entry["publication"],
         entry["source"],
         entry["reason"],
-        tuple(history),
+        _history(entry.get("history"), where),
+        _fixed(entry["fixed"], where) if "fixed" in entry else None,
     )
 
 
@@ -213,7 +277,8 @@ def parse_claims(
 @dataclass(frozen=True)
 class ThresholdChange:
     """A threshold whose value differs from the one a kept record was judged with:
-    ``recorded`` then (None: the threshold did not exist), ``value`` now, and whether the
+    ``recorded`` then (under ``recorded_name`` and in ``recorded_unit``; None: the threshold did
+    not exist under this name or an earlier one), ``value`` now (in ``unit``), and whether the
     threshold's history accounts for the change (the old value, replaced on or after the date
     the record was kept)."""
 
@@ -222,11 +287,20 @@ class ThresholdChange:
     recorded: float | None
     value: float
     in_history: bool
+    recorded_name: str = ""
+    recorded_unit: str = ""
+    unit: str = ""
 
     def describe(self) -> str:
-        was = "no such threshold" if self.recorded is None else f"{self.recorded:g}"
+        if self.recorded is None:
+            was = "no such threshold"
+        else:
+            unit = f" {self.recorded_unit}" if self.recorded_unit else ""
+            named = f" (as {self.recorded_name})" if self.recorded_name != self.name else ""
+            was = f"{self.recorded:g}{unit}{named}"
+        now = f"{self.value:g}{' ' + self.unit if self.unit else ''}"
         note = "" if self.in_history else " — NOT in the threshold's history"
-        return f"{self.claim} {self.name}: {was} when the record was kept, {self.value:g} now{note}"
+        return f"{self.claim} {self.name}: {was} when the record was kept, {now} now{note}"
 
 
 def threshold_changes(
@@ -235,16 +309,35 @@ def threshold_changes(
     kept_on: datetime.date,
 ) -> list[ThresholdChange]:
     """The thresholds of ``claims`` that differ from ``recorded`` (claim id → name → value, as
-    a record kept on ``kept_on`` was judged with). A new claim or threshold is a change from
-    None, which needs no history."""
+    a record kept on ``kept_on`` was judged with), found under their name or a name their
+    history gives them earlier (in that entry's unit). A new claim or threshold is a change
+    from None, which needs no history."""
     changes = []
     for claim in claims:
+        kept = recorded.get(claim.id, {})
         for name, threshold in claim.thresholds.items():
-            then = recorded.get(claim.id, {}).get(name)
-            if then is not None and then == threshold.value:
+            earlier_names = [c.name for c in threshold.history if c.name and c.name in kept]
+            then_name = name if name in kept else next(iter(earlier_names), name)
+            then = kept.get(then_name)
+            if then is not None and then == threshold.value and then_name == name:
                 continue
-            in_history = then is None or any(
-                change.value == then and change.until >= kept_on for change in threshold.history
+            entries = [
+                c
+                for c in threshold.history
+                if c.value == then and c.until >= kept_on and (c.name or name) == then_name
+            ]
+            in_history = then is None or bool(entries)
+            unit = entries[0].unit if entries and entries[0].unit else threshold.unit
+            changes.append(
+                ThresholdChange(
+                    claim.id,
+                    name,
+                    then,
+                    threshold.value,
+                    in_history,
+                    then_name,
+                    unit if then is not None else "",
+                    threshold.unit,
+                )
             )
-            changes.append(ThresholdChange(claim.id, name, then, threshold.value, in_history))
     return changes

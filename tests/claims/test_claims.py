@@ -1304,7 +1304,8 @@ def test_report_lists_every_claim_with_its_thresholds_and_the_ones_out_of_scope(
     assert "A kept record." in text
     assert (
         "margin = 0.016 share of the baseline's BLEU (Explicit Sparse Transformer Tables 1 and "
-        "4); was 1 until 2026-11-26; 0.5 until 2026-11-28" in text
+        "4), fixed 2026-11-28 (`a62c4d844d`); was 1 BLEU points until 2026-11-26; 0.5 BLEU "
+        "points until 2026-11-28" in text
     )
     assert f"{len(out_of_scope())} more are out of scope" in text
     assert "137 seeds per arm" in text  # an out-of-scope reason

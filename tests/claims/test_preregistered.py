@@ -60,8 +60,44 @@ def test_a_sourced_threshold_reaches_the_check_with_its_history() -> None:
     (change,) = claim.thresholds["margin"].history
     assert change.value == 1.0 and change.until == datetime.date(2026, 11, 26)
     assert claim.thresholds["margin"].describe("margin") == (
-        "margin = 0.5 BLEU (Table 1); was 1 until 2026-11-26"
+        "margin = 0.5 BLEU (Table 1); was 1 BLEU until 2026-11-26"
     )
+
+
+def test_a_history_entry_in_another_unit_and_name_is_shown_in_its_own() -> None:
+    """An earlier value keeps the unit and the name it had: "1000 steps (as judged_after_steps)"
+    beside today's target tokens, never "1000" read in the new unit."""
+    earlier = {"value": 1.0, "unit": "BLEU points", "name": "old_margin", "commit": "abc"}
+    (claim,), _ = _parse(_with_margin(history=[{**earlier, "until": "2026-11-26", "why": "x"}]))
+    threshold = claim.thresholds["margin"]
+    (change,) = threshold.history
+    assert (change.unit, change.name, change.commit) == ("BLEU points", "old_margin", "abc")
+    assert threshold.describe("margin").endswith(
+        "was 1 BLEU points (as old_margin) until 2026-11-26"
+    )
+    kept_on = datetime.date(2026, 11, 25)
+    (moved,) = threshold_changes((claim,), {"c": {"old_margin": 1.0}}, kept_on)
+    assert (moved.recorded, moved.recorded_name, moved.recorded_unit) == (
+        1.0,
+        "old_margin",
+        "BLEU points",
+    )
+    assert moved.in_history
+    assert moved.describe() == (
+        "c margin: 1 BLEU points (as old_margin) when the record was kept, 0.5 BLEU now"
+    )
+    (unaccounted,) = threshold_changes((claim,), {"c": {"old_margin": 2.0}}, kept_on)
+    assert not unaccounted.in_history
+
+
+def test_a_fixed_time_names_its_commit() -> None:
+    (claim,), _ = _parse(_with_margin(fixed={"commit": "f00d", "at": "2026-11-27T10:00:00Z"}))
+    fixed = claim.thresholds["margin"].fixed
+    assert fixed is not None and fixed.commit == "f00d"
+    assert fixed.at == datetime.datetime(2026, 11, 27, 10, tzinfo=datetime.UTC)
+    assert "fixed 2026-11-27 (`f00d`)" in claim.thresholds["margin"].describe("margin")
+    with pytest.raises(LearnableSparsityError, match="fixed needs exactly"):
+        _parse(_with_margin(fixed={"commit": "f00d"}))
 
 
 @pytest.mark.parametrize(
@@ -73,7 +109,10 @@ def test_a_sourced_threshold_reaches_the_check_with_its_history() -> None:
         (_with_margin(value="half"), "margin'.value must be a number"),
         (_with_margin(limit=3), "unknown keys ['limit']"),
         (_with_margin(history=[{"value": 1.0, "until": "soon", "why": "x"}]), "not a date"),
-        (_with_margin(history=[{"value": 1.0, "why": "x"}]), "history[0] needs exactly"),
+        (
+            _with_margin(history=[{"value": 1.0, "why": "x"}]),
+            "history[0] needs ['until', 'value', 'why']",
+        ),
         (
             _with_margin(
                 history=[

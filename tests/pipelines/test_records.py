@@ -175,7 +175,8 @@ def test_rejudge_gives_todays_verdicts_and_names_moved_thresholds(
     assert moved["est_topk_speed", "train_tolerance"]["in_history"]
     report = (folder / layout.RECORD_CLAIMS_REPORT).read_text()
     assert "`evidence` profile run at commit `0123456789`" in report
-    assert "est_topk_speed train_tolerance: 0.15 when the record was kept, 0.02 now" in report
+    said = "est_topk_speed train_tolerance: 0.15 ratio when the record was kept, 0.02 ratio now"
+    assert said in report
 
 
 # ------------------------------------------------------------------------------ the kept records
