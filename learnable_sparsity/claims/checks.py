@@ -5,24 +5,24 @@ A check returns a :class:`Verdict`: ``reproduced``, ``not reproduced`` or ``not 
 runs), with the evidence a reader needs to judge it (numbers, seeds, spread, the test used).
 
 Comparative claims are tested over seeds with Welch's t-test (unequal variances), one-sided, at
-:data:`SIGNIFICANCE`:
+rule ``significance``:
 
 * *at least as good as* ("within seed noise of"): the candidate is **not** significantly worse
   than the baseline, and its mean is within a stated ``margin`` of it — with three seeds the
   test alone has little power, so the margin keeps a large gap from passing as noise;
 * *below* / *above*: the difference in the stated direction is significant.
 
-A comparison needs :data:`MIN_SEEDS` seeds per method. Training length must not decide it:
+A comparison needs rule ``min_seeds`` seeds per method. Training length must not decide it:
 
 * :func:`unsettled` — the *gap* between the compared methods' validation curves still has a
-  trend over the last :data:`TREND_WINDOW` of the steps (:func:`gap_trend`: the gap of each pair
+  trend over the last rule ``trend_window`` of the steps (:func:`gap_trend`: the gap of each pair
   of runs of the same seed regressed on the step, one intercept per pair and a common slope,
   tested against the scatter of the pairs around their lines — checkpoint and seed noise — at
-  :data:`GAP_TREND_LEVEL`, Bonferroni over a claim's comparisons) that moves it by more than
-  one checkpoint's scatter and :data:`STILL_IMPROVING` in perplexity: one method is still
+  rule ``gap_trend_level``, Bonferroni over a claim's comparisons) that moves it by more than
+  one checkpoint's scatter and rule ``still_improving`` in perplexity: one method is still
   catching up. Two models that improve in parallel compare settled: on a learnable task the NLL
   heads to 0 and never plateaus, but the ranking does;
-* :func:`unconverged` — a run's own curve still improves by more than :data:`STILL_IMPROVING`
+* :func:`unconverged` — a run's own curve still improves by more than rule ``still_improving``
   (for a claim about one model's final state, or curves of different losses that cannot be
   subtracted).
 
@@ -36,12 +36,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
 
 from scipy import stats
 
+from learnable_sparsity.claims.preregistered import Rule, parse_rules
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.timing import quartiles, spreads_overlap
 
@@ -50,30 +55,48 @@ NOT_REPRODUCED = "not reproduced"
 NOT_MEASURABLE = "not measurable"
 Status = Literal["reproduced", "not reproduced", "not measurable"]
 
-# One-sided level of every comparison over seeds.
-SIGNIFICANCE = 0.05
-# The power at which "the seeds a margin needs" is computed (the conventional 80%).
-POWER = 0.8
-# Fewest seeds per method for a comparison: a spread needs 2, a test with any power needs 3.
-MIN_SEEDS = 3
-# A curve "still improves" when the mean of its last 20% of steps is more than 2% better than
-# the mean of the 20% before: the result would still move with a longer run.
-CONVERGENCE_WINDOW = 0.2
-STILL_IMPROVING = 0.02
-# The gap gate (:func:`gap_trend`) looks at the last half of the steps: a fifth held a single
-# validation point of the bible record (every 250 of 1500 steps), no trend to test; the half
-# holds three (1000, 1250, 1500). It blocks a claim when its comparisons' slopes differ from 0 at
-# 5% (two-sided, Bonferroni over the claim's comparisons) and their fitted move over the window
-# exceeds both a checkpoint's scatter and STILL_IMPROVING in perplexity (a longer evidence run
-# measures a 0.5% move precisely; a single curve improving that little counts as converged). It
-# blocks a truly constant gap in at most 5% of the claims, measured on simulated runs at the
-# bible record's noise and
-# length (3 seeds, validation NLL sd 0.035 per checkpoint, 2000 runs; tests/claims/
-# test_gates.py): 5.1% false blocks (the 2% rule it replaces: 63% on the same runs), and it holds
-# back a gap that still closes by 0.1 / 0.2 / 0.3 nats over that half in 29% / 76% / 98% of runs
-# — 3 seeds cannot tell a smaller trend from checkpoint noise; the verdict shows the fitted move.
-TREND_WINDOW = 0.5
-GAP_TREND_LEVEL = 0.05
+# The rules in force for the verdicts being given: claims.yaml's ``rules``, with any values a
+# caller overrides (:func:`rules_overridden`: the ±10% sensitivity of a verdict to a rule).
+_OVERRIDES: ContextVar[Mapping[str, float | str]] = ContextVar("rules", default={})  # noqa: B039
+
+
+@cache
+def registry() -> dict[str, Rule]:
+    """The rules of ``claims.yaml`` (:func:`preregistered.parse_rules
+    <learnable_sparsity.claims.preregistered.parse_rules>`)."""
+    text = resources.files(__package__).joinpath("claims.yaml").read_text("utf-8")
+    return parse_rules(text)
+
+
+def rule(name: str) -> Any:
+    """The value of rule ``name`` in force: an override, else the registry's."""
+    overrides = _OVERRIDES.get()
+    if name in overrides:
+        return overrides[name]
+    rules = registry()
+    if name not in rules:
+        raise LearnableSparsityError(f"claims.yaml has no rule {name!r}")
+    return rules[name].value
+
+
+@contextmanager
+def rules_overridden(values: Mapping[str, float | str]) -> Iterator[None]:
+    """Give verdicts under ``values`` in place of the registry's rules of those names."""
+    unknown = sorted(set(values) - set(registry()))
+    if unknown:
+        raise LearnableSparsityError(f"no such rules in claims.yaml: {unknown}")
+    token = _OVERRIDES.set({**_OVERRIDES.get(), **values})
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
+
+
+def min_seeds() -> int:
+    """Fewest seeds per method for a comparison (rule ``min_seeds``)."""
+    return int(rule("min_seeds"))
+
+
 # What decides a speed verdict whose rounds straddle its bound: their interquartile range is the
 # spread of single rounds, which more rounds estimate better but do not narrow.
 QUIETER_ROUNDS = (
@@ -170,47 +193,47 @@ def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
 
 
 def seeds_for(groups: Sequence[Sequence[float]], difference: float) -> int | None:
-    """Seeds per method for a one-sided test at :data:`SIGNIFICANCE` to find ``difference`` with
-    :data:`POWER`, at the spread of ``groups`` (their pooled sample variance): the normal
+    """Seeds per method for a one-sided test at rule ``significance`` to find ``difference`` with
+    rule ``power``, at the spread of ``groups`` (their pooled sample variance): the normal
     approximation n = g (z₁₋ₐ + z_power)² (sd ÷ difference)² for g groups (2: two methods, 1: one
-    against a fixed value), at least :data:`MIN_SEEDS`; None when a group has fewer than 2 values
+    against a fixed value), at least rule ``min_seeds``; None when a group has fewer than 2 values
     (no spread to go by) or ``difference`` is 0."""
     if difference == 0 or any(len(group) < 2 for group in groups):
         return None
     variance = statistics.fmean(statistics.variance(group) for group in groups)
-    z = stats.norm.ppf(1 - SIGNIFICANCE) + stats.norm.ppf(POWER)
-    return max(MIN_SEEDS, math.ceil(len(groups) * z * z * variance / difference**2))
+    z = stats.norm.ppf(1 - rule("significance")) + stats.norm.ppf(rule("power"))
+    return max(min_seeds(), math.ceil(len(groups) * z * z * variance / difference**2))
 
 
 def too_few_seeds(
     groups: Mapping[str, Sequence[float]], difference: float | None = None
 ) -> Verdict | None:
-    """ "Not measurable" when a method is missing or has fewer than :data:`MIN_SEEDS` seeds;
+    """ "Not measurable" when a method is missing or has fewer than rule ``min_seeds`` seeds;
     what decides it: the seeds :func:`seeds_for` finds for ``difference`` (the claim's margin)
-    where every method has a spread, else :data:`MIN_SEEDS`."""
-    short = {name: len(values) for name, values in groups.items() if len(values) < MIN_SEEDS}
+    where every method has a spread, else rule ``min_seeds``."""
+    short = {name: len(values) for name, values in groups.items() if len(values) < min_seeds()}
     if not short:
         return None
     counts = ", ".join(f"{name}: {n}" for name, n in short.items())
     needed = seeds_for(list(groups.values()), difference) if difference else None
     decides = (
         f"about {needed} seeds per method (a difference of {difference:.3g} at the spread of "
-        f"these seeds, one-sided p < {SIGNIFICANCE} with {POWER:.0%} power)"
+        f"these seeds, one-sided p < {rule('significance')} with {rule('power'):.0%} power)"
         if needed
-        else f"{MIN_SEEDS} seeds per method, whose spread then gives how many the claim needs"
+        else f"{min_seeds()} seeds per method, whose spread then gives how many the claim needs"
     )
     return not_measurable(
         f"not measurable in this profile: seeds per method {counts}; the test over seeds needs "
-        f"{MIN_SEEDS}",
+        f"{min_seeds()}",
         decides=decides,
         seeds=short,
-        seeds_needed=needed or MIN_SEEDS,
+        seeds_needed=needed or min_seeds(),
     )
 
 
 def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = False) -> float:
     """Relative improvement (a lower-is-better curve) of the mean of the last
-    :data:`CONVERGENCE_WINDOW` of the steps over the mean of the window before it (positive:
+    rule ``convergence_window`` of the steps over the mean of the window before it (positive:
     still improving); 0 for a curve too short to tell. ``curve`` is (step, value) pairs.
 
     ``log_loss``: the values are a log-loss per token (NLL in nats), compared as perplexities,
@@ -227,12 +250,12 @@ def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = Fa
 
 
 def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
-    """(mean of the window before the last, mean of the last :data:`CONVERGENCE_WINDOW` of the
+    """(mean of the window before the last, mean of the last rule ``convergence_window`` of the
     steps); None for a curve too short to tell."""
     if len(curve) < 2:
         return None
     last_step = curve[-1][0]
-    width = CONVERGENCE_WINDOW * last_step
+    width = rule("convergence_window") * last_step
     recent = [v for s, v in curve if s > last_step - width]
     before = [v for s, v in curve if last_step - 2 * width < s <= last_step - width]
     if not before:  # sparse curves (validation every k steps): the point just before the window
@@ -245,7 +268,7 @@ def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] |
 
 @dataclass(frozen=True)
 class Trend:
-    """The common slope of per-seed gaps over the last :data:`TREND_WINDOW` of the steps:
+    """The common slope of per-seed gaps over the last rule ``trend_window`` of the steps:
     ``change`` = slope × the window's width (the fitted move of the gap across it, in the
     curves' units), ``noise`` the residual sd (one checkpoint's scatter of a pair's gap about its
     line), ``p`` the two-sided p-value of "slope = 0", from ``points`` gaps of ``pairs`` seed
@@ -261,7 +284,7 @@ class Trend:
 
 
 def gap_trend(
-    candidate: Sequence[Curve], baseline: Sequence[Curve], *, window: float = TREND_WINDOW
+    candidate: Sequence[Curve], baseline: Sequence[Curve], *, window: float | None = None
 ) -> Trend | None:
     """Whether the gap between two methods' curves still moves, tested against its own scatter.
 
@@ -272,6 +295,7 @@ def gap_trend(
     the scatter of checkpoints and seeds about the fitted lines, with n − pairs − 1 degrees of
     freedom. None when they are fewer than 1 (too few steps or pairs to test a trend).
     """
+    window = rule("trend_window") if window is None else window
     pairs = list(zip(candidate, baseline, strict=False))
     if not pairs or not all(c and b for c, b in pairs):
         return None
@@ -316,30 +340,30 @@ def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float
 
 
 def _still_moving(amounts: Mapping[str, float]) -> tuple[dict[str, float], str]:
-    """The amounts above :data:`STILL_IMPROVING` and the name of the largest ("" if none)."""
-    moving = {name: amount for name, amount in amounts.items() if amount > STILL_IMPROVING}
+    """The amounts above rule ``still_improving`` and the name of the largest ("" if none)."""
+    moving = {name: amount for name, amount in amounts.items() if amount > rule("still_improving")}
     return moving, max(moving, key=moving.__getitem__, default="")
 
 
 def unconverged(
     curves: Mapping[str, Sequence[tuple[float, float]]], what: str, *, log_loss: bool = False
 ) -> Verdict | None:
-    """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`
+    """ "Not measurable" when a run's curve still improves by more than rule ``still_improving``
     (:func:`still_improving`; ``log_loss``: as a perplexity)."""
     gains = {name: still_improving(curve, log_loss=log_loss) for name, curve in curves.items()}
     moving, worst = _still_moving(gains)
     if not moving:
         return None
     # As for the gap: an improvement that falls as 1/step over a window of T's last fifth
-    # falls as 1/T, below STILL_IMPROVING after T · (gain ÷ STILL_IMPROVING) steps.
-    settles_after = curves[worst][-1][0] * moving[worst] / STILL_IMPROVING
+    # falls as 1/T, below the rule still_improving after T · (gain ÷ it) steps.
+    settles_after = curves[worst][-1][0] * moving[worst] / rule("still_improving")
     return not_measurable(
         f"not measurable in this profile: {len(moving)} of {len(gains)} runs still improve "
-        f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
-        f"in {worst})",
+        f"({what} {moving[worst]:.1%} better over the last {rule('convergence_window'):.0%} of "
+        f"the steps in {worst})",
         decides=(
             f"a longer run: if the improvement falls as 1/step, {worst} improves by less than "
-            f"{STILL_IMPROVING:.0%} after about {settles_after:,.0f} steps"
+            f"{rule('still_improving'):.0%} after about {settles_after:,.0f} steps"
         ),
         still_improving=moving,
         converged_after_steps=settles_after,
@@ -351,14 +375,14 @@ def unsettled(
 ) -> Verdict | None:
     """ "Not measurable" when, in a comparison (name → candidate's validation NLL curves,
     baseline's), the gap still moves: its trend (:func:`gap_trend`) differs from 0 at
-    :data:`GAP_TREND_LEVEL` divided by the number of comparisons, and its fitted move over the
-    window is larger than both one checkpoint's scatter and :data:`STILL_IMPROVING` in
+    rule ``gap_trend_level`` divided by the number of comparisons, and its fitted move over the
+    window is larger than both one checkpoint's scatter and rule ``still_improving`` in
     perplexity (the tolerance a single curve's improvement gets); or when too few validation
     points are there to test a trend. The NLL gap is the log of a perplexity ratio: its move is
     shown as one. What would decide it: if the gap closes as 1/step, its move over the last half
     of T steps falls as 1/T, so the gate is expected to open after T·(move ÷ what it may move)
     steps (``gate_opens_after_steps``), a longer profile's length to aim for."""
-    level = GAP_TREND_LEVEL / max(len(comparisons), 1)
+    level = rule("gap_trend_level") / max(len(comparisons), 1)
     trends = {
         name: gap_trend(candidate, baseline) for name, (candidate, baseline) in comparisons.items()
     }
@@ -367,14 +391,14 @@ def unsettled(
         return not_measurable(
             f"not measurable in this profile: the {what} gap's trend cannot be tested in "
             f"{', '.join(untested)} (too few validation points in the last "
-            f"{TREND_WINDOW:.0%} of the steps, or no two runs of the same seed)",
+            f"{rule('trend_window'):.0%} of the steps, or no two runs of the same seed)",
             decides=(
                 "runs of both methods with the same seeds, validated at least three times "
-                f"over the last {TREND_WINDOW:.0%} of their steps"
+                f"over the last {rule('trend_window'):.0%} of their steps"
             ),
             gap_untested=untested,
         )
-    material = math.log1p(STILL_IMPROVING)
+    material = math.log1p(rule("still_improving"))
     moving = {
         name: trend
         for name, trend in trends.items()
@@ -392,8 +416,8 @@ def unsettled(
     return not_measurable(
         f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
         f"{len(trends)} comparisons ({worst}: by {math.expm1(abs(trend.change)):.1%} in "
-        f"perplexity over the last {TREND_WINDOW:.0%} of the steps, beyond "
-        f"{STILL_IMPROVING:.0%} and a checkpoint's scatter of {trend.noise:.3f} nats; p = "
+        f"perplexity over the last {rule('trend_window'):.0%} of the steps, beyond "
+        f"{rule('still_improving'):.0%} and a checkpoint's scatter of {trend.noise:.3f} nats; p = "
         f"{trend.p:.3f} < {level:.3g} for a constant gap, {trend.points} points): training "
         "length, not the method, would decide the comparison",
         decides=(
@@ -462,7 +486,7 @@ def at_least_as_good(
         f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {beside(c.better_by, margin)} "
         f"(margin {margin:.3g}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
-    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= -margin
+    holds = c.p_worse >= rule("significance") and c.better_by >= -margin
     return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, margin=margin)
 
 
@@ -492,7 +516,7 @@ def nearly_as_good(
         f"(nearly: at most {margin:.3g} worse); "
         f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin:.3g} worse'"
     )
-    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= 0
+    holds = c.p_worse >= rule("significance") and c.better_by >= 0
     return verdict(holds, evidence, gap=gap, p=c.p_worse, margin=margin)
 
 
@@ -516,7 +540,7 @@ def worse_by_at_most(
         f"{beside(c.better_by, largest_gap)} (a little: at most {largest_gap:.3g}); Welch "
         f"one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
     )
-    holds = c.p_worse < SIGNIFICANCE and -c.better_by <= largest_gap
+    holds = c.p_worse < rule("significance") and -c.better_by <= largest_gap
     return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, largest_gap=largest_gap)
 
 
@@ -531,7 +555,7 @@ def significantly_below(
     if isinstance(c, Verdict):
         return c
     evidence = f"{c.text}: Welch one-sided p = {c.p_worse:.3f} for '{names[0]} below {names[1]}'"
-    return verdict(c.p_worse < SIGNIFICANCE, evidence, p=c.p_worse)
+    return verdict(c.p_worse < rule("significance"), evidence, p=c.p_worse)
 
 
 def _against_value(
@@ -556,7 +580,7 @@ def _against_value(
         f"{names[0]} {describe(values)} vs {names[1]} {value:.2f}: one-sample t-test one-sided "
         f"p = {p:.3f} for '{names[0]} {side} {names[1]}'"
     )
-    return verdict(p < SIGNIFICANCE, evidence, p=p)
+    return verdict(p < rule("significance"), evidence, p=p)
 
 
 def significantly_below_value(

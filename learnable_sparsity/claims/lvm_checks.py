@@ -171,7 +171,7 @@ def calls_fall(
     results: Results, experiment: str, method: str, largest_final_calls: float
 ) -> Verdict:
     """The method gets very sparse as it trains: its decoder calls per example over the last
-    :data:`checks.CONVERGENCE_WINDOW` of the training steps significantly below those over the
+    rule ``convergence_window`` of the training steps significantly below those over the
     first (one-sided Welch over seeds), and their mean over the seeds at most
     ``largest_final_calls`` (a fall from a dense start, 256 → 230 calls of 256, is not "very
     sparse"); judged once its training loss has converged, as its neighbours are."""
@@ -189,7 +189,7 @@ def calls_fall(
         )
     first, last = [], []
     for curve in curves:
-        width = checks.CONVERGENCE_WINDOW * curve[-1][0]
+        width = checks.rule("convergence_window") * curve[-1][0]
         first.append(statistics.fmean(v for s, v in curve if s <= curve[0][0] + width))
         last.append(statistics.fmean(v for s, v in curve if s > curve[-1][0] - width))
     name = f"{method} calls, last fifth"

@@ -20,7 +20,6 @@ from learnable_sparsity.analysis.alpha import (
 )
 from learnable_sparsity.claims import checks
 from learnable_sparsity.claims.checks import (
-    SIGNIFICANCE,
     Verdict,
     all_of,
     missing_results,
@@ -29,18 +28,12 @@ from learnable_sparsity.claims.checks import (
 )
 from learnable_sparsity.claims.results import Results
 
-# Learned α has settled when its heads moved by at most 0.02 on average over the last window of
-# the steps — read in the logit (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) —: 2% of
-# the range (1, 2] it lives in, well below the gap between the modes it reads...
-ALPHA_SETTLED = 0.02
-# ... and when they did not move the same way more often than chance allows: heads that all drift
-# a little (the bible record: 215 of 216 fell over the last fifth, 0.015-0.017 per head on
-# average, a median 9-11% of their whole fall) are α still falling. A sign test over one seed's
-# heads, two-sided at 5% divided by the seeds: on simulated settled α (each head's move independent
-# noise about 0) it blocks 3.6% of 3-seed records, and it holds back a common drift of 0.2 / 0.5 / 1
-# sd of the noise per head in 35% / 99% / 100% of them (72 heads per seed, 2000 simulated records;
-# tests/claims/test_gates.py). It assumes the heads' moves are independent given the drift.
-ALPHA_DRIFT_LEVEL = 0.05
+# Learned α has settled (rule ``alpha_settled``) when its heads moved by at most 0.02 on average
+# over the last window of the steps — read in the logit
+# (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) — and when they did not move the same
+# way more often than chance allows (rule ``alpha_drift_level``: a sign test over one seed's
+# heads): heads that all drift a little are α still falling. The rules, their history and the
+# gate's simulated false-block rate and power: claims.yaml's rules, docs/claims.md.
 
 
 # What decides a role the corpus has no query for (no questions for the interrogation head, no
@@ -235,7 +228,7 @@ def alpha_modes(
     lower_mode_at_most: float,
 ) -> Verdict:
     """The learned α pooled over layers and seeds, per attention type (:func:`modality`): in the
-    ``bimodal`` types Hartigan's dip test rejects one mode (p < :data:`SIGNIFICANCE`) and the
+    ``bimodal`` types Hartigan's dip test rejects one mode (p < rule ``significance``) and the
     two modes lie where the claim puts them (the upper at least ``upper_mode_at_least``, the
     lower at most ``lower_mode_at_most``); in the ``unimodal`` types it does not reject one
     mode. Judged once α has settled and the α-entmax models no longer catch up with softmax."""
@@ -259,11 +252,12 @@ def alpha_modes(
             )
             continue
         found = modality(alphas)
-        multimodal = found.p_unimodal < SIGNIFICANCE
+        level = checks.rule("significance")
+        multimodal = found.p_unimodal < level
         low, high = found.modes
         text = (
             f"dip test over {found.n} heads: dip {found.dip:.3f}, p = {found.p_unimodal:.3f} "
-            f"for one mode ({'rejected' if multimodal else 'not rejected'} at {SIGNIFICANCE}); "
+            f"for one mode ({'rejected' if multimodal else 'not rejected'} at {level:g}); "
             f"two-component modes {low:.2f} and {high:.2f}"
         )
         numbers = {"dip": found.dip, "p_unimodal": found.p_unimodal, "modes": [low, high]}
@@ -281,18 +275,19 @@ def alpha_modes(
 
 def _alpha_still_moving(results: Results) -> Verdict | None:
     """ "Not measurable" while the learned α still moves, in some seed: between the α logged last
-    and the α logged :data:`checks.CONVERGENCE_WINDOW` of the steps earlier, its heads moved by
-    more than :data:`ALPHA_SETTLED` on average (:func:`alpha_movement`), or more of them moved
-    one way than chance allows (a two-sided sign test at :data:`ALPHA_DRIFT_LEVEL` ÷ seeds)."""
+    and the α logged rule ``convergence_window`` of the steps earlier, its heads moved by
+    more than rule ``alpha_settled`` on average (:func:`alpha_movement`), or more of them moved
+    one way than chance allows (a two-sided sign test at rule ``alpha_drift_level`` ÷ seeds)."""
+    window, settled = checks.rule("convergence_window"), checks.rule("alpha_settled")
     drifts, drifting, last_steps = [], [], []
     trajectories = [t for t in results.alpha_trajectories if len(t) >= 2]
-    level = ALPHA_DRIFT_LEVEL / max(len(trajectories), 1)
+    level = checks.rule("alpha_drift_level") / max(len(trajectories), 1)
     for seed, trajectory in enumerate(trajectories):
         last_step, last = trajectory[-1]
         last_steps.append(last_step)
-        start = last_step * (1 - checks.CONVERGENCE_WINDOW)
+        start = last_step * (1 - window)
         earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
-        moves = [alpha_movement(a, b, ALPHA_SETTLED) for a, b in zip(earlier, last, strict=True)]
+        moves = [alpha_movement(a, b, settled) for a, b in zip(earlier, last, strict=True)]
         drifts.append(statistics.fmean(moves))
         up = sum(b > a for a, b in zip(earlier, last, strict=True))
         down = sum(b < a for a, b in zip(earlier, last, strict=True))
@@ -302,13 +297,13 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
             drifting.append(
                 f"seed #{seed}: {max(up, down)} of {up + down} heads {way} (p = {p:.2g})"
             )
-    moving = [d for d in drifts if d > ALPHA_SETTLED]
+    moving = [d for d in drifts if d > settled]
     if not moving and not drifting:
         return None
     reasons = []
     # If α's move over the last fifth falls as 1/step (as a closing gap's), it is within
-    # ALPHA_SETTLED after T · (move ÷ ALPHA_SETTLED) steps; a common drift has no such estimate.
-    settles_after = max(last_steps) * max(moving, default=ALPHA_SETTLED) / ALPHA_SETTLED
+    # alpha_settled after T · (move ÷ alpha_settled) steps; a common drift has no such estimate.
+    settles_after = max(last_steps) * max(moving, default=settled) / settled
     decides = (
         f"a longer run: if α's move falls as 1/step, it settles after about "
         f"{settles_after:,.0f} steps"
@@ -317,12 +312,12 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
     if moving:
         reasons.append(
             f"α still moves by {max(moving):.3f} on average per head (read in its logit; settled: "
-            f"at most {ALPHA_SETTLED})"
+            f"at most {settled})"
         )
     if drifting:
         reasons.append(f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g})")
     return not_measurable(
-        f"not measurable in this profile: over the last {checks.CONVERGENCE_WINDOW:.0%} of the "
+        f"not measurable in this profile: over the last {window:.0%} of the "
         f"steps {' and '.join(reasons)}",
         decides=decides,
         alpha_drift=drifts,
@@ -556,7 +551,7 @@ def adaptive_sparsity(
       within one.
 
     Each comparison with a trained model waits until neither catches up with the other, and
-    needs :data:`checks.MIN_SEEDS` seeds of each."""
+    needs rule ``min_seeds`` seeds of each."""
     blocked = missing_results(results.missing, "heads") or missing_results(
         results.missing, "density"
     )
@@ -622,7 +617,7 @@ def _share_at_least(
     values: Sequence[float], reference: Sequence[float], share: float, what: str
 ) -> Verdict:
     """The mean of ``values`` (seeds) at least ``share`` × the mean of ``reference``'s, each
-    over :data:`checks.MIN_SEEDS` seeds at least."""
+    over rule ``min_seeds`` seeds at least."""
     short = checks.too_few_seeds({what: values, f"reference {what}": reference})
     if short:
         return short

@@ -6,8 +6,11 @@ publication's value it derives from, its source and the reason for the derivatio
 before a run; one moved after seeing results stays honest only through that history, which the
 report shows beside the verdict.
 
-Every threshold carries the commit and time it was ``fixed`` at; an earlier value in its
-history names the unit it was in (when that differed) and the name it had (when renamed).
+Every threshold, and every rule of the statistics (a level, a window), carries the commit and
+time it was ``fixed`` at; an earlier value in its history names the unit it was in (when that
+differed) and the name it had (when renamed). The rules live in ``claims.yaml``'s ``rules``
+(:func:`parse_rules`) and the checks read them through
+:func:`learnable_sparsity.claims.checks.rule`: no gate constant is written in code.
 
 A claim of the seed documents that no check covers is listed under ``out_of_scope`` with the
 reason; the report counts and shows them, so that a claim is never silently left out.
@@ -32,6 +35,7 @@ WORKS = ("AST", "EST", "SparseMarg", "APE")
 TITLE_LENGTH = 70  # the most characters a claim's title may have
 _OUT_OF_SCOPE_KEYS = {"id", "title", "work", "source", "text", "reason"}
 _THRESHOLD_KEYS = {"value", "unit", "publication", "source", "reason", "history", "fixed"}
+_RULE_KEYS = {"value", "unit", "reason", "fixed", "history"}
 _HISTORY_KEYS = {"value", "until", "why"}
 _HISTORY_OPTIONAL = {"unit", "name", "commit"}
 _FIXED_KEYS = {"commit", "at"}
@@ -39,11 +43,11 @@ _FIXED_KEYS = {"commit", "at"}
 
 @dataclass(frozen=True)
 class Change:
-    """An earlier value of a threshold: ``value`` (in ``unit``, under ``name``, where
+    """An earlier value of a threshold or rule: ``value`` (in ``unit``, under ``name``, where
     these differed from today's; "" otherwise) held until ``until`` (a date or a time), replaced
     because ``why`` (by ``commit``, where the history names it)."""
 
-    value: float
+    value: float | str
     until: datetime.date
     why: str
     unit: str = ""
@@ -52,7 +56,7 @@ class Change:
 
     def describe(self, unit: str) -> str:
         """``value unit`` (this entry's unit, else ``unit``) ``until …``, with its earlier name."""
-        shown = f"{self.value:g}"
+        shown = f"{self.value:g}" if isinstance(self.value, float) else str(self.value)
         in_unit = self.unit or unit
         named = f" (as {self.name})" if self.name else ""
         return f"{shown}{' ' + in_unit if in_unit else ''}{named} until {self.until.isoformat()}"
@@ -86,6 +90,19 @@ class Threshold:
             text += f", fixed {self.fixed.at:%Y-%m-%d} (`{self.fixed.commit[:10]}`)"
         earlier = "; ".join(change.describe(self.unit) for change in self.history)
         return f"{text}; was {earlier}" if earlier else text
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule of the statistics every check shares (a level, a window, the test a kind of claim
+    gets): its ``value`` (a number, or the name of a test), ``unit``, ``reason``, when it was
+    ``fixed`` and its ``history``."""
+
+    value: float | str
+    unit: str
+    reason: str
+    fixed: Fixed
+    history: tuple[Change, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,7 +187,7 @@ def _fixed(entry: Any, where: str) -> Fixed:
     return Fixed(str(entry["commit"]), _time(entry["at"], f"{where}.fixed.at"))
 
 
-def _history(entries: Any, where: str) -> tuple[Change, ...]:
+def _history(entries: Any, where: str, numeric: bool = True) -> tuple[Change, ...]:
     history = []
     for i, change in enumerate(entries or ()):
         at = f"{where}.history[{i}]"
@@ -182,7 +199,12 @@ def _history(entries: Any, where: str) -> tuple[Change, ...]:
             )
         extra = {key: str(change[key]) for key in _HISTORY_OPTIONAL & keys}
         history.append(
-            Change(float(change["value"]), _date(change["until"], at), change["why"], **extra)
+            Change(
+                float(change["value"]) if numeric else str(change["value"]),
+                _date(change["until"], at),
+                change["why"],
+                **extra,
+            )
         )
     dates = [change.until for change in history]
     if dates != sorted(dates):
@@ -208,6 +230,36 @@ def _threshold(entry: Any, where: str) -> Threshold:
         _history(entry.get("history"), where),
         _fixed(entry["fixed"], where) if "fixed" in entry else None,
     )
+
+
+def _rule(entry: Any, where: str) -> Rule:
+    if not isinstance(entry, Mapping):
+        raise LearnableSparsityError(f"claims.yaml: {where} must be a mapping")
+    unknown = sorted(set(entry) - _RULE_KEYS)
+    if unknown:
+        raise LearnableSparsityError(f"claims.yaml: {where} has unknown keys {unknown}")
+    _require(entry, {"value", "reason", "fixed"}, where)
+    value = entry["value"]
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if not numeric and not isinstance(value, str):
+        raise LearnableSparsityError(f"claims.yaml: {where}.value must be a number or a name")
+    return Rule(
+        float(value) if numeric else value,
+        entry.get("unit", ""),
+        entry["reason"],
+        _fixed(entry["fixed"], where),
+        _history(entry.get("history"), where, numeric=numeric),
+    )
+
+
+def parse_rules(text: str) -> dict[str, Rule]:
+    """The ``rules`` of a ``claims.yaml`` text, checked: each a value with its reason, the commit
+    and time it was fixed, its history dated (oldest first)."""
+    data = yaml.safe_load(text)
+    rules = data.get("rules")
+    if not isinstance(rules, Mapping) or not rules:
+        raise LearnableSparsityError("claims.yaml: needs a mapping `rules` (the statistics' rules)")
+    return {name: _rule(entry, f"rule {name!r}") for name, entry in rules.items()}
 
 
 def _claim(entry: Mapping[str, Any], checks: Mapping[str, Callable[..., Any]]) -> Claim:

@@ -82,7 +82,7 @@ def test_welch_p_matches_scipy_and_handles_zero_spread() -> None:
 
 
 def test_still_improving_measures_the_last_window() -> None:
-    assert checks.still_improving(FLAT) < checks.STILL_IMPROVING
+    assert checks.still_improving(FLAT) < checks.rule("still_improving")
     assert checks.still_improving(FALLING) > 0.1
     # sparse validation points: the point before the window is the reference
     assert checks.still_improving([(200, 2.0), (400, 1.5), (600, 1.2)]) == pytest.approx(0.2)
@@ -98,7 +98,7 @@ def test_a_mean_beyond_the_margin_is_not_as_good_even_when_welch_cannot_tell() -
     scipy here), so only the margin rule says "not as good"."""
     candidate, baseline = [74.0, 80.0, 80.0], [80.0, 80.2, 79.8]
     p = stats.ttest_ind(candidate, baseline, equal_var=False, alternative="less").pvalue
-    assert p > checks.SIGNIFICANCE
+    assert p > checks.rule("significance")
     verdict = checks.at_least_as_good(candidate, baseline, margin=0.91)
     assert verdict.status == NOT_REPRODUCED
     assert "worse by 2.00 (margin 0.91)" in verdict.evidence
@@ -298,7 +298,7 @@ def realistic_nll(offset: float = 0.0, catching_up: float = 0.0) -> list[tuple[f
 def test_realistic_curves_improving_in_parallel_are_decided() -> None:
     """The gap gate closes on curves like the real ones: two variants whose NLL keeps falling
     in parallel are compared; one still closing a gap is not."""
-    assert checks.still_improving(realistic_nll(), log_loss=True) > checks.STILL_IMPROVING
+    assert checks.still_improving(realistic_nll(), log_loss=True) > checks.rule("still_improving")
     bleu = {"softmax": [80.0, 80.4, 79.8], "entmax_alpha": [79.9, 80.2, 80.1]}
     parallel = Results(
         bleu={"smoke": bleu},

@@ -148,7 +148,7 @@ def test_a_small_move_measured_precisely_does_not_block() -> None:
         return candidate, baseline
 
     small = checks.gap_trend(*curves(0.01))
-    assert small is not None and small.p < checks.GAP_TREND_LEVEL  # significant, ...
+    assert small is not None and small.p < checks.rule("gap_trend_level")  # significant, ...
     assert checks.unsettled({"long": curves(0.01)}, "validation NLL") is None  # ... immaterial
     assert checks.unsettled({"long": curves(0.1)}, "validation NLL") is not None
 

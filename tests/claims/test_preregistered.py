@@ -14,11 +14,12 @@ import yaml
 from learnable_sparsity.claims import (
     CHECKS,
     Results,
+    checks,
     load_claims,
     results_from_json,
     results_to_json,
 )
-from learnable_sparsity.claims.preregistered import parse_claims, threshold_changes
+from learnable_sparsity.claims.preregistered import parse_claims, parse_rules, threshold_changes
 from learnable_sparsity.errors import LearnableSparsityError
 
 CLAIM = {
@@ -202,3 +203,62 @@ def test_results_survive_their_json_form_and_an_older_record_names_what_it_lacks
 def test_the_committed_claims_file_parses_with_every_check() -> None:
     claims = load_claims()
     assert {claim.check for claim in claims} == set(CHECKS)  # no check without a claim
+
+
+RULE = {
+    "value": 0.05,
+    "unit": "level",
+    "reason": "conventional",
+    "fixed": {"commit": "b2e1f63", "at": "2026-11-24T01:06:01Z"},
+}
+
+
+def test_the_rules_are_read_from_claims_yaml_with_when_they_were_fixed() -> None:
+    rules = checks.registry()
+    assert rules["significance"].value == 0.05 == checks.rule("significance")
+    assert rules["trend_window"].fixed.commit == "2d70ed8"
+    assert checks.min_seeds() == 3
+    with pytest.raises(LearnableSparsityError, match="no rule 'nonsense'"):
+        checks.rule("nonsense")
+
+
+def test_a_rule_can_be_overridden_for_a_verdict_and_is_restored() -> None:
+    with checks.rules_overridden({"significance": 0.1}):
+        assert checks.rule("significance") == 0.1
+        with checks.rules_overridden({"min_seeds": 2}):
+            assert (checks.rule("significance"), checks.min_seeds()) == (0.1, 2)
+    assert checks.rule("significance") == 0.05
+    with (
+        pytest.raises(
+            LearnableSparsityError, match=re.escape("no such rules in claims.yaml: ['x']")
+        ),
+        checks.rules_overridden({"x": 1.0}),
+    ):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        (None, "needs a mapping `rules`"),
+        ({"level": {**RULE, "extra": 1}}, "unknown keys ['extra']"),
+        ({"level": {k: v for k, v in RULE.items() if k != "fixed"}}, "needs fixed"),
+        ({"level": {**RULE, "value": [1]}}, "a number or a name"),
+        ({"level": {**RULE, "fixed": {"commit": "x"}}}, "fixed needs exactly"),
+        ({"level": {**RULE, "fixed": {"commit": "x", "at": "noon"}}}, "is not a time"),
+    ],
+)
+def test_a_rule_without_what_it_needs_is_refused_naming_it(rules: object, message: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=re.escape(message)):
+        parse_rules(yaml.safe_dump({"rules": rules}))
+
+
+def test_a_named_rule_keeps_its_earlier_names_as_text() -> None:
+    entry = {
+        **RULE,
+        "value": "paired",
+        "history": [{"value": "Welch", "until": "2026-11-28", "why": "x"}],
+    }
+    (rule,) = parse_rules(yaml.safe_dump({"rules": {"pairing": entry}})).values()
+    assert rule.value == "paired" and rule.history[0].value == "Welch"
+    assert rule.history[0].describe("") == "Welch until 2026-11-28"
