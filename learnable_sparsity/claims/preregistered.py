@@ -393,3 +393,30 @@ def threshold_changes(
                 )
             )
     return changes
+
+
+def _moved(value: float | str, unit: str, fixed: Fixed | None, history: tuple[Change, ...]) -> str:
+    shown = f"{value:g}" if isinstance(value, float) else value
+    when = f" fixed {fixed.at:%Y-%m-%d %H:%M} (`{fixed.commit[:10]}`)" if fixed else ""
+    was = f"; was {history[-1].describe(unit)}" if history else ""
+    return f"{shown}{' ' + unit if unit else ''}{when}{was}"
+
+
+def rules_fixed_since(rules: Mapping[str, Rule], since: datetime.datetime) -> list[str]:
+    """The rules of ``rules`` fixed after ``since`` (every claim's verdict may hang on them), each
+    as ``name = value unit fixed <time> (<commit>); was <the entry it replaced>``."""
+    return [
+        f"{name} = {_moved(rule.value, '', rule.fixed, rule.history)}"
+        for name, rule in rules.items()
+        if rule.fixed.at > since
+    ]
+
+
+def thresholds_fixed_since(claim: Claim, since: datetime.datetime) -> list[str]:
+    """The thresholds of ``claim`` fixed after ``since`` or replaced since (a history entry held
+    until on or after its date), each as ``name = value unit fixed …; was …``."""
+    return [
+        f"{name} = {_moved(t.value, t.unit, t.fixed, t.history)}"
+        for name, t in claim.thresholds.items()
+        if (t.fixed and t.fixed.at > since) or any(c.until >= since.date() for c in t.history)
+    ]
