@@ -10,12 +10,15 @@ replicates (rule ``paired_seeds``). 4000 replicates: a rate's simulation sd ≤ 
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import statistics
+from pathlib import Path
 
 import pytest
 
-from learnable_sparsity.claims import checks
+from learnable_sparsity.claims import checks, results_from_json
 
 SEEDS = 3
 SD = 1.0  # each method's seed sd (the evidence record's BLEU: 0.8-1.2)
@@ -117,3 +120,100 @@ def test_calls_fall_pairs_each_run_s_first_and_last_fifth() -> None:
     unpaired = checks.significantly_below(last, first)
     assert paired.status == checks.REPRODUCED
     assert unpaired.status == checks.NOT_MEASURABLE
+
+
+# The records' own noise of a validation-NLL gap (python -c in docs/claims.md): same-seed
+# checkpoint residuals of two methods correlate 0.4-0.97, so the gap of a seed pair scatters by
+# 0.003-0.012 nats about its line (0.011 in the bible record), the pairs' own moves over the
+# last half spread by up to 0.021 nats in the bible record, and the residuals of the
+# evidence record's 8-point curves show no positive lag-1 autocorrelation (-0.52 to +0.13).
+GAP_SCATTER = 0.011
+PAIR_DRIFT_SD = 0.021
+CHECKPOINT_STEPS = tuple(range(250, 1501, 250))  # the bible record's validation steps
+
+
+def _gap_claim(
+    rng: random.Random,
+    comparisons: int,
+    closing: float,
+    rho: float = 0.0,
+    drift_sd: float = PAIR_DRIFT_SD,
+) -> bool:
+    """Whether the gap gate holds back a claim of ``comparisons`` gaps of 0.15 nats that close
+    by ``closing`` nats over the last half as 1/step, at the records' paired noise (``rho``: a
+    lag-1 autocorrelation of each pair's checkpoint scatter, which the records do not show)."""
+    last = CHECKPOINT_STEPS[-1]
+    shared = [[rng.gauss(0, 0.035) for _ in CHECKPOINT_STEPS] for _ in range(SEEDS)]
+    learning = [2.8 + 1.5 * math.exp(-step / 400) for step in CHECKPOINT_STEPS]
+
+    def curve(seed: int, gap: list[float]) -> list[tuple[float, float]]:
+        return [
+            (step, learning[j] + shared[seed][j] + gap[j])
+            for j, step in enumerate(CHECKPOINT_STEPS)
+        ]
+
+    baseline = [curve(seed, [0.0] * len(CHECKPOINT_STEPS)) for seed in range(SEEDS)]
+    gates = {}
+    for i in range(comparisons):
+        curves = []
+        for seed in range(SEEDS):
+            drift = rng.gauss(0, drift_sd)
+            scatter = [rng.gauss(0, GAP_SCATTER)]
+            for _ in CHECKPOINT_STEPS[1:]:
+                fresh = rng.gauss(0, GAP_SCATTER)
+                scatter.append(rho * scatter[-1] + math.sqrt(1 - rho * rho) * fresh)
+            gap = [
+                0.15 + wobble + drift * max(0.0, 2 * step / last - 1) + closing * (last / step - 1)
+                for step, wobble in zip(CHECKPOINT_STEPS, scatter, strict=True)
+            ]
+            curves.append(curve(seed, gap))
+        gates[f"v{i}"] = (curves, baseline)
+    return checks.unsettled(gates, "validation NLL") is not None
+
+
+def test_the_gap_gate_at_the_records_noise_blocks_a_claim_of_five_constant_gaps_rarely() -> None:
+    """Measured 9.3% (1000 claims, sd 0.9; docs/claims.md): the issue's 10% is met at the
+    records' noise, with little room — the pairs' own drifts are what the checkpoint-replicate
+    trend test counts as trend (without them: 5.0%). The bound leaves the simulation's error."""
+    rng = random.Random(2)
+    blocked = sum(_gap_claim(rng, 5, 0.0) for _ in range(1000))
+    assert blocked / 1000 <= 0.12
+
+
+def test_the_gap_gate_at_the_records_noise_holds_back_a_gap_closing_as_one_over_step() -> None:
+    """A gap closing by 0.1 nats over the last half as 1/step: held back in 96% (docs)."""
+    rng = random.Random(3)
+    held = sum(_gap_claim(rng, 1, 0.1) for _ in range(200))
+    assert held / 200 >= 0.9
+
+
+def _record_gaps(name: str) -> dict[str, tuple[float, float]]:
+    """Per comparison with softmax in a kept record: the gap's scatter about each seed pair's
+    line (:func:`checks.gap_trend`) and the sd over pairs of each pair's own fitted move over
+    the last half — the noise the simulations above are run at."""
+    root = Path(__file__).resolve().parents[2] / "reports" / name / "results.json"
+    results = results_from_json(json.loads(root.read_text()), str(root))
+    measured = {}
+    for corpus, curves in results.valid_nll.items():
+        for variant, runs in curves.items():
+            if variant == "softmax":
+                continue
+            trend = checks.gap_trend(runs, curves["softmax"])
+            assert trend is not None
+            moves = [
+                checks.gap_trend([run], [base]).change  # type: ignore[union-attr]
+                for run, base in zip(runs, curves["softmax"], strict=True)
+            ]
+            measured[f"{corpus}/{variant}"] = (trend.noise, statistics.stdev(moves))
+    return measured
+
+
+def test_the_simulated_gap_noise_is_the_bible_record_s() -> None:
+    """GAP_SCATTER and PAIR_DRIFT_SD are the largest the bible record shows (α-entmax and
+    1.5-entmax against softmax: scatter 0.0077-0.0112 nats, pairs' moves over the last half
+    spread by up to 0.021)."""
+    measured = _record_gaps("bible")
+    scatter = max(noise for noise, _ in measured.values())
+    drift = max(spread for _, spread in measured.values())
+    assert scatter == pytest.approx(GAP_SCATTER, abs=0.0005)
+    assert drift == pytest.approx(PAIR_DRIFT_SD, abs=0.0015)
