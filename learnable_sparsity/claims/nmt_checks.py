@@ -339,7 +339,7 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
         return None
     reasons = []
     # If α's move over the last fifth falls as 1/step (as a closing gap's), it is within
-    # alpha_settled after T · (move ÷ ALPHA_SETTLED) steps; a common drift has no such estimate.
+    # alpha_settled after T · (move ÷ alpha_settled) steps; a common drift has no such estimate.
     settles_after = max(last_steps) * max(moving, default=settled) / settled
     decides = (
         f"a longer run: if α's move falls as 1/step, it settles after about "
