@@ -68,6 +68,7 @@ NUDGED_RULES = (
     "gap_trend_level",
     "alpha_settled",
     "alpha_drift_level",
+    "alpha_drift_material",
 )
 
 

@@ -314,11 +314,14 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
     """ "Not measurable" while the learned α still moves, in some seed: between the α logged last
     and the α logged rule ``convergence_window`` of the steps earlier, its heads moved by
     more than rule ``alpha_settled`` on average (:func:`alpha_movement`), or more of them moved
-    one way than chance allows (a two-sided sign test at rule ``alpha_drift_level`` ÷ seeds)."""
+    one way than chance allows (a two-sided sign test at rule ``alpha_drift_level`` ÷ seeds) by
+    more than rule ``alpha_drift_material`` in α on average (a drift too small to matter: every
+    head falling 0.001, 20× below settled, is no reason to wait)."""
     drifts, drifting, last_steps = [], [], []
     trajectories = [t for t in results.alpha_trajectories if len(t) >= 2]
     window, settled = checks.rule("convergence_window"), checks.rule("alpha_settled")
     level = checks.rule("alpha_drift_level") / max(len(trajectories), 1)
+    material = checks.rule("alpha_drift_material")
     for seed, trajectory in enumerate(trajectories):
         last_step, last = trajectory[-1]
         last_steps.append(last_step)
@@ -329,10 +332,12 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
         up = sum(b > a for a, b in zip(earlier, last, strict=True))
         down = sum(b < a for a, b in zip(earlier, last, strict=True))
         p = float(stats.binomtest(up, up + down).pvalue) if up + down else 1.0
-        if p < level:
+        shift = statistics.fmean(b - a for a, b in zip(earlier, last, strict=True))
+        if p < level and abs(shift) > material:
             way = "rose" if up > down else "fell"
             drifting.append(
-                f"seed #{seed}: {max(up, down)} of {up + down} heads {way} (p = {p:.2g})"
+                f"seed #{seed}: {max(up, down)} of {up + down} heads {way} (p = {p:.2g}), by "
+                f"{abs(shift):.4f} on average"
             )
     moving = [d for d in drifts if d > settled]
     if not moving and not drifting:
@@ -352,7 +357,10 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
             f"at most {settled:g})"
         )
     if drifting:
-        reasons.append(f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g})")
+        reasons.append(
+            f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g}, beyond "
+            f"{material:g} in α)"
+        )
     return not_measurable(
         f"not measurable in this profile: over the last {window:.0%} of the "
         f"steps {' and '.join(reasons)}",

@@ -617,19 +617,24 @@ def _seed(before: list[float], after: list[float]) -> list[tuple[float, list[flo
 
 
 def test_the_alpha_gate_divides_its_level_among_the_seeds() -> None:
-    """All 6 heads of a seed rise a little: a sign test p of 2/64 = 0.031 holds α back in one
-    seed (level 5%), not beside two seeds that did not move (level 5%/3); a head that stays
-    puts 5 of 5 (p = 1/16) and blocks no more."""
-    rising = _seed([1.5] * 6, [1.501] * 6)
+    """All 6 heads of a seed rise by 0.003 (beyond alpha_drift_material's 0.002): a sign test p
+    of 2/64 = 0.031 holds α back in one seed (level 5%), not beside two seeds that did not move
+    (level 5%/3); a head that stays puts 5 of 5 (p = 1/16) and blocks no more; a rise of 0.0015
+    is too small to matter."""
+    rising = _seed([1.5] * 6, [1.503] * 6)
     still = _seed([1.5] * 6, [1.5] * 6)
     gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=[rising]))
     assert gate is not None
-    assert gate.numbers["alpha_common_drift"] == ["seed #0: 6 of 6 heads rose (p = 0.031)"]
-    assert gate.numbers["alpha_drift"] == pytest.approx([_alpha_move(1.5, 1.501)])
+    assert gate.numbers["alpha_common_drift"] == [
+        "seed #0: 6 of 6 heads rose (p = 0.031), by 0.0030 on average"
+    ]
+    assert gate.numbers["alpha_drift"] == pytest.approx([_alpha_move(1.5, 1.503)])
+    small = Results(alpha_trajectories=[_seed([1.5] * 6, [1.5015] * 6)])
+    assert nmt_checks._alpha_still_moving(small) is None
     assert (
         nmt_checks._alpha_still_moving(Results(alpha_trajectories=[rising, still, still])) is None
     )
-    for stays_put in ([1.501] * 5 + [1.5], [1.499] * 5 + [1.5]):
+    for stays_put in ([1.503] * 5 + [1.5], [1.497] * 5 + [1.5]):
         results = Results(alpha_trajectories=[_seed([1.5] * 6, stays_put)])
         assert nmt_checks._alpha_still_moving(results) is None
 
@@ -640,8 +645,9 @@ def test_the_alpha_gate_gives_both_of_its_reasons() -> None:
     assert gate.evidence == (
         "not measurable in this profile: over the last 20% of the steps α still moves by "
         f"{_alpha_move(1.3, 1.5):.3f} on average per head (read in its logit; settled: at most "
-        "0.02) and its heads still drift together (seed #0: 6 of 6 heads rose (p = 0.031); "
-        "p < 0.05); what would decide it: a longer run: if α's move falls as 1/step, it settles "
+        "0.02) and its heads still drift together (seed #0: 6 of 6 heads rose (p = 0.031), by "
+        "0.2000 on average; p < 0.05, beyond 0.002 in α); what would decide it: a longer run: "
+        "if α's move falls as 1/step, it settles "
         # a move over the last fifth of 1000 steps falling as 1/step: 0.02 at 1000 × move / 0.02
         f"after about {1000 * _alpha_move(1.3, 1.5) / 0.02:,.0f} steps, and its heads no longer "
         "drift one way together"
@@ -1033,7 +1039,7 @@ CALLS = {
 
 
 def _drifting_seeds() -> Results:
-    rising = _seed([1.5] * 7, [1.501] * 7)  # sign test p = 2/128 = 0.016, below 5%/2
+    rising = _seed([1.5] * 7, [1.503] * 7)  # sign test p = 2/128 = 0.016, below 5%/2
     return Results(alpha_trajectories=[rising, rising], final_alphas={"encoder": [1.5] * 3})
 
 
@@ -1081,8 +1087,9 @@ WORDS = [
     (
         lambda: nmt_checks.alpha_modes(_drifting_seeds(), ["encoder"], [], 1.5, 1.2),
         "not measurable in this profile: over the last 20% of the steps its heads still drift "
-        "together (seed #0: 7 of 7 heads rose (p = 0.016); seed #1: 7 of 7 heads rose (p = "
-        "0.016); p < 0.025); what would decide it: a longer run: if α's move falls as 1/step, it "
+        "together (seed #0: 7 of 7 heads rose (p = 0.016), by 0.0030 on average; seed #1: 7 of "
+        "7 heads rose (p = 0.016), by 0.0030 on average; p < 0.025, beyond 0.002 in α); what "
+        "would decide it: a longer run: if α's move falls as 1/step, it "
         "settles after about 1,000 steps, and its heads no longer drift one way together",
     ),
     (
