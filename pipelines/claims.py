@@ -11,20 +11,28 @@ keeps so that later checks can judge it again), ``metrics.json`` (DVC metrics: h
 each verdict), ``reports/claims.md`` (the table the report opens with) and
 ``reports/figures/claims/alpha_histograms.png`` (the learned α the bimodality claim reads, pooled
 over layers and seeds).
+
+``python -m pipelines.claims --from-results`` gives the verdicts again from this run's gathered
+``results/claims/results.json`` alone (the outputs above but ``results.json`` and the figure):
+after a change of the checks, in a checkout that lacks the upstream stages' outputs (they are
+git-ignored), without training anything. DVC then sees the claims stage's outputs changed: a
+``dvc repro`` reruns it from the upstream outputs.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from learnable_sparsity.analysis.figures import alpha_histograms
-from learnable_sparsity.claims import evaluate, results_to_json
+from learnable_sparsity.claims import Results, evaluate, results_from_json, results_to_json
 from learnable_sparsity.claims.report import claims_markdown, claims_record, counts
 from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.claims_inputs import gather
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
+from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.stage import Stage, run_stage
 
 STAGE = "claims"
@@ -52,20 +60,40 @@ def check_inputs(
         )
 
 
+def _judge(stage: Stage, results: Results) -> None:
+    """Every claim's verdict on ``results``: ``claims.json``, the metrics and ``claims.md``."""
+    verdicts = evaluate(results)
+    record = claims_record(verdicts, stage.profile, results)
+    stage.write_json(layout.CLAIMS_VERDICTS, record, artifact="")
+    tally = counts(verdicts)
+    check_scalar_metrics(tally, STAGE)
+    stage.write_json(layout.metrics(STAGE), tally, artifact="")  # the claims stage's, either way
+    report = claims_markdown(verdicts, stage.profile, results)
+    stage.write_text(layout.CLAIMS_REPORT, report, artifact="")
+
+
 def main(stage: Stage) -> None:
     check_inputs()
     results, alphas_per_block = gather()
-    verdicts = evaluate(results)
     stage.write_json(RESULTS / "results.json", results_to_json(results), artifact="")
-    record = claims_record(verdicts, stage.profile, results)
-    stage.write_json(layout.CLAIMS_VERDICTS, record, artifact="")
-    stage.write_metrics(counts(verdicts))
-    report = claims_markdown(verdicts, stage.profile, results)
-    stage.write_text(layout.CLAIMS_REPORT, report, artifact="")
+    _judge(stage, results)
     if alphas_per_block:
         figure = alpha_histograms(alphas_per_block)
         stage.write_png(layout.FIGURES / "claims" / "alpha_histograms.png", figure, artifact="")
 
 
+def from_results(stage: Stage) -> None:
+    """The verdicts again from the gathered ``results.json`` of the last run of this stage."""
+    source = RESULTS / "results.json"
+    _judge(stage, results_from_json(read_json(source), str(source)))
+
+
 if __name__ == "__main__":
-    run_stage(STAGE, main)
+    if "--from-results" in sys.argv[1:]:
+        run_stage(
+            f"{STAGE}/from-results",
+            from_results,
+            [a for a in sys.argv[1:] if a != "--from-results"],
+        )
+    else:
+        run_stage(STAGE, main)

@@ -52,8 +52,19 @@ def kept_records(root: Path) -> list[Path]:
 
 
 def _column(name: str, verdicts: Path, table: Path, page: Path, root: Path) -> MatrixColumn:
-    statuses = {claim["id"]: claim["status"] for claim in read_json(root / verdicts)["claims"]}
-    return MatrixColumn(name, Path(os.path.relpath(table, page)).as_posix(), statuses)
+    """A run's column: its statuses, its fragile verdicts (a ±10% move of a threshold or rule
+    flips them: ``numbers.sensitivity.flips``) and, for a kept record, the statuses it was kept
+    with where today's differ (``as_kept.changed``, written by stage rejudge)."""
+    judged = read_json(root / verdicts)
+    statuses = {claim["id"]: claim["status"] for claim in judged["claims"]}
+    fragile = frozenset(
+        claim["id"]
+        for claim in judged["claims"]
+        if claim.get("numbers", {}).get("sensitivity", {}).get("flips")
+    )
+    kept = {item["claim"]: item["kept"] for item in judged.get("as_kept", {}).get("changed", [])}
+    link = Path(os.path.relpath(table, page)).as_posix()
+    return MatrixColumn(name, link, statuses, fragile, kept)
 
 
 def matrix_columns(page: Path, root: Path) -> list[MatrixColumn]:

@@ -7,8 +7,11 @@ today's ``claims.yaml`` its verdict, and writes ``reports/<record>/claims.json``
 ``claims.md``. The verdicts a record shows are therefore always those of the current checks:
 changing a check or a threshold reruns this stage. A threshold that differs from the one the
 record was kept with is named in the report, with whether its history in ``claims.yaml``
-accounts for the change. The command then rewrites the claims matrix of ``README.md``
-(:mod:`pipelines.claims_matrix`) with the record's new verdicts.
+accounts for the change. The verdicts the record was kept with (``claims_as_kept.json``, written
+at its first judgement and never rewritten) are shown beside today's where they differ, with the
+claim's thresholds and the rules fixed since: a rule changed after a record was kept applies to it
+beside its verdict as kept, never in its place. The command then rewrites the claims matrix of
+``README.md`` (:mod:`pipelines.claims_matrix`) with the record's new verdicts.
 """
 
 from __future__ import annotations
@@ -17,10 +20,17 @@ import argparse
 import datetime
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from learnable_sparsity.claims import evaluate, load_claims, results_from_json
-from learnable_sparsity.claims.preregistered import threshold_changes
-from learnable_sparsity.claims.report import claims_markdown, claims_record
+from learnable_sparsity.claims import ClaimResult, evaluate, load_claims, results_from_json
+from learnable_sparsity.claims.checks import registry
+from learnable_sparsity.claims.preregistered import rules_fixed_since, threshold_changes
+from learnable_sparsity.claims.report import (
+    claims_markdown,
+    claims_record,
+    kept_markdown,
+    kept_verdicts,
+)
 from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.claims_matrix import refresh_readme
 from pipelines.scaffold import layout
@@ -31,6 +41,9 @@ from pipelines.scaffold.stage import Stage, run_stage
 
 CHECKS_ENTRY = "learnable_sparsity.claims.catalog"  # the checks, and all the code they run
 CLAIMS_FILE = ROOT / "learnable_sparsity" / "claims" / "claims.yaml"
+# The verdicts a record was kept with, frozen at its first judgement (the records kept before it
+# existed: the claims.json committed with the record, taken from git).
+AS_KEPT = "claims_as_kept.json"
 
 
 def judged_by() -> dict[str, str]:
@@ -68,9 +81,49 @@ def main(stage: Stage, name: str) -> None:
         note += f" Thresholds changed since the record was kept: {listed}."
     record = claims_record(verdicts, meta["profile"], results, judged_by=by)
     record["threshold_changes"] = [asdict(change) for change in changes]
+    kept = _as_kept(stage, folder, verdicts, by)
+    kept_at = datetime.datetime.fromisoformat(kept["kept_with"]["judged_at"])
+    statuses = {claim["id"]: claim["status"] for claim in kept["claims"]}
+    changed = kept_verdicts(verdicts, statuses, kept_at)
+    rules_since = rules_fixed_since(registry(), kept_at)
+    record["as_kept"] = {
+        "kept_with": kept["kept_with"],
+        "rules_fixed_since": rules_since,
+        "changed": [asdict(item) for item in changed],
+    }
     stage.write_json(folder / layout.RECORD_CLAIMS, record, artifact="")
     report = claims_markdown(verdicts, meta["profile"], results, note=note)
+    if changed:
+        with_what = (
+            f"by the checks of `{str(kept['kept_with']['commit'])[:10]}`, "
+            f"{kept['kept_with']['judged_at'][:16]}: `{AS_KEPT}`"
+        )
+        report += kept_markdown(changed, rules_since, with_what)
     stage.write_text(folder / layout.RECORD_CLAIMS_REPORT, report, artifact="")
+
+
+def _as_kept(
+    stage: Stage, folder: Path, verdicts: list[ClaimResult], by: dict[str, str]
+) -> dict[str, Any]:
+    """The verdicts the record was kept with (``claims_as_kept.json``): written once, at its
+    first judgement, and never again — a later rule shows beside them, not in their place."""
+    path = folder / AS_KEPT
+    if path.is_file():
+        return read_json(path)
+    kept = {
+        "kept_with": {
+            "commit": "the commit that adds this file",
+            "judged_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "checks_digest": by["checks_digest"],
+            "source": "pipelines.rejudge, the record's first judgement",
+        },
+        "claims": [
+            {"id": r.claim.id, "status": r.verdict.status, "evidence": r.verdict.evidence}
+            for r in verdicts
+        ],
+    }
+    stage.write_json(path, kept, artifact="")
+    return kept
 
 
 if __name__ == "__main__":

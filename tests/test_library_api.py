@@ -37,13 +37,6 @@ PUBLIC_API = {
     "NORMALIZERS",
     "LearnableSparsityError",
 }
-# Modules that import an extra's package without needs_extra, edited concurrently by another
-# branch (claims: issue 46): convert them once merged.
-NOT_YET_CONVERTED = {
-    "learnable_sparsity/claims/checks.py",
-    "learnable_sparsity/claims/nmt_checks.py",
-    "learnable_sparsity/claims/preregistered.py",
-}
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
@@ -169,7 +162,7 @@ def test_every_library_import_of_an_extra_goes_through_needs_extra() -> None:
     offenders = {}
     for path in sorted((ROOT / "learnable_sparsity").rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if relative in NOT_YET_CONVERTED or relative.startswith("learnable_sparsity/core/triton"):
+        if relative.startswith("learnable_sparsity/core/triton"):
             continue  # the Triton kernels are imported only where Triton is (fused_triton)
         if found := _third_party_imports_outside_needs_extra(path):
             offenders[relative] = found

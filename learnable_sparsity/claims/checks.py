@@ -4,25 +4,35 @@ A check returns a :class:`Verdict`: ``reproduced``, ``not reproduced`` or ``not 
 (the results cannot decide: too few seeds, a method missing, runs still improving, collapsed
 runs), with the evidence a reader needs to judge it (numbers, seeds, spread, the test used).
 
-Comparative claims are tested over seeds with Welch's t-test (unequal variances), one-sided, at
-:data:`SIGNIFICANCE`:
+Every level, window and rule is claims.yaml's ``rules`` (:func:`rule`), with the commit and time
+it was fixed. Comparative claims are decided by one-sided confidence bounds over seeds at rule
+``significance`` — of the per-seed differences where both methods ran the same seeds (rule
+``paired_seeds``), else Welch's:
 
-* *at least as good as* ("within seed noise of"): the candidate is **not** significantly worse
-  than the baseline, and its mean is within a stated ``margin`` of it — with three seeds the
-  test alone has little power, so the margin keeps a large gap from passing as noise;
-* *below* / *above*: the difference in the stated direction is significant.
+* *at least as good as* / *matches* / *on par* / *nearly* (rule ``equivalence_test``,
+  :func:`at_least_as_good`): non-inferiority — reproduced when the upper bound of the deficit
+  lies below the margin, not reproduced when its lower bound lies above it, otherwise not
+  measurable with the seeds that would decide it;
+* *below* / *above* / *beats* (rule ``superiority_test``, :func:`significantly_below`): the
+  bound of the difference beyond 0, refuted by the other bound on the wrong side of 0;
+* *a little below* (:func:`worse_by_at_most`): the deficit's bounds inside (0, largest gap).
 
-A comparison needs :data:`MIN_SEEDS` seeds per method. Training length must not decide it:
+A claim is one family (rule ``multiplicity``, :func:`all_of`): it is reproduced only when every
+part is (an intersection-union test, each at the level), refuted only by a part Holm's
+procedure over the claim's refuting tests rejects, and its gap gates are Holm over its
+comparisons (:func:`unsettled_each`). Each verdict's numbers carry its ``edge``: the statistic,
+the threshold it is compared with and their distance. A comparison needs rule ``min_seeds``
+seeds per method. Training length must not decide it:
 
 * :func:`unsettled` — the *gap* between the compared methods' validation curves still has a
-  trend over the last :data:`TREND_WINDOW` of the steps (:func:`gap_trend`: the gap of each pair
+  trend over the last rule ``trend_window`` of the steps (:func:`gap_trend`: the gap of each pair
   of runs of the same seed regressed on the step, one intercept per pair and a common slope,
   tested against the scatter of the pairs around their lines — checkpoint and seed noise — at
-  :data:`GAP_TREND_LEVEL`, Bonferroni over a claim's comparisons) that moves it by more than
-  one checkpoint's scatter and :data:`STILL_IMPROVING` in perplexity: one method is still
+  rule ``gap_trend_level``, Holm over a claim's comparisons) that moves it by more than
+  one checkpoint's scatter and rule ``still_improving`` in perplexity: one method is still
   catching up. Two models that improve in parallel compare settled: on a learnable task the NLL
   heads to 0 and never plateaus, but the ranking does;
-* :func:`unconverged` — a run's own curve still improves by more than :data:`STILL_IMPROVING`
+* :func:`unconverged` — a run's own curve still improves by more than rule ``still_improving``
   (for a claim about one model's final state, or curves of different losses that cannot be
   subtracted).
 
@@ -36,44 +46,88 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
 
-from scipy import stats
-
+from learnable_sparsity.claims.preregistered import Rule, parse_rules
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.extras import needs_extra
 from learnable_sparsity.timing import quartiles, spreads_overlap
+
+with needs_extra("pipeline", __name__):
+    from scipy import stats
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_MEASURABLE = "not measurable"
 Status = Literal["reproduced", "not reproduced", "not measurable"]
 
-# One-sided level of every comparison over seeds.
-SIGNIFICANCE = 0.05
-# The power at which "the seeds a margin needs" is computed (the conventional 80%).
-POWER = 0.8
-# Fewest seeds per method for a comparison: a spread needs 2, a test with any power needs 3.
-MIN_SEEDS = 3
-# A curve "still improves" when the mean of its last 20% of steps is more than 2% better than
-# the mean of the 20% before: the result would still move with a longer run.
-CONVERGENCE_WINDOW = 0.2
-STILL_IMPROVING = 0.02
-# The gap gate (:func:`gap_trend`) looks at the last half of the steps: a fifth held a single
-# validation point of the bible record (every 250 of 1500 steps), no trend to test; the half
-# holds three (1000, 1250, 1500). It blocks a claim when its comparisons' slopes differ from 0 at
-# 5% (two-sided, Bonferroni over the claim's comparisons) and their fitted move over the window
-# exceeds both a checkpoint's scatter and STILL_IMPROVING in perplexity (a longer evidence run
-# measures a 0.5% move precisely; a single curve improving that little counts as converged). It
-# blocks a truly constant gap in at most 5% of the claims, measured on simulated runs at the
-# bible record's noise and
-# length (3 seeds, validation NLL sd 0.035 per checkpoint, 2000 runs; tests/claims/
-# test_gates.py): 5.1% false blocks (the 2% rule it replaces: 63% on the same runs), and it holds
-# back a gap that still closes by 0.1 / 0.2 / 0.3 nats over that half in 29% / 76% / 98% of runs
-# — 3 seeds cannot tell a smaller trend from checkpoint noise; the verdict shows the fitted move.
-TREND_WINDOW = 0.5
-GAP_TREND_LEVEL = 0.05
+# The rules in force for the verdicts being given: claims.yaml's ``rules``, with any values a
+# caller overrides (:func:`rules_overridden`: the ±10% sensitivity of a verdict to a rule).
+_OVERRIDES: ContextVar[Mapping[str, float | str]] = ContextVar("rules", default={})  # noqa: B039
+
+
+# The rules of claims.yaml that name a test rather than a number, as this code implements them:
+# a registry naming another (claims.yaml edited without the code) is refused before any verdict.
+IMPLEMENTED = {
+    "equivalence_test": "non-inferiority bound",
+    "superiority_test": "confidence bound",
+    "multiplicity": "Holm per claim",
+    "paired_seeds": "paired where the seeds match",
+}
+
+
+@cache
+def registry() -> dict[str, Rule]:
+    """The rules of ``claims.yaml`` (:func:`preregistered.parse_rules
+    <learnable_sparsity.claims.preregistered.parse_rules>`), checked to name the tests this code
+    implements (:data:`IMPLEMENTED`)."""
+    text = resources.files(__package__).joinpath("claims.yaml").read_text("utf-8")
+    rules = parse_rules(text)
+    for name, implemented in IMPLEMENTED.items():
+        named = rules[name].value if name in rules else None
+        if named != implemented:
+            raise LearnableSparsityError(
+                f"claims.yaml: rule {name!r} names {named!r}, but the checks implement "
+                f"{implemented!r}"
+            )
+    return rules
+
+
+def rule(name: str) -> Any:
+    """The value of rule ``name`` in force: an override, else the registry's."""
+    overrides = _OVERRIDES.get()
+    if name in overrides:
+        return overrides[name]
+    rules = registry()
+    if name not in rules:
+        raise LearnableSparsityError(f"claims.yaml has no rule {name!r}")
+    return rules[name].value
+
+
+@contextmanager
+def rules_overridden(values: Mapping[str, float | str]) -> Iterator[None]:
+    """Give verdicts under ``values`` in place of the registry's rules of those names."""
+    unknown = sorted(set(values) - set(registry()))
+    if unknown:
+        raise LearnableSparsityError(f"no such rules in claims.yaml: {unknown}")
+    token = _OVERRIDES.set({**_OVERRIDES.get(), **values})
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
+
+
+def min_seeds() -> int:
+    """Fewest seeds per method for a comparison (rule ``min_seeds``)."""
+    return int(rule("min_seeds"))
+
+
 # What decides a speed verdict whose rounds straddle its bound: their interquartile range is the
 # spread of single rounds, which more rounds estimate better but do not narrow.
 QUIETER_ROUNDS = (
@@ -139,78 +193,48 @@ def beside(value: float, bound: float) -> str:
     return f"{value:.{decimals}f}"
 
 
-def welch_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
-    """p-value of Welch's t-test of mean(a) − mean(b) with H1 ``less`` or ``greater``.
-
-    When both samples have no spread the test is undefined; the difference of the means then
-    decides (p = 0 when it lies in the direction of H1, else 1). When one has none, Welch's
-    statistic and degrees of freedom are those of a one-sample t-test of the other against its
-    constant, which is computed as such (the same p, without scipy's precision warning on a
-    constant sample).
-    """
-    if alternative not in ("less", "greater"):
-        raise LearnableSparsityError(
-            f"alternative must be 'less' or 'greater', got {alternative!r}"
-        )
-    if len(a) < 2 or len(b) < 2:
-        raise LearnableSparsityError(
-            f"Welch's test needs 2+ values per side, got {len(a)}, {len(b)}"
-        )
-    constant_a, constant_b = statistics.pvariance(a) == 0, statistics.pvariance(b) == 0
-    if constant_a and constant_b:
-        difference = statistics.fmean(a) - statistics.fmean(b)
-        toward = difference < 0 if alternative == "less" else difference > 0
-        return 0.0 if toward else 1.0
-    if constant_b:
-        return float(stats.ttest_1samp(a, b[0], alternative=alternative).pvalue)
-    if constant_a:
-        flipped = "greater" if alternative == "less" else "less"
-        return float(stats.ttest_1samp(b, a[0], alternative=flipped).pvalue)
-    return float(stats.ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
-
-
 def seeds_for(groups: Sequence[Sequence[float]], difference: float) -> int | None:
-    """Seeds per method for a one-sided test at :data:`SIGNIFICANCE` to find ``difference`` with
-    :data:`POWER`, at the spread of ``groups`` (their pooled sample variance): the normal
+    """Seeds per method for a one-sided test at rule ``significance`` to find ``difference`` with
+    rule ``power``, at the spread of ``groups`` (their pooled sample variance): the normal
     approximation n = g (z₁₋ₐ + z_power)² (sd ÷ difference)² for g groups (2: two methods, 1: one
-    against a fixed value), at least :data:`MIN_SEEDS`; None when a group has fewer than 2 values
+    against a fixed value), at least rule ``min_seeds``; None when a group has fewer than 2 values
     (no spread to go by) or ``difference`` is 0."""
     if difference == 0 or any(len(group) < 2 for group in groups):
         return None
     variance = statistics.fmean(statistics.variance(group) for group in groups)
-    z = stats.norm.ppf(1 - SIGNIFICANCE) + stats.norm.ppf(POWER)
-    return max(MIN_SEEDS, math.ceil(len(groups) * z * z * variance / difference**2))
+    z = stats.norm.ppf(1 - rule("significance")) + stats.norm.ppf(rule("power"))
+    return max(min_seeds(), math.ceil(len(groups) * z * z * variance / difference**2))
 
 
 def too_few_seeds(
     groups: Mapping[str, Sequence[float]], difference: float | None = None
 ) -> Verdict | None:
-    """ "Not measurable" when a method is missing or has fewer than :data:`MIN_SEEDS` seeds;
+    """ "Not measurable" when a method is missing or has fewer than rule ``min_seeds`` seeds;
     what decides it: the seeds :func:`seeds_for` finds for ``difference`` (the claim's margin)
-    where every method has a spread, else :data:`MIN_SEEDS`."""
-    short = {name: len(values) for name, values in groups.items() if len(values) < MIN_SEEDS}
+    where every method has a spread, else rule ``min_seeds``."""
+    short = {name: len(values) for name, values in groups.items() if len(values) < min_seeds()}
     if not short:
         return None
     counts = ", ".join(f"{name}: {n}" for name, n in short.items())
     needed = seeds_for(list(groups.values()), difference) if difference else None
     decides = (
         f"about {needed} seeds per method (a difference of {difference:.3g} at the spread of "
-        f"these seeds, one-sided p < {SIGNIFICANCE} with {POWER:.0%} power)"
+        f"these seeds, one-sided p < {rule('significance')} with {rule('power'):.0%} power)"
         if needed
-        else f"{MIN_SEEDS} seeds per method, whose spread then gives how many the claim needs"
+        else f"{min_seeds()} seeds per method, whose spread then gives how many the claim needs"
     )
     return not_measurable(
         f"not measurable in this profile: seeds per method {counts}; the test over seeds needs "
-        f"{MIN_SEEDS}",
+        f"{min_seeds()}",
         decides=decides,
         seeds=short,
-        seeds_needed=needed or MIN_SEEDS,
+        seeds_needed=needed or min_seeds(),
     )
 
 
 def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = False) -> float:
     """Relative improvement (a lower-is-better curve) of the mean of the last
-    :data:`CONVERGENCE_WINDOW` of the steps over the mean of the window before it (positive:
+    rule ``convergence_window`` of the steps over the mean of the window before it (positive:
     still improving); 0 for a curve too short to tell. ``curve`` is (step, value) pairs.
 
     ``log_loss``: the values are a log-loss per token (NLL in nats), compared as perplexities,
@@ -227,12 +251,12 @@ def still_improving(curve: Sequence[tuple[float, float]], *, log_loss: bool = Fa
 
 
 def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
-    """(mean of the window before the last, mean of the last :data:`CONVERGENCE_WINDOW` of the
+    """(mean of the window before the last, mean of the last rule ``convergence_window`` of the
     steps); None for a curve too short to tell."""
     if len(curve) < 2:
         return None
     last_step = curve[-1][0]
-    width = CONVERGENCE_WINDOW * last_step
+    width = rule("convergence_window") * last_step
     recent = [v for s, v in curve if s > last_step - width]
     before = [v for s, v in curve if last_step - 2 * width < s <= last_step - width]
     if not before:  # sparse curves (validation every k steps): the point just before the window
@@ -245,7 +269,7 @@ def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] |
 
 @dataclass(frozen=True)
 class Trend:
-    """The common slope of per-seed gaps over the last :data:`TREND_WINDOW` of the steps:
+    """The common slope of per-seed gaps over the last rule ``trend_window`` of the steps:
     ``change`` = slope × the window's width (the fitted move of the gap across it, in the
     curves' units), ``noise`` the residual sd (one checkpoint's scatter of a pair's gap about its
     line), ``p`` the two-sided p-value of "slope = 0", from ``points`` gaps of ``pairs`` seed
@@ -261,7 +285,7 @@ class Trend:
 
 
 def gap_trend(
-    candidate: Sequence[Curve], baseline: Sequence[Curve], *, window: float = TREND_WINDOW
+    candidate: Sequence[Curve], baseline: Sequence[Curve], *, window: float | None = None
 ) -> Trend | None:
     """Whether the gap between two methods' curves still moves, tested against its own scatter.
 
@@ -272,6 +296,7 @@ def gap_trend(
     the scatter of checkpoints and seeds about the fitted lines, with n − pairs − 1 degrees of
     freedom. None when they are fewer than 1 (too few steps or pairs to test a trend).
     """
+    window = rule("trend_window") if window is None else window
     pairs = list(zip(candidate, baseline, strict=False))
     if not pairs or not all(c and b for c, b in pairs):
         return None
@@ -316,93 +341,158 @@ def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float
 
 
 def _still_moving(amounts: Mapping[str, float]) -> tuple[dict[str, float], str]:
-    """The amounts above :data:`STILL_IMPROVING` and the name of the largest ("" if none)."""
-    moving = {name: amount for name, amount in amounts.items() if amount > STILL_IMPROVING}
+    """The amounts above rule ``still_improving`` and the name of the largest ("" if none)."""
+    moving = {name: amount for name, amount in amounts.items() if amount > rule("still_improving")}
     return moving, max(moving, key=moving.__getitem__, default="")
 
 
 def unconverged(
     curves: Mapping[str, Sequence[tuple[float, float]]], what: str, *, log_loss: bool = False
 ) -> Verdict | None:
-    """ "Not measurable" when a run's curve still improves by more than :data:`STILL_IMPROVING`
+    """ "Not measurable" when a run's curve still improves by more than rule ``still_improving``
     (:func:`still_improving`; ``log_loss``: as a perplexity)."""
     gains = {name: still_improving(curve, log_loss=log_loss) for name, curve in curves.items()}
     moving, worst = _still_moving(gains)
     if not moving:
         return None
     # As for the gap: an improvement that falls as 1/step over a window of T's last fifth
-    # falls as 1/T, below STILL_IMPROVING after T · (gain ÷ STILL_IMPROVING) steps.
-    settles_after = curves[worst][-1][0] * moving[worst] / STILL_IMPROVING
+    # falls as 1/T, below the rule still_improving after T · (gain ÷ it) steps.
+    settles_after = curves[worst][-1][0] * moving[worst] / rule("still_improving")
     return not_measurable(
         f"not measurable in this profile: {len(moving)} of {len(gains)} runs still improve "
-        f"({what} {moving[worst]:.1%} better over the last {CONVERGENCE_WINDOW:.0%} of the steps "
-        f"in {worst})",
+        f"({what} {moving[worst]:.1%} better over the last {rule('convergence_window'):.0%} of "
+        f"the steps in {worst})",
         decides=(
             f"a longer run: if the improvement falls as 1/step, {worst} improves by less than "
-            f"{STILL_IMPROVING:.0%} after about {settles_after:,.0f} steps"
+            f"{rule('still_improving'):.0%} after about {settles_after:,.0f} steps"
         ),
         still_improving=moving,
         converged_after_steps=settles_after,
     )
 
 
+def holm(pvalues: Mapping[str, float], level: float) -> set[str]:
+    """The names whose null hypotheses Holm's step-down procedure rejects at family-wise
+    ``level``: sorted by p, the i-th smallest (from 0) of m is rejected while every p up to it
+    is at most level ÷ (m − i)."""
+    rejected: set[str] = set()
+    ordered = sorted(pvalues, key=pvalues.__getitem__)
+    for i, name in enumerate(ordered):
+        if pvalues[name] > level / (len(ordered) - i):
+            break
+        rejected.add(name)
+    return rejected
+
+
+@dataclass(frozen=True)
+class _GapFamily:
+    """The gap trends of one claim's comparisons (:func:`gap_trend`; None: untestable), the
+    names whose trend moves (Holm's procedure over the tested trends at rule
+    ``gap_trend_level`` rejects "no trend", and the fitted move exceeds both a checkpoint's
+    scatter and rule ``still_improving`` in perplexity) and the family's description."""
+
+    trends: dict[str, Trend | None]
+    moving: list[str]
+    family: str
+
+    @classmethod
+    def of(cls, comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]]) -> _GapFamily:
+        trends = {name: gap_trend(cand, base) for name, (cand, base) in comparisons.items()}
+        tested = {name: trend for name, trend in trends.items() if trend is not None}
+        level = rule("gap_trend_level")
+        significant = holm({name: trend.p for name, trend in tested.items()}, level)
+        material = math.log1p(rule("still_improving"))
+        moving = [
+            name
+            for name, trend in tested.items()
+            if name in significant and abs(trend.change) > max(trend.noise, material)
+        ]
+        family = (
+            f"Holm over the claim's {len(trends)} gap trends at {level:g}"
+            if len(trends) > 1
+            else f"level {level:g}"
+        )
+        return cls(trends, moving, family)
+
+    def untested(self, names: Sequence[str], what: str) -> Verdict:
+        window = rule("trend_window")
+        return not_measurable(
+            f"not measurable in this profile: the {what} gap's trend cannot be tested in "
+            f"{', '.join(names)} (too few validation points in the last {window:.0%} of the "
+            "steps, or no two runs of the same seed)",
+            decides=(
+                "runs of both methods with the same seeds, validated at least three times "
+                f"over the last {window:.0%} of their steps"
+            ),
+            gap_untested=list(names),
+        )
+
+    def moves(self, names: Sequence[str], what: str) -> Verdict:
+        """ "Not measurable" for the moving comparisons ``names``, naming the one with the
+        smallest p."""
+        trends = {name: trend for name in names if (trend := self.trends[name]) is not None}
+        worst = min(trends, key=lambda name: trends[name].p)
+        trend = trends[worst]
+        material = math.log1p(rule("still_improving"))
+        opens_after = trend.last_step * abs(trend.change) / max(trend.noise, material)
+        where = f"{len(names)} of {len(self.trends)} comparisons ({worst}: "
+        return not_measurable(
+            f"not measurable in this profile: the {what} gap still moves in {where}by "
+            f"{math.expm1(abs(trend.change)):.1%} in perplexity over the last "
+            f"{rule('trend_window'):.0%} of the steps, beyond {rule('still_improving'):.0%} and "
+            f"a checkpoint's scatter of {trend.noise:.3f} nats; p = {trend.p:.3f} for a "
+            f"constant gap, {self.family}; {trend.points} points of {trend.pairs} seed pairs): "
+            "training length, not the method, would decide the comparison",
+            decides=(
+                "a longer run: if the gap closes as 1/step (its move over the last half then "
+                f"falls as 1/T), the gate opens after about {opens_after:,.0f} steps"
+            ),
+            gap_trend={
+                name: {"change": t.change, "noise": t.noise, "p": t.p, "points": t.points}
+                for name, t in self.trends.items()
+                if t is not None
+            },
+            gate_opens_after_steps=opens_after,
+        )
+
+
+def unsettled_each(
+    comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]], what: str
+) -> dict[str, Verdict | None]:
+    """Per comparison (name → candidate's validation NLL curves, baseline's): "not measurable"
+    when the gap still moves, None when it does not. The comparisons are one claim's family:
+    a gap moves when Holm's procedure over their trends (:func:`gap_trend`) at rule
+    ``gap_trend_level`` rejects "no trend" for it and its fitted move over the window is larger
+    than both one checkpoint's scatter and rule ``still_improving`` in perplexity (the tolerance
+    a single curve's improvement gets); a gap whose trend cannot be tested (too few validation
+    points) is not measurable too. The NLL gap is the log of a perplexity ratio: its move is
+    shown as one. What would decide it: if the gap closes as 1/step, its move over the last
+    half of T steps falls as 1/T, so the gate is expected to open after T·(move ÷ what it may
+    move) steps (``gate_opens_after_steps``), a longer profile's length to aim for."""
+    gaps = _GapFamily.of(comparisons)
+    return {
+        name: (
+            gaps.untested([name], what)
+            if trend is None
+            else gaps.moves([name], what)
+            if name in gaps.moving
+            else None
+        )
+        for name, trend in gaps.trends.items()
+    }
+
+
 def unsettled(
     comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]], what: str
 ) -> Verdict | None:
-    """ "Not measurable" when, in a comparison (name → candidate's validation NLL curves,
-    baseline's), the gap still moves: its trend (:func:`gap_trend`) differs from 0 at
-    :data:`GAP_TREND_LEVEL` divided by the number of comparisons, and its fitted move over the
-    window is larger than both one checkpoint's scatter and :data:`STILL_IMPROVING` in
-    perplexity (the tolerance a single curve's improvement gets); or when too few validation
-    points are there to test a trend. The NLL gap is the log of a perplexity ratio: its move is
-    shown as one. What would decide it: if the gap closes as 1/step, its move over the last half
-    of T steps falls as 1/T, so the gate is expected to open after T·(move ÷ what it may move)
-    steps (``gate_opens_after_steps``), a longer profile's length to aim for."""
-    level = GAP_TREND_LEVEL / max(len(comparisons), 1)
-    trends = {
-        name: gap_trend(candidate, baseline) for name, (candidate, baseline) in comparisons.items()
-    }
-    untested = [name for name, trend in trends.items() if trend is None]
+    """One gate for all ``comparisons`` (one family, as :func:`unsettled_each`): "not
+    measurable" naming the comparisons whose trend cannot be tested, else those whose gap still
+    moves (the one with the smallest p first); None when every gap has settled."""
+    gaps = _GapFamily.of(comparisons)
+    untested = [name for name, trend in gaps.trends.items() if trend is None]
     if untested:
-        return not_measurable(
-            f"not measurable in this profile: the {what} gap's trend cannot be tested in "
-            f"{', '.join(untested)} (too few validation points in the last "
-            f"{TREND_WINDOW:.0%} of the steps, or no two runs of the same seed)",
-            decides=(
-                "runs of both methods with the same seeds, validated at least three times "
-                f"over the last {TREND_WINDOW:.0%} of their steps"
-            ),
-            gap_untested=untested,
-        )
-    material = math.log1p(STILL_IMPROVING)
-    moving = {
-        name: trend
-        for name, trend in trends.items()
-        if trend.p < level and abs(trend.change) > max(trend.noise, material)
-    }
-    numbers = {
-        name: {"change": trend.change, "noise": trend.noise, "p": trend.p, "points": trend.points}
-        for name, trend in trends.items()
-    }
-    if not moving:
-        return None
-    worst = min(moving, key=lambda name: moving[name].p)
-    trend = moving[worst]
-    opens_after = trend.last_step * abs(trend.change) / max(trend.noise, material)
-    return not_measurable(
-        f"not measurable in this profile: the {what} gap still moves in {len(moving)} of "
-        f"{len(trends)} comparisons ({worst}: by {math.expm1(abs(trend.change)):.1%} in "
-        f"perplexity over the last {TREND_WINDOW:.0%} of the steps, beyond "
-        f"{STILL_IMPROVING:.0%} and a checkpoint's scatter of {trend.noise:.3f} nats; p = "
-        f"{trend.p:.3f} < {level:.3g} for a constant gap, {trend.points} points): training "
-        "length, not the method, would decide the comparison",
-        decides=(
-            "a longer run: if the gap closes as 1/step (its move over the last half then falls "
-            f"as 1/T), the gate opens after about {opens_after:,.0f} steps"
-        ),
-        gap_trend=numbers,
-        gate_opens_after_steps=opens_after,
-    )
+        return gaps.untested(untested, what)
+    return gaps.moves(gaps.moving, what) if gaps.moving else None
 
 
 # ------------------------------------------------------------------------------ comparisons
@@ -411,12 +501,36 @@ def unsettled(
 @dataclass(frozen=True)
 class Comparison:
     """A candidate against a baseline over seeds: ``better_by`` the difference of the means in
-    the metric's good direction (> 0: the candidate is better), ``p_worse`` the one-sided Welch
-    p-value of "the candidate is worse", ``text`` both as mean ± sd (n)."""
+    the metric's good direction (> 0: the candidate is better), its standard error ``se`` and
+    degrees of freedom ``df`` — of the per-seed differences where the seeds are ``paired``
+    (the same seeds in both, rule ``paired_seeds``), else Welch's —, ``spread`` the groups whose
+    variance gives the seeds a difference needs, ``text`` both sides as mean ± sd (n)."""
 
     better_by: float
-    p_worse: float
+    se: float
+    df: float
+    paired: bool
+    spread: tuple[Sequence[float], ...]
     text: str
+
+    def bound(self, lower: bool, level: float | None = None) -> float:
+        """The one-sided confidence bound of ``better_by`` at ``level`` (default: rule
+        ``significance``), the lower or the upper."""
+        level = rule("significance") if level is None else level
+        reach = float(stats.t.ppf(1 - level, self.df)) * self.se if self.se > 0 else 0.0
+        return self.better_by - reach if lower else self.better_by + reach
+
+    def p_beyond(self, value: float, above: bool) -> float:
+        """One-sided p-value of "``better_by`` > ``value``" (``above``) or "< ``value``"
+        against its complement."""
+        if self.se == 0:
+            return 0.0 if (self.better_by > value if above else self.better_by < value) else 1.0
+        t_stat = (self.better_by - value) / self.se
+        return float(stats.t.sf(t_stat, self.df) if above else stats.t.cdf(t_stat, self.df))
+
+    def seeds_to_decide(self, difference: float) -> int | None:
+        """Seeds per method at which a bound would clear ``difference`` with rule ``power``."""
+        return seeds_for(self.spread, difference)
 
 
 def compare(
@@ -426,20 +540,65 @@ def compare(
     higher_is_better: bool = True,
     names: tuple[str, str] = ("candidate", "baseline"),
     difference: float | None = None,
+    paired: bool = False,
 ) -> Comparison | Verdict:
-    """The :class:`Comparison`, or "not measurable" when a side has too few seeds (saying how
-    many would tell ``difference``, the claim's margin — by default the difference measured —
-    where both sides have a spread)."""
+    """The :class:`Comparison`, paired when ``paired`` (the lists are the same seeds in the
+    same order) and they are as long; or "not measurable" when a side has too few seeds (saying
+    how many would tell ``difference``, the claim's margin — by default the difference
+    measured — where both sides have a spread)."""
     if difference is None and candidate and baseline:
         difference = abs(statistics.fmean(candidate) - statistics.fmean(baseline))
     short = too_few_seeds(dict(zip(names, (candidate, baseline), strict=True)), difference)
     if short:
         return short
     sign = 1 if higher_is_better else -1
-    return Comparison(
-        better_by=sign * (statistics.fmean(candidate) - statistics.fmean(baseline)),
-        p_worse=welch_p(candidate, baseline, "less" if higher_is_better else "greater"),
-        text=f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}",
+    text = f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}"
+    paired = paired and len(candidate) == len(baseline)
+    if paired:
+        gains = [sign * (c - b) for c, b in zip(candidate, baseline, strict=True)]
+        se = statistics.stdev(gains) / math.sqrt(len(gains))
+        return Comparison(
+            statistics.fmean(gains), se, len(gains) - 1, True, (gains,), f"{text}, paired by seed"
+        )
+    va, vb = (
+        statistics.variance(candidate) / len(candidate),
+        statistics.variance(baseline) / len(baseline),
+    )
+    se = math.sqrt(va + vb)
+    df = (
+        (va + vb) ** 2 / (va**2 / (len(candidate) - 1) + vb**2 / (len(baseline) - 1))
+        if se > 0
+        else float(len(candidate) + len(baseline) - 2)
+    )
+    better_by = sign * (statistics.fmean(candidate) - statistics.fmean(baseline))
+    return Comparison(better_by, se, df, False, (candidate, baseline), f"{text}, Welch")
+
+
+def _bounds_text(c: Comparison, what: str) -> str:
+    level = rule("significance")
+    low, high = c.bound(lower=True), c.bound(lower=False)
+    return (
+        f"{what} {c.better_by:+.3g}, one-sided {1 - level:.0%} bounds {low:+.3g} / {high:+.3g} "
+        f"(df {c.df:.1f})"
+    )
+
+
+def _undecided(evidence: str, c: Comparison, distance: float, **numbers: object) -> Verdict:
+    """ "Not measurable": the confidence interval holds the edge; the seeds per method at which
+    a bound would clear it by ``distance`` (the estimate's distance from the edge)."""
+    needed = c.seeds_to_decide(distance) if distance else None
+    decides = (
+        f"about {needed} seeds per method (the estimate's distance {distance:.3g} from the edge "
+        f"at the spread of these seeds, one-sided {rule('significance'):g}, "
+        f"{rule('power'):.0%} power)"
+        if needed
+        else "more seeds: the estimate lies on the edge"
+    )
+    return not_measurable(
+        f"{evidence}: the confidence bounds lie on both sides of the edge",
+        decides=decides,
+        **numbers,
+        seeds_needed=needed,
     )
 
 
@@ -450,50 +609,43 @@ def at_least_as_good(
     *,
     higher_is_better: bool = True,
     names: tuple[str, str] = ("candidate", "baseline"),
+    paired: bool = False,
 ) -> Verdict:
-    """Reproduced when the candidate is not significantly worse than the baseline (one-sided
-    Welch) and its mean is no more than ``margin`` worse."""
+    """Non-inferiority (rule ``equivalence_test``): the candidate's deficit D = −better_by is
+    below ``margin`` with confidence — reproduced when the one-sided upper bound of D at rule
+    ``significance`` is below the margin, not reproduced when the lower bound is above it
+    (``p_refutes``: the p-value of "D > margin"), otherwise not measurable, saying the seeds at
+    which a bound would clear the margin. A true deficit equal to the margin is reproduced with
+    probability at most the level."""
     c = compare(
-        candidate, baseline, higher_is_better=higher_is_better, names=names, difference=margin
+        candidate,
+        baseline,
+        higher_is_better=higher_is_better,
+        names=names,
+        difference=margin,
+        paired=paired,
     )
     if isinstance(c, Verdict):
         return c
+    deficit, upper, lower = -c.better_by, -c.bound(lower=True), -c.bound(lower=False)
     evidence = (
-        f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {beside(c.better_by, margin)} "
-        f"(margin {margin:.3g}); Welch one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
+        f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {beside(c.better_by, margin)}; "
+        f"deficit's one-sided {1 - rule('significance'):.0%} bounds {lower:.3g} / {upper:.3g} "
+        f"against the margin {margin:.3g} (df {c.df:.1f})"
     )
-    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= -margin
-    return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, margin=margin)
-
-
-def nearly_as_good(
-    candidate: Sequence[float],
-    baseline: Sequence[float],
-    margin: float,
-    *,
-    higher_is_better: bool = True,
-    names: tuple[str, str] = ("candidate", "baseline"),
-) -> Verdict:
-    """ "Nearly as good": the candidate may trail the baseline by up to ``margin`` (a gap the
-    publication itself reports). Reproduced when its mean trails by at most ``margin`` and it is
-    not significantly further behind (one-sided Welch against the baseline moved ``margin`` in
-    the candidate's favour)."""
-    toward_candidate = -margin if higher_is_better else margin
-    handicapped = [value + toward_candidate for value in baseline]
-    c = compare(
-        candidate, handicapped, higher_is_better=higher_is_better, names=names, difference=margin
-    )
-    if isinstance(c, Verdict):
-        return c
-    gap = c.better_by - margin  # the candidate's advantage over the baseline itself
-    evidence = (
-        f"{names[0]} {describe(candidate)} vs {names[1]} {describe(baseline)}: "
-        f"{'better' if gap >= 0 else 'worse'} by {beside(gap, margin)} "
-        f"(nearly: at most {margin:.3g} worse); "
-        f"Welch one-sided p = {c.p_worse:.3f} for '{names[0]} more than {margin:.3g} worse'"
-    )
-    holds = c.p_worse >= SIGNIFICANCE and c.better_by >= 0
-    return verdict(holds, evidence, gap=gap, p=c.p_worse, margin=margin)
+    numbers = {
+        "gap": c.better_by,
+        "deficit_bounds": [lower, upper],
+        "margin": margin,
+        "paired": c.paired,
+        "p_refutes": c.p_beyond(-margin, above=False),
+        "edge": {"statistic": upper, "threshold": margin, "distance": margin - upper},
+    }
+    if upper < margin:
+        return verdict(True, evidence, **numbers)
+    if lower > margin:
+        return verdict(False, evidence, **numbers)
+    return _undecided(evidence, c, abs(margin - deficit), **numbers)
 
 
 def worse_by_at_most(
@@ -503,21 +655,44 @@ def worse_by_at_most(
     *,
     higher_is_better: bool = True,
     names: tuple[str, str] = ("candidate", "baseline"),
+    paired: bool = False,
 ) -> Verdict:
-    """ "A little below": the candidate is significantly worse (one-sided Welch), by no more than
-    ``largest_gap`` in the mean."""
+    """ "A little below": the deficit D is above 0 and below ``largest_gap``, each with
+    confidence (both one-sided bounds at rule ``significance``: an intersection-union test).
+    Not reproduced when a bound shows it outside (D < 0 or D > ``largest_gap``); otherwise not
+    measurable."""
     c = compare(
-        candidate, baseline, higher_is_better=higher_is_better, names=names, difference=largest_gap
+        candidate,
+        baseline,
+        higher_is_better=higher_is_better,
+        names=names,
+        difference=largest_gap,
+        paired=paired,
     )
     if isinstance(c, Verdict):
         return c
+    deficit, upper, lower = -c.better_by, -c.bound(lower=True), -c.bound(lower=False)
     evidence = (
         f"{c.text}: {'worse' if c.better_by <= 0 else 'better'} by "
-        f"{beside(c.better_by, largest_gap)} (a little: at most {largest_gap:.3g}); Welch "
-        f"one-sided p = {c.p_worse:.3f} for '{names[0]} worse'"
+        f"{beside(c.better_by, largest_gap)}; deficit's one-sided "
+        f"{1 - rule('significance'):.0%} bounds {lower:.3g} / {upper:.3g} (a little: above 0, "
+        f"at most {largest_gap:.3g}; df {c.df:.1f})"
     )
-    holds = c.p_worse < SIGNIFICANCE and -c.better_by <= largest_gap
-    return verdict(holds, evidence, gap=c.better_by, p=c.p_worse, largest_gap=largest_gap)
+    edge = min((lower, 0.0), (largest_gap - upper, largest_gap), key=lambda pair: abs(pair[0]))
+    numbers = {
+        "gap": c.better_by,
+        "deficit_bounds": [lower, upper],
+        "largest_gap": largest_gap,
+        "paired": c.paired,
+        "p_refutes": min(c.p_beyond(0, above=True), c.p_beyond(-largest_gap, above=False)),
+        "edge": {"statistic": deficit, "threshold": edge[1], "distance": edge[0]},
+    }
+    if lower > 0 and upper < largest_gap:
+        return verdict(True, evidence, **numbers)
+    if upper < 0 or lower > largest_gap:
+        return verdict(False, evidence, **numbers)
+    distance = min(abs(deficit), abs(largest_gap - deficit))
+    return _undecided(evidence, c, distance, **numbers)
 
 
 def significantly_below(
@@ -525,38 +700,73 @@ def significantly_below(
     baseline: Sequence[float],
     *,
     names: tuple[str, str] = ("candidate", "baseline"),
+    paired: bool = False,
 ) -> Verdict:
-    """The candidate's mean is significantly below the baseline's (one-sided Welch)."""
-    c = compare(candidate, baseline, names=names)
+    """Superiority (rule ``superiority_test``): the candidate's mean below the baseline's —
+    reproduced when the one-sided upper bound of candidate − baseline at rule ``significance``
+    is below 0, not reproduced when its lower bound is above 0 (``p_refutes``), otherwise not
+    measurable with the seeds that would decide it."""
+    c = compare(candidate, baseline, names=names, paired=paired, higher_is_better=False)
     if isinstance(c, Verdict):
         return c
-    evidence = f"{c.text}: Welch one-sided p = {c.p_worse:.3f} for '{names[0]} below {names[1]}'"
-    return verdict(c.p_worse < SIGNIFICANCE, evidence, p=c.p_worse)
+    # better_by = baseline − candidate here: "below" is the good direction
+    evidence = f"{c.text}: {_bounds_text(c, f'{names[1]} − {names[0]}')}"
+    numbers = {
+        "gap": c.better_by,
+        "bounds": [c.bound(lower=True), c.bound(lower=False)],
+        "paired": c.paired,
+        "p_refutes": c.p_beyond(0, above=False),
+        "edge": {
+            "statistic": c.bound(lower=True),
+            "threshold": 0.0,
+            "distance": c.bound(lower=True),
+        },
+    }
+    if c.bound(lower=True) > 0:
+        return verdict(True, evidence, **numbers)
+    if c.bound(lower=False) < 0:
+        return verdict(False, evidence, **numbers)
+    return _undecided(evidence, c, abs(c.better_by), **numbers)
 
 
 def _against_value(
     values: Sequence[float], value: float, *, below: bool, names: tuple[str, str]
 ) -> Verdict:
-    """One-sided one-sample t-test of the mean of ``values`` (seeds) against a number without
-    seed variance (a deterministic baseline), below it or above it; with no spread among the
-    seeds the mean's side of the value decides (p = 0 or 1)."""
+    """The mean of ``values`` (seeds) below or above a number without seed variance (a
+    deterministic baseline): the one-sample confidence bounds of mean − value, as
+    :func:`significantly_below` (with no spread among the seeds the mean's side decides)."""
     short = too_few_seeds(
         {names[0]: values}, abs(statistics.fmean(values) - value) if values else None
     )
     if short:
         return short
-    side = "below" if below else "above"
-    if statistics.pvariance(values) == 0:
-        mean = statistics.fmean(values)
-        p = 0.0 if (mean < value if below else mean > value) else 1.0
-    else:
-        alternative = "less" if below else "greater"
-        p = float(stats.ttest_1samp(values, value, alternative=alternative).pvalue)
-    evidence = (
-        f"{names[0]} {describe(values)} vs {names[1]} {value:.2f}: one-sample t-test one-sided "
-        f"p = {p:.3f} for '{names[0]} {side} {names[1]}'"
+    sign = -1 if below else 1  # the good direction of mean − value
+    gains = [sign * (v - value) for v in values]
+    c = Comparison(
+        statistics.fmean(gains),
+        statistics.stdev(gains) / math.sqrt(len(gains)),
+        len(gains) - 1,
+        False,
+        (gains,),
+        f"{names[0]} {describe(values)} vs {names[1]} {value:.2f}",
     )
-    return verdict(p < SIGNIFICANCE, evidence, p=p)
+    side = "below" if below else "above"
+    evidence = f"{c.text}: {_bounds_text(c, f'{names[0]} {side} {names[1]} by')} (one-sample)"
+    numbers = {
+        "gap": c.better_by,
+        "bounds": [c.bound(lower=True), c.bound(lower=False)],
+        "p_refutes": c.p_beyond(0, above=False),
+        "edge": {
+            "statistic": c.bound(lower=True),
+            "threshold": 0.0,
+            "distance": c.bound(lower=True),
+        },
+    }
+    if c.bound(lower=True) > 0:
+        return verdict(True, evidence, **numbers)
+    if c.bound(lower=False) < 0:
+        return verdict(False, evidence, **numbers)
+    return _undecided(evidence, c, abs(c.better_by), **numbers)
 
 
 def significantly_below_value(
@@ -585,15 +795,46 @@ def mean_at_most(values: Sequence[float], bound: float, what: str) -> Verdict:
         f"{what} {describe(values)} ({'at most' if mean <= bound else 'above'} {bound:g})",
         values=list(values),
         bound=bound,
+        edge={"statistic": mean, "threshold": bound, "distance": bound - mean},
     )
 
 
 def all_of(parts: Mapping[str, Verdict]) -> Verdict:
     """One verdict from several: not reproduced if any part is (a decided failure outranks a
-    part the results cannot decide), else not measurable if any part is, else reproduced."""
+    part the results cannot decide), else not measurable if any part is, else reproduced.
+
+    The parts are one claim's family (rule ``multiplicity``): a part refuted by a test
+    (``p_refutes`` in its numbers) stays refuted only when Holm's procedure over the family's
+    refuting tests at rule ``significance`` rejects it; otherwise the results cannot decide it.
+    Reproduced needs every part (an intersection-union test: each at the level, no correction)."""
     if not parts:
         raise LearnableSparsityError("all_of needs at least one part")
+    refutable = {
+        name: float(part.numbers["p_refutes"])  # type: ignore[arg-type]
+        for name, part in parts.items()
+        if "p_refutes" in part.numbers
+    }
+    level = rule("significance")
+    refuted = holm(refutable, level)
+    family = (
+        f"one family of {len(refutable)} tests, Holm at {level:g}" if len(refutable) > 1 else ""
+    )
+    parts = {
+        name: (
+            not_measurable(
+                f"{part.evidence}; not refuted within the claim's {family} (p = "
+                f"{refutable[name]:.3f})",
+                decides="more seeds (the family's refuting test at its Holm level)",
+                **part.numbers,
+            )
+            if part.status == NOT_REPRODUCED and name in refutable and name not in refuted
+            else part
+        )
+        for name, part in parts.items()
+    }
     lines = "; ".join(f"{name}: {part.evidence}" for name, part in parts.items())
+    if family:
+        lines += f" [{family}]"
     numbers = {name: {"status": part.status, **part.numbers} for name, part in parts.items()}
     failed = [name for name, part in parts.items() if part.status == NOT_REPRODUCED]
     if failed:

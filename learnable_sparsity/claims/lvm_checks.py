@@ -51,6 +51,18 @@ def _metric(
     return checks.finite(values), collapsed
 
 
+def _all_kept(
+    results: Results, experiment: str, methods: Sequence[str], metric: str, bits: int | None = None
+) -> bool:
+    """Whether every run of ``methods`` (of D = ``bits``) is kept by :func:`_metric` (none
+    collapsed, every value finite): their lists are then the same seeds, in order, and pair."""
+    return all(
+        len(_metric(results, experiment, m, metric, bits)[0])
+        == sum(bits is None or run.get("latent_dim") == bits for run in results.lvm[experiment][m])
+        for m in methods
+    )
+
+
 # Experiments whose training loss heads to 0 (the game's receiver NLL per game, or its error
 # rate for SFE with the 0/1 reward): compared as exp(old − new) − 1, the perplexity's relative
 # change (≈ the error rate's absolute change), since a relative change of a loss near 0 never
@@ -90,7 +102,13 @@ def marginalization_matches_dense(
     few_calls = checks.mean_at_most(
         calls, largest_calls, f"{candidate} decoder calls (of {dense_calls:g})"
     )
-    accuracy = checks.at_least_as_good(sparse, dense, margin, names=(candidate, baseline))
+    accuracy = checks.at_least_as_good(
+        sparse,
+        dense,
+        margin,
+        names=(candidate, baseline),
+        paired=_all_kept(results, experiment, [candidate, baseline], metric),
+    )
     return all_of({metric: accuracy, "decoder calls": few_calls})
 
 
@@ -107,7 +125,10 @@ def methods_below(
     return all_of(
         {
             m: checks.significantly_below(
-                _metric(results, experiment, m, metric)[0], base, names=(m, baseline)
+                _metric(results, experiment, m, metric)[0],
+                base,
+                names=(m, baseline),
+                paired=_all_kept(results, experiment, [m, baseline], metric),
             )
             for m in methods
         }
@@ -154,7 +175,12 @@ def nll_at_or_below(
             for name in candidates:
                 values, collapsed = _metric(results, experiment, name, "nll_bits_per_dim", d)
                 part = checks.at_least_as_good(
-                    values, base, margin, higher_is_better=False, names=(name, baseline)
+                    values,
+                    base,
+                    margin,
+                    higher_is_better=False,
+                    names=(name, baseline),
+                    paired=_all_kept(results, experiment, [name, baseline], "nll_bits_per_dim", d),
                 )
                 if collapsed or base_collapsed:
                     note = (
@@ -171,8 +197,9 @@ def calls_fall(
     results: Results, experiment: str, method: str, largest_final_calls: float
 ) -> Verdict:
     """The method gets very sparse as it trains: its decoder calls per example over the last
-    :data:`checks.CONVERGENCE_WINDOW` of the training steps significantly below those over the
-    first (one-sided Welch over seeds), and their mean over the seeds at most
+    rule ``convergence_window`` of the training steps below those over the first (the bound of
+    the fall paired by run, :func:`checks.significantly_below`: each seed's first and last
+    fifth are one run's), and their mean over the seeds at most
     ``largest_final_calls`` (a fall from a dense start, 256 → 230 calls of 256, is not "very
     sparse"); judged once its training loss has converged, as its neighbours are."""
     blocked = (
@@ -189,13 +216,15 @@ def calls_fall(
         )
     first, last = [], []
     for curve in curves:
-        width = checks.CONVERGENCE_WINDOW * curve[-1][0]
+        width = checks.rule("convergence_window") * curve[-1][0]
         first.append(statistics.fmean(v for s, v in curve if s <= curve[0][0] + width))
         last.append(statistics.fmean(v for s, v in curve if s > curve[-1][0] - width))
     name = f"{method} calls, last fifth"
     return all_of(
         {
-            "falls": checks.significantly_below(last, first, names=(name, "first fifth")),
+            "falls": checks.significantly_below(
+                last, first, names=(name, "first fifth"), paired=True
+            ),
             "very sparse": checks.mean_at_most(last, largest_final_calls, name),
         }
     )

@@ -10,8 +10,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-from scipy import stats
-
 from learnable_sparsity.analysis.alpha import (
     MIN_MODALITY_VALUES,
     alpha_movement,
@@ -20,7 +18,6 @@ from learnable_sparsity.analysis.alpha import (
 )
 from learnable_sparsity.claims import checks
 from learnable_sparsity.claims.checks import (
-    SIGNIFICANCE,
     Verdict,
     all_of,
     missing_results,
@@ -28,19 +25,17 @@ from learnable_sparsity.claims.checks import (
     verdict,
 )
 from learnable_sparsity.claims.results import Results
+from learnable_sparsity.extras import needs_extra
 
-# Learned α has settled when its heads moved by at most 0.02 on average over the last window of
-# the steps — read in the logit (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) —: 2% of
-# the range (1, 2] it lives in, well below the gap between the modes it reads...
-ALPHA_SETTLED = 0.02
-# ... and when they did not move the same way more often than chance allows: heads that all drift
-# a little (the bible record: 215 of 216 fell over the last fifth, 0.015-0.017 per head on
-# average, a median 9-11% of their whole fall) are α still falling. A sign test over one seed's
-# heads, two-sided at 5% divided by the seeds: on simulated settled α (each head's move independent
-# noise about 0) it blocks 3.6% of 3-seed records, and it holds back a common drift of 0.2 / 0.5 / 1
-# sd of the noise per head in 35% / 99% / 100% of them (72 heads per seed, 2000 simulated records;
-# tests/claims/test_gates.py). It assumes the heads' moves are independent given the drift.
-ALPHA_DRIFT_LEVEL = 0.05
+with needs_extra("pipeline", __name__):
+    from scipy import stats
+
+# Learned α has settled (rule ``alpha_settled``) when its heads moved by at most 0.02 on average
+# over the last window of the steps — read in the logit
+# (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) — and when they did not move the same
+# way more often than chance allows (rule ``alpha_drift_level``): heads that all drift a little
+# (the bible record: 215 of 216 fell over the last fifth) are α still falling. Both rules, their
+# history and the gate's simulated false-block rate and power: claims.yaml, docs/claims.md.
 
 
 # What decides a role the corpus has no query for (no questions for the interrogation head, no
@@ -96,16 +91,49 @@ def matched_nll_steps(
     return matched
 
 
-def _catching_up(
-    results: Results, variant: str, baseline: str, corpora: Sequence[str] | None = None
-) -> Verdict | None:
-    """ "Not measurable" while ``variant`` and ``baseline`` still close (or open) the gap between
-    their validation perplexities, on ``corpora`` (None: every corpus)."""
-    return checks.unsettled(
+def _catching_up_each(
+    results: Results, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Verdict | None]:
+    """Per (variant, baseline) of ``pairs``: "not measurable" while the two still close (or
+    open) the gap between their validation perplexities on some corpus. The pairs' gap trends
+    on every corpus are one claim's family (:func:`checks.unsettled_each`)."""
+    gates = checks.unsettled_each(
         {
-            f"{corpus}/{variant}": (curves.get(variant, []), curves.get(baseline, []))
+            f"{corpus}/{variant} vs {baseline}": (curves.get(variant, []), curves.get(baseline, []))
             for corpus, curves in results.valid_nll.items()
-            if corpora is None or corpus in corpora
+            for variant, baseline in pairs
+        },
+        "validation perplexity",
+    )
+    return {
+        (variant, baseline): next(
+            (
+                gate
+                for name, gate in gates.items()
+                if gate and name.endswith(f"/{variant} vs {baseline}")
+            ),
+            None,
+        )
+        for variant, baseline in pairs
+    }
+
+
+def _catching_up(results: Results, variant: str, baseline: str) -> Verdict | None:
+    """ "Not measurable" while ``variant`` and ``baseline`` still close (or open) the gap between
+    their validation perplexities (:func:`_catching_up_each` of the one pair)."""
+    return _catching_up_each(results, [(variant, baseline)])[(variant, baseline)]
+
+
+def _gates(results: Results, pairs: dict[str, NmtPair], baseline: str) -> dict[str, Verdict | None]:
+    """The gap gate of each corpus/variant pair against ``baseline``: one claim's family
+    (:func:`checks.unsettled_each`)."""
+    return checks.unsettled_each(
+        {
+            name: (
+                results.valid_nll.get(corpus, {}).get(variant, []),
+                results.valid_nll.get(corpus, {}).get(baseline, []),
+            )
+            for name, (corpus, variant, _, _) in pairs.items()
         },
         "validation perplexity",
     )
@@ -126,14 +154,16 @@ def bleu_at_least_as_good(
     pairs = _nmt_pairs(results, variants, baseline)
     if isinstance(pairs, Verdict):
         return pairs
-    parts = {}
-    for name, (corpus, variant, bleu, base) in pairs.items():
-        parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
-            checks.at_least_as_good(
-                bleu, base, _of_baseline(margin, base), names=(variant, baseline)
+    gates = _gates(results, pairs, baseline)
+    return all_of(
+        {
+            name: gates[name]
+            or checks.at_least_as_good(
+                bleu, base, _of_baseline(margin, base), names=(variant, baseline), paired=True
             )
-        )
-    return all_of(parts)
+            for name, (_, variant, bleu, base) in pairs.items()
+        }
+    )
 
 
 def bleu_a_little_below(
@@ -144,14 +174,16 @@ def bleu_a_little_below(
     pairs = _nmt_pairs(results, [variant], baseline)
     if isinstance(pairs, Verdict):
         return pairs
-    parts = {}
-    for name, (corpus, _, bleu, base) in pairs.items():
-        parts[name] = _catching_up(results, variant, baseline, [corpus]) or (
-            checks.worse_by_at_most(
-                bleu, base, _of_baseline(largest_gap, base), names=(variant, baseline)
+    gates = _gates(results, pairs, baseline)
+    return all_of(
+        {
+            name: gates[name]
+            or checks.worse_by_at_most(
+                bleu, base, _of_baseline(largest_gap, base), names=(variant, baseline), paired=True
             )
-        )
-    return all_of(parts)
+            for name, (_, _, bleu, base) in pairs.items()
+        }
+    )
 
 
 def speed_near_softmax(
@@ -235,7 +267,7 @@ def alpha_modes(
     lower_mode_at_most: float,
 ) -> Verdict:
     """The learned α pooled over layers and seeds, per attention type (:func:`modality`): in the
-    ``bimodal`` types Hartigan's dip test rejects one mode (p < :data:`SIGNIFICANCE`) and the
+    ``bimodal`` types Hartigan's dip test rejects one mode (p < rule ``significance``) and the
     two modes lie where the claim puts them (the upper at least ``upper_mode_at_least``, the
     lower at most ``lower_mode_at_most``); in the ``unimodal`` types it does not reject one
     mode. Judged once α has settled and the α-entmax models no longer catch up with softmax."""
@@ -259,11 +291,12 @@ def alpha_modes(
             )
             continue
         found = modality(alphas)
-        multimodal = found.p_unimodal < SIGNIFICANCE
+        level = checks.rule("significance")
+        multimodal = found.p_unimodal < level
         low, high = found.modes
         text = (
             f"dip test over {found.n} heads: dip {found.dip:.3f}, p = {found.p_unimodal:.3f} "
-            f"for one mode ({'rejected' if multimodal else 'not rejected'} at {SIGNIFICANCE}); "
+            f"for one mode ({'rejected' if multimodal else 'not rejected'} at {level:g}); "
             f"two-component modes {low:.2f} and {high:.2f}"
         )
         numbers = {"dip": found.dip, "p_unimodal": found.p_unimodal, "modes": [low, high]}
@@ -281,34 +314,40 @@ def alpha_modes(
 
 def _alpha_still_moving(results: Results) -> Verdict | None:
     """ "Not measurable" while the learned α still moves, in some seed: between the α logged last
-    and the α logged :data:`checks.CONVERGENCE_WINDOW` of the steps earlier, its heads moved by
-    more than :data:`ALPHA_SETTLED` on average (:func:`alpha_movement`), or more of them moved
-    one way than chance allows (a two-sided sign test at :data:`ALPHA_DRIFT_LEVEL` ÷ seeds)."""
+    and the α logged rule ``convergence_window`` of the steps earlier, its heads moved by
+    more than rule ``alpha_settled`` on average (:func:`alpha_movement`), or more of them moved
+    one way than chance allows (a two-sided sign test at rule ``alpha_drift_level`` ÷ seeds) by
+    more than rule ``alpha_drift_material`` in α on average (a drift too small to matter: every
+    head falling 0.001, 20× below settled, is no reason to wait)."""
     drifts, drifting, last_steps = [], [], []
     trajectories = [t for t in results.alpha_trajectories if len(t) >= 2]
-    level = ALPHA_DRIFT_LEVEL / max(len(trajectories), 1)
+    window, settled = checks.rule("convergence_window"), checks.rule("alpha_settled")
+    level = checks.rule("alpha_drift_level") / max(len(trajectories), 1)
+    material = checks.rule("alpha_drift_material")
     for seed, trajectory in enumerate(trajectories):
         last_step, last = trajectory[-1]
         last_steps.append(last_step)
-        start = last_step * (1 - checks.CONVERGENCE_WINDOW)
+        start = last_step * (1 - window)
         earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
-        moves = [alpha_movement(a, b, ALPHA_SETTLED) for a, b in zip(earlier, last, strict=True)]
+        moves = [alpha_movement(a, b, settled) for a, b in zip(earlier, last, strict=True)]
         drifts.append(statistics.fmean(moves))
         up = sum(b > a for a, b in zip(earlier, last, strict=True))
         down = sum(b < a for a, b in zip(earlier, last, strict=True))
         p = float(stats.binomtest(up, up + down).pvalue) if up + down else 1.0
-        if p < level:
+        shift = statistics.fmean(b - a for a, b in zip(earlier, last, strict=True))
+        if p < level and abs(shift) > material:
             way = "rose" if up > down else "fell"
             drifting.append(
-                f"seed #{seed}: {max(up, down)} of {up + down} heads {way} (p = {p:.2g})"
+                f"seed #{seed}: {max(up, down)} of {up + down} heads {way} (p = {p:.2g}), by "
+                f"{abs(shift):.4f} on average"
             )
-    moving = [d for d in drifts if d > ALPHA_SETTLED]
+    moving = [d for d in drifts if d > settled]
     if not moving and not drifting:
         return None
     reasons = []
     # If α's move over the last fifth falls as 1/step (as a closing gap's), it is within
-    # ALPHA_SETTLED after T · (move ÷ ALPHA_SETTLED) steps; a common drift has no such estimate.
-    settles_after = max(last_steps) * max(moving, default=ALPHA_SETTLED) / ALPHA_SETTLED
+    # alpha_settled after T · (move ÷ alpha_settled) steps; a common drift has no such estimate.
+    settles_after = max(last_steps) * max(moving, default=settled) / settled
     decides = (
         f"a longer run: if α's move falls as 1/step, it settles after about "
         f"{settles_after:,.0f} steps"
@@ -317,12 +356,15 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
     if moving:
         reasons.append(
             f"α still moves by {max(moving):.3f} on average per head (read in its logit; settled: "
-            f"at most {ALPHA_SETTLED})"
+            f"at most {settled:g})"
         )
     if drifting:
-        reasons.append(f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g})")
+        reasons.append(
+            f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g}, beyond "
+            f"{material:g} in α)"
+        )
     return not_measurable(
-        f"not measurable in this profile: over the last {checks.CONVERGENCE_WINDOW:.0%} of the "
+        f"not measurable in this profile: over the last {window:.0%} of the "
         f"steps {' and '.join(reasons)}",
         decides=decides,
         alpha_drift=drifts,
@@ -413,6 +455,7 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
     blocked = missing_results(results.missing, "heads")
     if blocked:
         return blocked
+    gates = _catching_up_each(results, [(variant, baseline) for variant in variants])
     parts = {}
     for variant in variants:
         if variant not in results.js or baseline not in results.js:
@@ -421,10 +464,11 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
                 decides=f"a head analysis of {variant} and {baseline}",
             )
             continue
-        parts[variant] = _catching_up(results, variant, baseline) or checks.significantly_below(
+        parts[variant] = gates[(variant, baseline)] or checks.significantly_below(
             _mean_over_blocks(results.js[baseline]),
             _mean_over_blocks(results.js[variant]),
             names=(baseline, variant),
+            paired=True,
         )
     return all_of(parts)
 
@@ -530,7 +574,9 @@ def roles_more_confident(
                 decides="a longer run, or a corpus on which either model forms the role",
             )
             continue
-        parts[role] = checks.significantly_below(theirs, mine, names=(baseline, variant))
+        parts[role] = checks.significantly_below(
+            theirs, mine, names=(baseline, variant), paired=True
+        )
     return all_of(parts)
 
 
@@ -556,7 +602,7 @@ def adaptive_sparsity(
       within one.
 
     Each comparison with a trained model waits until neither catches up with the other, and
-    needs :data:`checks.MIN_SEEDS` seeds of each."""
+    needs rule ``min_seeds`` seeds of each."""
     blocked = missing_results(results.missing, "heads") or missing_results(
         results.missing, "density"
     )
@@ -581,12 +627,16 @@ def adaptive_sparsity(
     within, within_fixed = (
         per_seed(name, mean, "within_length_sd") for name in (variant, fixed_alpha)
     )
+    trained = [fixed_alpha, *([fixed_support] if fixed_support in results.density else [])]
+    gates = _catching_up_each(results, [(variant, other) for other in trained])
+    gate = gates[(variant, fixed_alpha)]
     if fixed_support in results.density:
-        against_fixed_support = _catching_up(results, variant, fixed_support) or (
+        against_fixed_support = gates[(variant, fixed_support)] or (
             checks.significantly_below(
                 per_seed(fixed_support, mean, "within_length_sd"),
                 within,
                 names=(f"{fixed_support} within-length sd", f"{variant} within-length sd"),
+                paired=True,
             )
         )
     else:
@@ -595,7 +645,6 @@ def adaptive_sparsity(
             0.0,
             names=(f"{variant} within-length sd", f"{fixed_support} (closed form, untrained)"),
         )
-    gate = _catching_up(results, variant, fixed_alpha)
     parts = {
         "sparse": gate
         or _share_at_least(zeroed(variant), zeroed(fixed_alpha), share_of_fixed_alpha, "keys at 0"),
@@ -604,16 +653,11 @@ def adaptive_sparsity(
             per_seed(fixed_alpha, spread, "heads"),
             per_seed(variant, spread, "heads"),
             names=(f"{fixed_alpha} head-density sd", f"{variant} head-density sd"),
+            paired=True,
         ),
-        "per input": all_of(
-            {
-                f"against {fixed_alpha}": gate
-                or _share_at_least(
-                    within, within_fixed, share_of_fixed_alpha, "within-length density sd"
-                ),
-                f"against {fixed_support}": against_fixed_support,
-            }
-        ),
+        f"per input, against {fixed_alpha}": gate
+        or _share_at_least(within, within_fixed, share_of_fixed_alpha, "within-length density sd"),
+        f"per input, against {fixed_support}": against_fixed_support,
     }
     return all_of(parts)
 
@@ -622,7 +666,7 @@ def _share_at_least(
     values: Sequence[float], reference: Sequence[float], share: float, what: str
 ) -> Verdict:
     """The mean of ``values`` (seeds) at least ``share`` × the mean of ``reference``'s, each
-    over :data:`checks.MIN_SEEDS` seeds at least."""
+    over rule ``min_seeds`` seeds at least."""
     short = checks.too_few_seeds({what: values, f"reference {what}": reference})
     if short:
         return short
@@ -634,6 +678,7 @@ def _share_at_least(
         mean=mine,
         reference=theirs,
         share=share,
+        edge={"statistic": mine, "threshold": share * theirs, "distance": mine - share * theirs},
     )
 
 

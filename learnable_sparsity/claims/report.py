@@ -8,13 +8,18 @@ from __future__ import annotations
 import datetime
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from learnable_sparsity.claims.catalog import ClaimResult, out_of_scope
 from learnable_sparsity.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 from learnable_sparsity.claims.nmt_checks import matched_nll_steps
-from learnable_sparsity.claims.preregistered import WORKS, Claim, OutOfScope
+from learnable_sparsity.claims.preregistered import (
+    WORKS,
+    Claim,
+    OutOfScope,
+    thresholds_fixed_since,
+)
 from learnable_sparsity.claims.results import Results
 from learnable_sparsity.errors import LearnableSparsityError
 
@@ -132,11 +137,17 @@ def claims_markdown(
         f"{tally['reproduced']} reproduced, {tally['not_reproduced']} not reproduced, "
         f"{tally['not_measurable']} not measurable in this profile, of {len(results)} claims "
         f"checked; {tally['out_of_scope']} more are out of scope (listed below, with why). "
-        "Comparisons are tested over seeds (Welch's t-test, one-sided, p < 0.05; mean ± sd over "
-        "seeds) against thresholds fixed before the run, each derived from the publication "
-        "(`learnable_sparsity/claims/claims.yaml` gives its source and reason; a changed one shows "
-        "its earlier values). A claim is not measurable when training length would still decide it "
-        "(one method still catching up with the other, α still moving, a run still improving "
+        "Comparisons are decided by one-sided 95% confidence bounds over seeds (paired by seed "
+        'where both methods ran the same seeds; mean ± sd over seeds): "as good as" by '
+        'non-inferiority (the deficit\'s upper bound below the margin), "beats" by the bound of '
+        "the difference beyond 0; a claim is one family (Holm over its refuting tests and over "
+        "its gap gates). The thresholds are fixed before the run, each derived from the "
+        "publication (`learnable_sparsity/claims/claims.yaml` gives its source, reason, the "
+        "commit that fixed it and its earlier values, and the rules of the statistics). Each "
+        "verdict ends with its edge (the statistic beside the threshold that decides it) and "
+        "whether a ±10% move of a threshold or rule it uses flips it (FRAGILE). A claim is not "
+        "measurable when training length would still decide it (one method still catching up "
+        "with the other, α still moving, a run still improving "
         "or shorter than the claim's pre-registered length), when its runs collapsed or have "
         "too few seeds; a part that is not reproduced decides the claim whatever the other "
         "parts say.",
@@ -158,14 +169,92 @@ def claims_markdown(
 
 
 @dataclass(frozen=True)
+class KeptVerdict:
+    """A claim whose verdict today differs from the one its record was kept with: ``kept``
+    (status then), ``today`` (status now) and the registry entries fixed since (``since``: the
+    claim's thresholds)."""
+
+    claim: str
+    kept: str | None
+    today: str
+    since: tuple[str, ...]
+
+
+def kept_verdicts(
+    results: Sequence[ClaimResult],
+    kept: Mapping[str, str],
+    kept_at: datetime.datetime,
+) -> list[KeptVerdict]:
+    """Each claim of ``results`` whose status differs from ``kept`` (claim id → status as the
+    record was kept, at ``kept_at``; absent: the claim did not exist), with its thresholds fixed
+    since (:func:`~learnable_sparsity.claims.preregistered.thresholds_fixed_since`)."""
+    return [
+        KeptVerdict(
+            result.claim.id,
+            kept.get(result.claim.id),
+            result.verdict.status,
+            tuple(thresholds_fixed_since(result.claim, kept_at)),
+        )
+        for result in results
+        if kept.get(result.claim.id) != result.verdict.status
+    ]
+
+
+def kept_markdown(
+    changed: Sequence[KeptVerdict], rules_since: Sequence[str], kept_with: str
+) -> str:
+    """The section of a kept record's claims table that shows both rule sets: the verdicts the
+    record was kept with (``kept_with`` says by which checks) beside today's where they differ,
+    the claim's thresholds fixed since, and the rules fixed since (which every claim uses)."""
+    lines = [
+        "",
+        "### Verdicts as kept and today",
+        "",
+        f"The record was judged when kept ({kept_with}); today's rules give another verdict for "
+        f"{len(changed)} claims. A rule changed after a record was kept applies to it beside the "
+        "verdict it was kept with, never in its place. Changes of the checks' code that no "
+        "registry entry names (before 2026-11-28 the gates' constants were code) lie between "
+        "the two checks' commits (`git log <kept commit>..HEAD -- learnable_sparsity/claims`).",
+        "",
+        "Rules fixed since the record was kept: "
+        + ("; ".join(rules_since) if rules_since else "none")
+        + ".",
+        "",
+        "| Claim | As kept | Today | Its thresholds fixed since |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| [{item.claim}](#{claim_anchor(item.claim)}) | "
+        f"{item.kept or 'not yet a claim'} | **{item.today}** | "
+        f"{_cell('; '.join(item.since)) or '—'} |"
+        for item in changed
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
 class MatrixColumn:
     """One run in the claims matrix: its ``name``, the ``link`` to its claims table (its
-    ``claims.md``, relative to the page that shows the matrix) and its verdicts' statuses by
-    claim id."""
+    ``claims.md``, relative to the page that shows the matrix), its verdicts' statuses by claim
+    id, the claims whose verdict is ``fragile`` (a ±10% move of a threshold or rule flips it) and,
+    for a kept record, the statuses it was ``kept`` with where they differ from today's."""
 
     name: str
     link: str
     statuses: Mapping[str, str]
+    fragile: frozenset[str] = frozenset()
+    kept: Mapping[str, str | None] = field(default_factory=dict)
+
+
+# The matrix's marks beside a verdict: one that ±10% on a threshold or rule flips, and the
+# verdict a kept record was kept with where today's rules give another.
+FRAGILE = "≈"
+MATRIX_LEGEND = (
+    f"{MARKS[REPRODUCED]} reproduced, {MARKS[NOT_REPRODUCED]} not reproduced, "
+    f"{MARKS[NOT_MEASURABLE]} not measurable; {FRAGILE}: fragile, a ±10% move of one threshold "
+    "or rule the verdict uses flips it (its evidence names which); (kept …): a kept record's "
+    "verdict under the rules it was kept with, where today's differ (its table shows why)."
+)
 
 
 def _matrix_cell(column: MatrixColumn, claim_id: str) -> str:
@@ -176,12 +265,19 @@ def _matrix_cell(column: MatrixColumn, claim_id: str) -> str:
         raise LearnableSparsityError(
             f"run {column.name!r}: claim {claim_id!r} has an unknown verdict {status!r}"
         )
-    return f"[{MARKS[status]} {status}]({column.link}#{claim_anchor(claim_id)})"
+    edge = f"{FRAGILE} " if claim_id in column.fragile else ""
+    cell = f"[{edge}{MARKS[status]} {status}]({column.link}#{claim_anchor(claim_id)})"
+    was = column.kept.get(claim_id)
+    if was:  # a claim the record was kept without shows today's verdict alone
+        cell += f" (kept {MARKS[was]})"
+    return cell
 
 
 def _matrix_totals(column: MatrixColumn, claim_ids: Sequence[str]) -> str:
     tally = Counter(column.statuses.get(claim_id, NOT_JUDGED) for claim_id in claim_ids)
     shown = [f"{tally[status]} {mark}" for status, mark in MARKS.items()]
+    fragile = sum(claim_id in column.fragile for claim_id in claim_ids)
+    shown += [f"{fragile} {FRAGILE}"] if fragile else []
     return " · ".join(shown + ([f"{tally[NOT_JUDGED]} {NOT_JUDGED}"] if tally[NOT_JUDGED] else []))
 
 
@@ -215,6 +311,7 @@ def claims_matrix(
     ids = [claim_id for _, _, claim_id in rows]
     totals = " | ".join(_matrix_totals(column, ids) for column in columns)
     lines.append(f"| | **{len(rows)} claims** | {totals} |")
+    lines += ["", MATRIX_LEGEND]
     if excluded:
         titles = "; ".join(f"{_cell(claim.title)} ({claim.work})" for claim in excluded)
         lines += [

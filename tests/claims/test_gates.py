@@ -148,7 +148,7 @@ def test_a_small_move_measured_precisely_does_not_block() -> None:
         return candidate, baseline
 
     small = checks.gap_trend(*curves(0.01))
-    assert small is not None and small.p < checks.GAP_TREND_LEVEL  # significant, ...
+    assert small is not None and small.p < checks.rule("gap_trend_level")  # significant, ...
     assert checks.unsettled({"long": curves(0.01)}, "validation NLL") is None  # ... immaterial
     assert checks.unsettled({"long": curves(0.1)}, "validation NLL") is not None
 
@@ -170,3 +170,18 @@ def test_the_gap_gate_says_when_a_gap_closing_as_one_over_step_would_let_it_open
     opens = gate.numbers["gate_opens_after_steps"]
     assert checks.unsettled({"bible": curves(int(0.8 * opens) // 250 * 250)}, "NLL") is not None
     assert checks.unsettled({"bible": curves(int(1.2 * opens) // 250 * 250 + 250)}, "NLL") is None
+
+
+def test_the_alpha_gate_waits_for_no_drift_too_small_to_matter() -> None:
+    """Issue 46: every head falling 0.001 in α (20× below settled) blocked for certain; a common
+    drift now holds α back only beyond rule alpha_drift_material (0.002) on average."""
+    start = [1.2 + 0.01 * head for head in range(HEADS)]
+
+    def record(fall: float) -> Results:
+        end = [alpha - fall for alpha in start]
+        return Results(alpha_trajectories=[[(800, start), (1000, end)]] * SEEDS)
+
+    assert nmt_checks._alpha_still_moving(record(0.001)) is None
+    gate = nmt_checks._alpha_still_moving(record(0.004))
+    assert gate is not None and "72 of 72 heads fell" in gate.evidence
+    assert "by 0.0040 on average" in gate.evidence and "beyond 0.002 in α" in gate.evidence

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from learnable_sparsity.claims import Claim, OutOfScope
-from learnable_sparsity.claims.report import MatrixColumn, claims_matrix
+from learnable_sparsity.claims.report import MATRIX_LEGEND, MatrixColumn, claims_matrix
 from learnable_sparsity.errors import LearnableSparsityError
 
 
@@ -42,12 +42,32 @@ EXPECTED = """\
 |  | `est_gone` (retired) | — | [✗ not reproduced](evidence/claims.md#claim-est_gone) |
 | | **4 claims** | 1 ✓ · 1 ✗ · 1 ? · 1 — | 2 ✓ · 1 ✗ · 0 ? · 1 — |
 
+{legend}
+
 Out of scope, no check tests them (why: each run's table): k = 8 is best (EST).
 """  # noqa: E501
 
 
 def test_the_matrix_of_two_runs() -> None:
-    assert claims_matrix(CLAIMS, [SMOKE, KEPT], EXCLUDED) == EXPECTED
+    assert claims_matrix(CLAIMS, [SMOKE, KEPT], EXCLUDED) == EXPECTED.format(legend=MATRIX_LEGEND)
+
+
+def test_the_matrix_marks_fragile_verdicts_and_the_verdict_a_record_was_kept_with() -> None:
+    """≈ before a verdict a ±10% move flips; "(kept ✗)" after one today's rules changed; a claim
+    the record was kept without (None) shows today's verdict alone; the totals count ≈."""
+    kept = MatrixColumn(
+        "evidence",
+        "evidence/claims.md",
+        {"ast_bleu": "not measurable", "est_topk": "reproduced", "ast_new": "reproduced"},
+        fragile=frozenset({"est_topk"}),
+        kept={"ast_bleu": "not reproduced", "ast_new": None},
+    )
+    matrix = claims_matrix(CLAIMS, [kept])
+    assert "[? not measurable](evidence/claims.md#claim-ast_bleu) (kept ✗) |" in matrix
+    assert "[✓ reproduced](evidence/claims.md#claim-ast_new) |" in matrix
+    assert "[≈ ✓ reproduced](evidence/claims.md#claim-est_topk) |" in matrix
+    assert "| 2 ✓ · 0 ✗ · 1 ? · 1 ≈ |" in matrix
+    assert MATRIX_LEGEND in matrix and "≈: fragile" in MATRIX_LEGEND
 
 
 def test_an_unknown_verdict_is_refused_naming_the_run_and_the_claim() -> None:

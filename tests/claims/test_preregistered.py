@@ -14,11 +14,12 @@ import yaml
 from learnable_sparsity.claims import (
     CHECKS,
     Results,
+    checks,
     load_claims,
     results_from_json,
     results_to_json,
 )
-from learnable_sparsity.claims.preregistered import parse_claims, threshold_changes
+from learnable_sparsity.claims.preregistered import parse_claims, parse_rules, threshold_changes
 from learnable_sparsity.errors import LearnableSparsityError
 
 CLAIM = {
@@ -60,8 +61,44 @@ def test_a_sourced_threshold_reaches_the_check_with_its_history() -> None:
     (change,) = claim.thresholds["margin"].history
     assert change.value == 1.0 and change.until == datetime.date(2026, 11, 26)
     assert claim.thresholds["margin"].describe("margin") == (
-        "margin = 0.5 BLEU (Table 1); was 1 until 2026-11-26"
+        "margin = 0.5 BLEU (Table 1); was 1 BLEU until 2026-11-26"
     )
+
+
+def test_a_history_entry_in_another_unit_and_name_is_shown_in_its_own() -> None:
+    """An earlier value keeps the unit and the name it had: "1000 steps (as judged_after_steps)"
+    beside today's target tokens, never "1000" read in the new unit."""
+    earlier = {"value": 1.0, "unit": "BLEU points", "name": "old_margin", "commit": "abc"}
+    (claim,), _ = _parse(_with_margin(history=[{**earlier, "until": "2026-11-26", "why": "x"}]))
+    threshold = claim.thresholds["margin"]
+    (change,) = threshold.history
+    assert (change.unit, change.name, change.commit) == ("BLEU points", "old_margin", "abc")
+    assert threshold.describe("margin").endswith(
+        "was 1 BLEU points (as old_margin) until 2026-11-26"
+    )
+    kept_on = datetime.date(2026, 11, 25)
+    (moved,) = threshold_changes((claim,), {"c": {"old_margin": 1.0}}, kept_on)
+    assert (moved.recorded, moved.recorded_name, moved.recorded_unit) == (
+        1.0,
+        "old_margin",
+        "BLEU points",
+    )
+    assert moved.in_history
+    assert moved.describe() == (
+        "c margin: 1 BLEU points (as old_margin) when the record was kept, 0.5 BLEU now"
+    )
+    (unaccounted,) = threshold_changes((claim,), {"c": {"old_margin": 2.0}}, kept_on)
+    assert not unaccounted.in_history
+
+
+def test_a_fixed_time_names_its_commit() -> None:
+    (claim,), _ = _parse(_with_margin(fixed={"commit": "f00d", "at": "2026-11-27T10:00:00Z"}))
+    fixed = claim.thresholds["margin"].fixed
+    assert fixed is not None and fixed.commit == "f00d"
+    assert fixed.at == datetime.datetime(2026, 11, 27, 10, tzinfo=datetime.UTC)
+    assert "fixed 2026-11-27 (`f00d`)" in claim.thresholds["margin"].describe("margin")
+    with pytest.raises(LearnableSparsityError, match="fixed needs exactly"):
+        _parse(_with_margin(fixed={"commit": "f00d"}))
 
 
 @pytest.mark.parametrize(
@@ -73,7 +110,10 @@ def test_a_sourced_threshold_reaches_the_check_with_its_history() -> None:
         (_with_margin(value="half"), "margin'.value must be a number"),
         (_with_margin(limit=3), "unknown keys ['limit']"),
         (_with_margin(history=[{"value": 1.0, "until": "soon", "why": "x"}]), "not a date"),
-        (_with_margin(history=[{"value": 1.0, "why": "x"}]), "history[0] needs exactly"),
+        (
+            _with_margin(history=[{"value": 1.0, "why": "x"}]),
+            "history[0] needs ['until', 'value', 'why']",
+        ),
         (
             _with_margin(
                 history=[
@@ -163,3 +203,62 @@ def test_results_survive_their_json_form_and_an_older_record_names_what_it_lacks
 def test_the_committed_claims_file_parses_with_every_check() -> None:
     claims = load_claims()
     assert {claim.check for claim in claims} == set(CHECKS)  # no check without a claim
+
+
+RULE = {
+    "value": 0.05,
+    "unit": "level",
+    "reason": "conventional",
+    "fixed": {"commit": "b2e1f63", "at": "2026-11-24T01:06:01Z"},
+}
+
+
+def test_the_rules_are_read_from_claims_yaml_with_when_they_were_fixed() -> None:
+    rules = checks.registry()
+    assert rules["significance"].value == 0.05 == checks.rule("significance")
+    assert rules["trend_window"].fixed.commit == "2d70ed8"
+    assert checks.min_seeds() == 3
+    with pytest.raises(LearnableSparsityError, match="no rule 'nonsense'"):
+        checks.rule("nonsense")
+
+
+def test_a_rule_can_be_overridden_for_a_verdict_and_is_restored() -> None:
+    with checks.rules_overridden({"significance": 0.1}):
+        assert checks.rule("significance") == 0.1
+        with checks.rules_overridden({"min_seeds": 2}):
+            assert (checks.rule("significance"), checks.min_seeds()) == (0.1, 2)
+    assert checks.rule("significance") == 0.05
+    with (
+        pytest.raises(
+            LearnableSparsityError, match=re.escape("no such rules in claims.yaml: ['x']")
+        ),
+        checks.rules_overridden({"x": 1.0}),
+    ):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        (None, "needs a mapping `rules`"),
+        ({"level": {**RULE, "extra": 1}}, "unknown keys ['extra']"),
+        ({"level": {k: v for k, v in RULE.items() if k != "fixed"}}, "needs fixed"),
+        ({"level": {**RULE, "value": [1]}}, "a number or a name"),
+        ({"level": {**RULE, "fixed": {"commit": "x"}}}, "fixed needs exactly"),
+        ({"level": {**RULE, "fixed": {"commit": "x", "at": "noon"}}}, "is not a time"),
+    ],
+)
+def test_a_rule_without_what_it_needs_is_refused_naming_it(rules: object, message: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=re.escape(message)):
+        parse_rules(yaml.safe_dump({"rules": rules}))
+
+
+def test_a_named_rule_keeps_its_earlier_names_as_text() -> None:
+    entry = {
+        **RULE,
+        "value": "paired",
+        "history": [{"value": "Welch", "until": "2026-11-28", "why": "x"}],
+    }
+    (rule,) = parse_rules(yaml.safe_dump({"rules": {"pairing": entry}})).values()
+    assert rule.value == "paired" and rule.history[0].value == "Welch"
+    assert rule.history[0].describe("") == "Welch until 2026-11-28"

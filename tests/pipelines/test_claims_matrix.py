@@ -28,6 +28,10 @@ def _repository(root: Path) -> None:
         write_json(root / f"reports/{name}/record.json", {"recorded": recorded})
         write_json(root / f"reports/{name}/claims.json", _verdicts(name, status))
     write_json(root / "reports/pending/record.json", {"recorded": "2026-11-27T00:00:00+00:00"})
+    judged = _verdicts("evidence", "reproduced")
+    judged["claims"][0]["numbers"] = {"sensitivity": {"flips": ["margin ×0.9 → not measurable"]}}
+    judged["as_kept"] = {"changed": [{"claim": "est_topk_bleu", "kept": "not reproduced"}]}
+    write_json(root / "reports/evidence/claims.json", judged)
     write_json(root / "reports/figures/claims.json", _verdicts("x", "reproduced"))
 
 
@@ -44,6 +48,12 @@ def test_the_runs_are_the_pipelines_then_the_kept_records_oldest_first(tmp_path:
         "reproduced",
         "not reproduced",
     ]
+    # the evidence record's verdict is fragile, and was kept as "not reproduced"
+    assert [(c.fragile, dict(c.kept)) for c in columns] == [
+        (frozenset(), {}),
+        (frozenset({"est_topk_bleu"}), {"est_topk_bleu": "not reproduced"}),
+        (frozenset(), {}),
+    ]
 
 
 def test_the_readme_block_is_rewritten_and_nothing_else(tmp_path: Path) -> None:
@@ -57,7 +67,7 @@ def test_the_readme_block_is_rewritten_and_nothing_else(tmp_path: Path) -> None:
     )
     assert "stale" not in text
     assert "| [smoke](reports/claims.md) | [evidence](reports/evidence/claims.md) |" in text
-    assert "[✓ reproduced](reports/evidence/claims.md#claim-est_topk_bleu)" in text
+    assert "[≈ ✓ reproduced](reports/evidence/claims.md#claim-est_topk_bleu) (kept ✗)" in text
     assert not refresh_readme(tmp_path)  # already current
     readme.write_text("# Title\n")
     with pytest.raises(LearnableSparsityError, match="no claims matrix block"):

@@ -175,7 +175,47 @@ def test_rejudge_gives_todays_verdicts_and_names_moved_thresholds(
     assert moved["est_topk_speed", "train_tolerance"]["in_history"]
     report = (folder / layout.RECORD_CLAIMS_REPORT).read_text()
     assert "`evidence` profile run at commit `0123456789`" in report
-    assert "est_topk_speed train_tolerance: 0.15 when the record was kept, 0.02 now" in report
+    said = "est_topk_speed train_tolerance: 0.15 ratio when the record was kept, 0.02 ratio now"
+    assert said in report
+
+
+def test_rejudge_keeps_the_first_verdicts_and_shows_later_ones_beside_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first judgement is frozen in claims_as_kept.json; a later judgement that differs
+    (here: the frozen file says another verdict) is shown beside it, never in its place."""
+    monkeypatch.chdir(tmp_path)
+    folder = layout.record("kept")
+    results = Results(speed={"topk": {"train": [0.99] * 5, "inference": [0.96] * 5}})
+    write_json(folder / layout.RECORD_RESULTS, results_to_json(results))
+    meta = {"profile": "evidence", "recorded": "2026-11-20T10:00:00+00:00", "commit": "0123"}
+    write_json(folder / layout.RECORD_META, {**meta, "thresholds": {}})
+    rejudge.main(_Files(), "kept")
+    frozen = json.loads((folder / rejudge.AS_KEPT).read_text())
+    statuses = {claim["id"]: claim["status"] for claim in frozen["claims"]}
+    assert statuses["est_topk_speed"] == "reproduced"
+    record = json.loads((folder / layout.RECORD_CLAIMS).read_text())
+    assert record["as_kept"]["changed"] == []
+    # kept with another verdict, by the checks of an earlier day
+    frozen["kept_with"]["judged_at"] = "2026-11-20T10:00:00+00:00"
+    frozen["kept_with"]["commit"] = "abcdef0123456789"
+    for claim in frozen["claims"]:
+        if claim["id"] == "est_topk_speed":
+            claim["status"] = "not reproduced"
+    write_json(folder / rejudge.AS_KEPT, frozen)
+    rejudge.main(_Files(), "kept")
+    assert json.loads((folder / rejudge.AS_KEPT).read_text()) == frozen  # never rewritten
+    record = json.loads((folder / layout.RECORD_CLAIMS).read_text())
+    (changed,) = record["as_kept"]["changed"]
+    assert changed["claim"] == "est_topk_speed" and changed["kept"] == "not reproduced"
+    assert changed["today"] == "reproduced"
+    assert any("was 0.15 ratio until 2026-11-26" in entry for entry in changed["since"])
+    rules = record["as_kept"]["rules_fixed_since"]
+    assert any(rule.startswith("equivalence_test = non-inferiority bound") for rule in rules)
+    report = (folder / layout.RECORD_CLAIMS_REPORT).read_text()
+    assert "### Verdicts as kept and today" in report
+    assert "| not reproduced | **reproduced** |" in report
+    assert "by the checks of `abcdef0123`" in report
 
 
 # ------------------------------------------------------------------------------ the kept records
@@ -333,3 +373,23 @@ def test_every_link_of_a_kept_record_resolves_to_a_file_in_git(name: str) -> Non
             assert target in tracked, f"{document}: {link} ({target} is not in git)"
             links += 1
     assert links > 50  # the tables' files and every figure
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_a_record_s_verdicts_as_kept_are_the_ones_committed_with_it(name: str) -> None:
+    """claims_as_kept.json holds the verdicts the record's claims.json had in the commit that
+    kept it (git shows them): a later rule may add a verdict beside them, never rewrite them."""
+    frozen = json.loads((ROOT / "reports" / name / rejudge.AS_KEPT).read_text())
+    commit = frozen["kept_with"]["commit"]
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:reports/{name}/claims.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    then = json.loads(shown.stdout)
+    assert frozen["kept_with"]["checks_digest"] == then["judged_by"]["checks_digest"]
+    assert [(c["id"], c["status"]) for c in frozen["claims"]] == [
+        (c["id"], c["status"]) for c in then["claims"]
+    ]
