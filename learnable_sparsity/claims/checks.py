@@ -711,10 +711,18 @@ def significantly_below(
         return c
     # better_by = baseline − candidate here: "below" is the good direction
     evidence = f"{c.text}: {_bounds_text(c, f'{names[1]} − {names[0]}')}"
+    return _by_the_gains_bounds(c, evidence, paired=c.paired)
+
+
+def _by_the_gains_bounds(c: Comparison, evidence: str, **extra: object) -> Verdict:
+    """Reproduced when the lower confidence bound of the gain (``c.better_by``, the good
+    direction) is above 0, not reproduced when its upper bound is below 0, otherwise not
+    measurable with the seeds that would decide it; the bounds, ``extra``, the p-value against
+    the claim and the distance of the deciding bound from 0 go with the verdict."""
     numbers = {
         "gap": c.better_by,
         "bounds": [c.bound(lower=True), c.bound(lower=False)],
-        "paired": c.paired,
+        **extra,
         "p_refutes": c.p_beyond(0, above=False),
         "edge": {
             "statistic": c.bound(lower=True),
@@ -752,21 +760,7 @@ def _against_value(
     )
     side = "below" if below else "above"
     evidence = f"{c.text}: {_bounds_text(c, f'{names[0]} {side} {names[1]} by')} (one-sample)"
-    numbers = {
-        "gap": c.better_by,
-        "bounds": [c.bound(lower=True), c.bound(lower=False)],
-        "p_refutes": c.p_beyond(0, above=False),
-        "edge": {
-            "statistic": c.bound(lower=True),
-            "threshold": 0.0,
-            "distance": c.bound(lower=True),
-        },
-    }
-    if c.bound(lower=True) > 0:
-        return verdict(True, evidence, **numbers)
-    if c.bound(lower=False) < 0:
-        return verdict(False, evidence, **numbers)
-    return _undecided(evidence, c, abs(c.better_by), **numbers)
+    return _by_the_gains_bounds(c, evidence)
 
 
 def significantly_below_value(
