@@ -523,6 +523,22 @@ def head_alphas(model: nn.Module) -> dict[str, Tensor]:
 SAVED_ATTENTION_KEY = "sparse_attention"
 
 
+def require_attention_interface(model: nn.Module) -> None:
+    """Raise unless ``model`` has attention modules that call transformers' attention interface
+    (:func:`attention_modules`). A model without them (BLOOM, DeBERTa, Longformer, XLM, ...)
+    computes its own attention whatever ``attn_implementation`` names, so one of ours would be
+    accepted and silently ignored: dense attention under a sparse name. (transformers'
+    ``is_backend_compatible()`` cannot tell: it is False for BART, which calls the interface.)"""
+    if not attention_modules(model):
+        config = getattr(model, "config", None)
+        raise LearnableSparsityError(
+            f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) computes its own "
+            "attention instead of calling transformers' attention interface: "
+            f"attn_implementation={getattr(config, '_attn_implementation', None)!r} would be "
+            "ignored"
+        )
+
+
 def save_sparse(model: PreTrainedModel, directory: str | os.PathLike, **kwargs: Any) -> None:
     """``model.save_pretrained(directory, **kwargs)`` that keeps the sparse attention.
 
@@ -531,10 +547,11 @@ def save_sparse(model: PreTrainedModel, directory: str | os.PathLike, **kwargs: 
     (``alpha_logit``) are model parameters and go into the weights. Any directory
     ``save_pretrained`` writes (a ``push_to_hub`` one included) reloads with
     :func:`load_sparse`. Raises LearnableSparsityError if the model's attention is not one of
-    ``NORMALIZERS``.
+    ``NORMALIZERS`` or the model ignores it (:func:`require_attention_interface`).
     """
     name = model.config._attn_implementation
     require_registered(name)
+    require_attention_interface(model)
     setattr(model.config, SAVED_ATTENTION_KEY, name)
     model.save_pretrained(directory, **kwargs)
 
@@ -577,6 +594,7 @@ def load_sparse(
         )
     require_registered(name)
     model = model_class.from_pretrained(directory, attn_implementation=name, **kwargs)
+    require_attention_interface(model)
     alphas = _saved_alphas(directory)
     if alphas:
         added = add_head_alphas(model)
