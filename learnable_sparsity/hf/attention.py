@@ -73,6 +73,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,10 @@ def _with_sink_column(
 # --------------------------------------------------------------------------- attention function
 
 
+# The calls require_attention_interface is counting (None: none is).
+_CALLS: ContextVar[list[str] | None] = ContextVar("attention_calls", default=None)
+
+
 def sparse_attention_forward(
     module: nn.Module,
     query: Tensor,
@@ -314,6 +319,8 @@ def sparse_attention_forward(
     LearnableSparsityError naming it and the model type (see :func:`check_attention_arguments`).
     """
     check_attention_arguments(module, kwargs, attention_mask, key.shape[2])
+    if (calls := _CALLS.get()) is not None:
+        calls.append(normalizer)
     if normalizer not in NORMALIZERS:
         raise LearnableSparsityError(
             f"normalizer must be one of {', '.join(NORMALIZERS)}; got {normalizer!r}"
@@ -523,19 +530,27 @@ def head_alphas(model: nn.Module) -> dict[str, Tensor]:
 SAVED_ATTENTION_KEY = "sparse_attention"
 
 
-def require_attention_interface(model: nn.Module) -> None:
-    """Raise unless ``model`` has attention modules that call transformers' attention interface
-    (:func:`attention_modules`). A model without them (BLOOM, DeBERTa, Longformer, XLM, ...)
-    computes its own attention whatever ``attn_implementation`` names, so one of ours would be
-    accepted and silently ignored: dense attention under a sparse name. (transformers'
-    ``is_backend_compatible()`` cannot tell: it is False for BART, which calls the interface.)"""
-    if not attention_modules(model):
+def require_attention_interface(model: nn.Module, *inputs: Any, **named: Any) -> None:
+    """Raise unless one forward pass of ``model(*inputs, **named)`` (without gradients) calls
+    this module's attention function. A model that does not (BLOOM, DeBERTa, Longformer, XLM,
+    ...) computes its own attention whatever ``attn_implementation`` names, so one of ours is
+    accepted and silently ignored: dense attention under a sparse name. Neither transformers'
+    ``is_backend_compatible()`` (False for BART, which calls it) nor the modules' shape
+    (:func:`attention_modules`: none found in Doge or LayoutLM, which call it) can tell, so the
+    check runs the model."""
+    calls: list[str] = []
+    token = _CALLS.set(calls)
+    try:
+        with torch.no_grad():
+            model(*inputs, **named)
+    finally:
+        _CALLS.reset(token)
+    if not calls:
         config = getattr(model, "config", None)
         raise LearnableSparsityError(
             f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) computes its own "
             "attention instead of calling transformers' attention interface: "
-            f"attn_implementation={getattr(config, '_attn_implementation', None)!r} would be "
-            "ignored"
+            f"attn_implementation={getattr(config, '_attn_implementation', None)!r} is ignored"
         )
 
 
@@ -547,11 +562,10 @@ def save_sparse(model: PreTrainedModel, directory: str | os.PathLike, **kwargs: 
     (``alpha_logit``) are model parameters and go into the weights. Any directory
     ``save_pretrained`` writes (a ``push_to_hub`` one included) reloads with
     :func:`load_sparse`. Raises LearnableSparsityError if the model's attention is not one of
-    ``NORMALIZERS`` or the model ignores it (:func:`require_attention_interface`).
+    ``NORMALIZERS``.
     """
     name = model.config._attn_implementation
     require_registered(name)
-    require_attention_interface(model)
     setattr(model.config, SAVED_ATTENTION_KEY, name)
     model.save_pretrained(directory, **kwargs)
 
@@ -594,7 +608,6 @@ def load_sparse(
         )
     require_registered(name)
     model = model_class.from_pretrained(directory, attn_implementation=name, **kwargs)
-    require_attention_interface(model)
     alphas = _saved_alphas(directory)
     if alphas:
         added = add_head_alphas(model)

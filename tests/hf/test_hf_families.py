@@ -245,8 +245,8 @@ def test_registered_softmax_equals_eager_or_refuses_by_name(
         return
     if not calls:
         assert not model.is_backend_compatible(), f"{family} never called the attention function"
-        with pytest.raises(LearnableSparsityError, match="would be ignored"):
-            hf_attention.require_attention_interface(model)
+        with pytest.raises(LearnableSparsityError, match="is ignored"):
+            hf_attention.require_attention_interface(model, **inputs)
     else:
-        hf_attention.require_attention_interface(model)  # a model that calls it passes
+        hf_attention.require_attention_interface(model, **inputs)  # one that calls it passes
     torch.testing.assert_close(ours, eager, atol=TOL, rtol=0)
