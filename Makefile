@@ -99,7 +99,9 @@ mutation: $(INSTALLED)
 
 # Three sweeps of 24 trials on a head and a worker node started here (loopback, token auth, a
 # loopback MLflow server): no fault, the worker node SIGKILLed mid-sweep and restarted, a trial
-# worker SIGKILLed every 15 s; about 15 minutes on 2 cores. Counts: reports/measurements/chaos.
+# worker SIGKILLed every 15 s; 15 minutes on 2 cores against an open server, up to ~30 against
+# the authenticated one (its checks read every metric history through basic auth).
+# Counts: reports/measurements/chaos.
 chaos: $(INSTALLED)
 	$(IN_VENV) python benchmarks/chaos.py --kill-every 15
 
