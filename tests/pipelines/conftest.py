@@ -81,14 +81,21 @@ def _start_server(
         start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
+    wait_for_health(process, uri, "mlflow server")
+    return process, uri
+
+
+def wait_for_health(process: subprocess.Popen, uri: str, name: str) -> None:
+    """Return once the server ``process`` started answers ``uri``/health; fail if it exits or
+    does not answer within STARTUP_TIMEOUT_S."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while True:
-        assert process.poll() is None, "mlflow server exited"
+        assert process.poll() is None, f"{name} exited"
         try:
             urllib.request.urlopen(f"{uri}/health", timeout=2).close()
-            return process, uri
+            return
         except (urllib.error.URLError, OSError):
-            assert time.monotonic() < deadline, "mlflow server did not start"
+            assert time.monotonic() < deadline, f"{name} did not start"
             time.sleep(0.5)
 
 

@@ -18,7 +18,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -41,7 +40,7 @@ from pipelines.scaffold.provenance import system_tags
 from pipelines.scaffold.runs import RunLogger, stage_run
 from pipelines.scaffold.stage import run_stage
 from pipelines.scaffold.store import prepare, tracking_uri
-from tests.pipelines.conftest import STARTUP_TIMEOUT_S, free_port
+from tests.pipelines.conftest import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[2]
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"
@@ -87,15 +86,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        assert process.poll() is None, "deploy/mlflow-server.sh exited"
-        try:
-            urllib.request.urlopen(f"{uri}/health", timeout=2).close()
-            break
-        except (urllib.error.URLError, OSError):
-            assert time.monotonic() < deadline, "the documented server did not start"
-            time.sleep(0.5)
+    wait_for_health(process, uri, "deploy/mlflow-server.sh")
     admin = _as_user(root / "admin.credentials", folder / "admin")
     credentials = {"admin": root / "admin.credentials"}
     grants = [
