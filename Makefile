@@ -1,18 +1,18 @@
 # The two commands of the README. Each creates (or, when the lock changed, recreates) the virtual
 # environment .venv from the lock on first use, so a fresh clone needs nothing else.
 #   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline),
-#                after a preflight of everything the profile needs (python -m pipelines.preflight);
-#                then the README's claims matrix from the new verdicts (python -m pipelines.claims_matrix)
-#                and how far the outputs are from the committed ones (python -m pipelines.compare_outputs)
+#                after a preflight of everything the profile needs (pipelines.commands.preflight);
+#                then the README's claims matrix from the new verdicts (pipelines.verdicts.matrix)
+#                and how far the outputs are from the committed ones (...commands.compare_outputs)
 #   make test    the tests, exactly as CI (.ci/run) runs them; installs Debian's chromium (the
 #                browser check of the MLflow UI) and the SWORD Bible modules sword-text-web and
 #                sword-text-sparv (the real-corpus reader) where missing and apt-get can (as root)
 #   make ui      the MLflow UI on the project's store, opened on the runs table
 #   make lock    re-resolves the locks (requirements/*.txt) from pyproject.toml on PyPI, with uv
-#   make mutation  mutation testing of the claims' checks (benchmarks/mutation.py, mutmut in its
+#   make mutation  mutation testing of the claims' checks (tools/mutation.py, mutmut in its
 #                own environment .mutmut, outside the lock): reports/measurements/claims_mutation
 #   make chaos   a sweep on a two-node Ray cluster on this machine, its worker node killed whole,
-#                then its trial workers one by one (benchmarks/chaos.py): reports/measurements/chaos
+#                then its trial workers one by one (tools/chaos.py): reports/measurements/chaos
 # The venv's Python: 3.11 as CI runs it; 3.12 and 3.13 are supported too (make PYTHON=python3.13).
 PYTHON ?= python3.11
 VENV := .venv
@@ -67,10 +67,10 @@ $(INSTALLED): $(LOCKED) pyproject.toml
 	touch $@
 
 repro: $(INSTALLED)
-	$(IN_VENV) python -m pipelines.preflight
+	$(IN_VENV) python -m pipelines.commands.preflight
 	$(IN_VENV) dvc repro
-	$(IN_VENV) python -m pipelines.claims_matrix
-	$(IN_VENV) python -m pipelines.compare_outputs
+	$(IN_VENV) python -m pipelines.verdicts.matrix
+	$(IN_VENV) python -m pipelines.commands.compare_outputs
 
 # Debian packages some tests use where present: chromium (the browser check of the MLflow UI)
 # and the SWORD Bible modules (the real-corpus reader checked on the real texts).
@@ -86,7 +86,7 @@ debian:
 		|| echo "could not install $$missing: the tests that need them are skipped (and named)" >&2
 
 ui: $(INSTALLED)
-	$(IN_VENV) python -m pipelines.ui
+	$(IN_VENV) python -m pipelines.commands.ui
 
 test: $(INSTALLED) debian
 	$(IN_VENV) python -m pytest; status=$$?; \
@@ -95,7 +95,7 @@ test: $(INSTALLED) debian
 # mutmut (pyproject.toml's [tool.mutmut]: the claims' checks, tests/claims) on 1 worker, from
 # scratch: about 10 minutes on 2 cores. Its counts go to reports/measurements/claims_mutation.
 mutation: $(INSTALLED)
-	$(IN_VENV) python benchmarks/mutation.py
+	$(IN_VENV) python tools/mutation.py
 
 # Three sweeps of 24 trials on a head and a worker node started here (loopback, token auth, a
 # loopback MLflow server): no fault, the worker node SIGKILLed mid-sweep and restarted, a trial
@@ -103,7 +103,7 @@ mutation: $(INSTALLED)
 # the authenticated one (its checks read every metric history through basic auth).
 # Counts: reports/measurements/chaos.
 chaos: $(INSTALLED)
-	$(IN_VENV) python benchmarks/chaos.py --kill-every 15
+	$(IN_VENV) python tools/chaos.py --kill-every 15
 
 # The AST device call (docs/gpu-records.md) rehearsed on the CPU in the GPU machine's versions:
 # .venv-device (Python 3.12, torch 2.11, Triton 3.6, transformers 5.17, sentencepiece 0.2.2, from
@@ -116,7 +116,7 @@ DEVICE_VENV := .venv-device
 DEVICE_VERSIONS := torch==2.11.0 triton==3.6.0 "transformers>=5.17,<5.18" sentencepiece==0.2.2 \
 	"sacrebleu>=2.6,<2.7" scikit-learn matplotlib pyyaml numpy scipy pytest diptest==0.12.0
 REHEARSAL := .ast-grid-rehearsal
-REHEARSE := $(DEVICE_VENV)/bin/python benchmarks/gpu/ast_grid.py --profiles benchmarks/gpu \
+REHEARSE := $(DEVICE_VENV)/bin/python -m pipelines.commands.ast_grid --profiles benchmarks/gpu \
 	--profile rehearsal --data $(REHEARSAL)/data
 
 $(DEVICE_VENV)/.installed:

@@ -1,16 +1,14 @@
-"""Shared helpers of the benchmark scripts: median wall time, machine description, JSON output."""
+"""Shared helpers of the benchmark scripts: median wall time, JSON output with the machine."""
 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
+from learnable_sparsity.timing import machine
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -22,17 +20,6 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
-
-
-def machine() -> dict[str, object]:
-    """What the timings were measured on."""
-    return {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-    }
 
 
 def write_json(path: Path, results: list[dict]) -> None:

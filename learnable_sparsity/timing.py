@@ -21,6 +21,8 @@ read in the unit's direction.
 from __future__ import annotations
 
 import math
+import os
+import platform
 import random
 import statistics
 import time
@@ -283,3 +285,16 @@ def calls_for(measure: Callable[[], float], min_seconds: float, *, probes: int =
         raise LearnableSparsityError(f"min_seconds must be > 0, got {min_seconds!r}")
     median = statistics.median(measure() for _ in range(probes))
     return max(1, math.ceil(min_seconds / median)) if median > 0 else 1
+
+
+def machine() -> dict[str, object]:
+    """What timings are measured on: torch's version and CPU threads, the processor, its cores."""
+    import torch  # here only: the rest of the module times any callable, torch's or not
+
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+    }

@@ -47,8 +47,7 @@ def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_pat
     out = tmp_path / "normalizers.json"
     completed = subprocess.run(
         [
-            sys.executable,
-            str(ROOT / "benchmarks" / "normalizers.py"),
+            *(sys.executable, "-m", "pipelines.stages.report.benchmark_normalizers"),
             *("--lengths", "8", "--rounds", "3", "--repeats", "1", "--threads", "1"),
             *("--out", str(out)),
         ],
@@ -124,7 +123,7 @@ def test_the_footprint_probe_reads_an_environment() -> None:
     """``library_footprint.py`` runs its probe in the environments it makes (minutes); here the
     probe reads this one: torch's closure, what lies beyond it, and a distribution's own bytes."""
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/footprint_probe.py"), "learnable-sparsity"],
+        [sys.executable, str(ROOT / "tools/footprint_probe.py"), "learnable-sparsity"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -141,7 +140,7 @@ def test_the_footprint_probe_reads_an_environment() -> None:
 def test_the_mutation_count_reads_mutmuts_results(tmp_path: Path) -> None:
     """``mutation.py`` runs mutmut for minutes; here its count reads results laid out as mutmut
     leaves them: per file ``mutants/<path>.meta``, each mutant's exit code."""
-    spec = importlib.util.spec_from_file_location("mutation", ROOT / "benchmarks/mutation.py")
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "tools/mutation.py")
     mutation = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mutation)
     meta = tmp_path / "learnable_sparsity/claims/checks.py.meta"

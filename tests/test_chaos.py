@@ -1,4 +1,4 @@
-"""The pieces of the chaos command (benchmarks/chaos.py, `make chaos`: minutes, so not run here;
+"""The pieces of the chaos command (tools/chaos.py, `make chaos`: minutes, so not run here;
 its last result is reports/measurements/chaos/result.json): its refusals before anything starts,
 the killing of a node's processes, and the counting of metric points against the twin."""
 
@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks/chaos.py"
+SCRIPT = ROOT / "tools/chaos.py"
 _spec = importlib.util.spec_from_file_location("chaos", SCRIPT)
 chaos = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = chaos  # its dataclasses look their module up

@@ -32,7 +32,7 @@ def test_the_rayjob_runs_a_committed_sweep_on_gpu_workers_of_this_ray_version() 
     job = yaml.safe_load((DEPLOY / "rayjob.yaml").read_text())
     assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     entrypoint = shlex.split(job["spec"]["entrypoint"])
-    assert entrypoint[:3] == ["python", "-m", "pipelines.sweep"]
+    assert entrypoint[:3] == ["python", "-m", "pipelines.sweeps.run"]
     assert (ROOT / entrypoint[3]).is_file()
     cluster = job["spec"]["rayClusterSpec"]
     assert cluster["rayVersion"] == ray.__version__

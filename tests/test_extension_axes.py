@@ -1,7 +1,8 @@
 """Each extension axis has one registry that everything reads: a normalizer added through
 ``learnable_sparsity.core.registry`` alone trains an NMT step, gets its rows in the NMT tables
-and in the benchmarks' lists; a latent-variable experiment added to ``pipelines.experiments.LVM``
-alone is checked by the preflight (docs/adding-an-experiment.md counts the sites)."""
+and in the benchmarks' lists; a latent-variable experiment added to
+``pipelines.lvm_experiments.LVM`` alone is checked by the preflight (docs/adding-an-experiment.md
+counts the sites)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from learnable_sparsity.reporting.nmt_tables import (
     speed_comparison_table,
 )
 from learnable_sparsity.reporting.render import to_markdown
-from pipelines import experiments, preflight
+from pipelines import lvm_experiments as experiments
+from pipelines.commands import preflight
 from pipelines.scaffold.params import Params, deep_merge
+from pipelines.stages.report import benchmark_normalizers
 from tests.tiny_transformer import PAD, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,8 +116,7 @@ def _benchmark_module(name: str, path: Path):
 
 def test_the_normalizer_benchmark_times_a_registered_normalizer(toy: Normalizer) -> None:
     pytest.importorskip("entmax", reason="the benchmark compares with the entmax package (dev)")
-    bench = _benchmark_module("bench_normalizers", ROOT / "benchmarks" / "normalizers.py")
-    candidates = bench._candidates()
+    candidates = benchmark_normalizers._candidates()
     assert NAME in candidates
     fn, oracle, _ = candidates[NAME]
     x = torch.randn(4, 8, dtype=torch.float64)

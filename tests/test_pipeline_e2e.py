@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient
 
 from learnable_sparsity.core import fused
 from learnable_sparsity.timing import MIN_ROUNDS_FOR_SPREAD
-from pipelines import compare_outputs
+from pipelines.commands import compare_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["softmax", "sparsemax", "entmax15", "entmax_alpha", "topk"]
@@ -78,7 +78,7 @@ def copy_repository(snapshot: Path, work: Path) -> tuple[Path, str, dict[str, st
     run(["git", "init", "-q"], repo, env)
     run([*git, "add", "-A"], repo, env)
     run([*git, "commit", "-qm", "copy"], repo, env)
-    run([sys.executable, "-m", "pipelines.profile", "ci"], repo, env)
+    run([sys.executable, "-m", "pipelines.commands.profile", "ci"], repo, env)
     return repo, uri, env
 
 
@@ -362,9 +362,9 @@ def test_the_mlflow_ui_opens_on_the_runs_table(
     tmp_path_factory: pytest.TempPathFactory,
     browse: Callable[[str, Path], str],
 ) -> None:
-    """`python -m pipelines.ui` on the e2e store, in a real browser: the experiment opens on its
-    runs table (not MLflow 3's GenAI view), and the training runs sorted by BLEU show a row per
-    cell with BLEU. Screenshots: $LEARNABLE_SPARSITY_SCREENSHOTS or a temporary folder."""
+    """`python -m pipelines.commands.ui` on the e2e store, in a real browser: the experiment opens
+    on its runs table (not MLflow 3's GenAI view), and the training runs sorted by BLEU show a row
+    per cell with BLEU. Screenshots: $LEARNABLE_SPARSITY_SCREENSHOTS or a temporary folder."""
     repo, uri, _ = repro
     shots = Path(os.environ.get("LEARNABLE_SPARSITY_SCREENSHOTS") or tmp_path_factory.mktemp("ui"))
     shots.mkdir(parents=True, exist_ok=True)
@@ -373,7 +373,7 @@ def test_the_mlflow_ui_opens_on_the_runs_table(
         port = probe.getsockname()[1]
     env = environment(repo, uri)
     ui = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.ui", "--port", str(port)],
+        [sys.executable, "-m", "pipelines.commands.ui", "--port", str(port)],
         cwd=repo,
         env=env,
         stdout=subprocess.PIPE,
@@ -514,7 +514,7 @@ def test_a_rerun_under_other_kernels_is_compared_with_the_committed_outputs(
     pinned = env | {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
     run(["dvc", "repro", "-f", "-s", "train_lvm@ssvae"], copy, pinned)
     run(["dvc", "repro", "claims"], copy, pinned)
-    printed = run([sys.executable, "-m", "pipelines.compare_outputs"], copy, env)
+    printed = run([sys.executable, "-m", "pipelines.commands.compare_outputs"], copy, env)
     report = json.loads((copy / "results" / "comparison.json").read_text())
     changed = run(["git", "diff", "--name-only", "HEAD", "--", "results", "reports", "dvc.lock"],
                   copy, env).split()  # fmt: skip

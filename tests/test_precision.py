@@ -13,10 +13,10 @@ from learnable_sparsity.lvm.ssvae import SsvaeSettings
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.precision import autocast, check_precision, matmul_precision
 from learnable_sparsity.settings import SettingsError
-from pipelines import train_nmt
 from pipelines.scaffold.params import Params, deep_merge, load_params
-from pipelines.scaffold.runs import flatten_params
 from pipelines.scaffold.stage import Stage
+from pipelines.scaffold.tracking.runs import flatten_params
+from pipelines.stages.nmt import train_nmt
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda")

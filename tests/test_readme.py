@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from pipelines.claims_matrix import matrix_markdown, with_matrix
+from pipelines.verdicts.matrix import matrix_markdown, with_matrix
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -28,8 +28,10 @@ def test_the_profile_table_quotes_no_verdict() -> None:
 
 
 def test_the_claims_matrix_is_the_one_the_claims_json_files_give() -> None:
-    """The block between the claims-matrix markers is what `python -m pipelines.claims_matrix`
+    """The block between the claims-matrix markers is what `python -m pipelines.verdicts.matrix`
     writes from the committed claims.json files (the pipeline's run and every kept record)."""
     text = README.read_text()
     current = with_matrix(text, matrix_markdown(Path(), README.parent))
-    assert current == text, "README.md's claims matrix is stale: python -m pipelines.claims_matrix"
+    assert current == text, (
+        "README.md's claims matrix is stale: python -m pipelines.verdicts.matrix"
+    )

@@ -223,7 +223,7 @@ def _sword_package(tmp_path: Path, marker: Path, server: LoopbackServer) -> None
 
 
 def _npm_tarball(tmp_path: Path, marker: Path, server: LoopbackServer) -> None:
-    from pipelines import plots_page
+    from pipelines.commands import plots_page
 
     build = plots_page.BUILDS[0]
     tarball = tmp_path / "vega.tgz"
@@ -235,7 +235,7 @@ def _npm_tarball(tmp_path: Path, marker: Path, server: LoopbackServer) -> None:
 
 
 def _gpu_record(tmp_path: Path, marker: Path, server: LoopbackServer) -> None:
-    from pipelines import record
+    from pipelines.commands import record
 
     source = tmp_path / "gpu"
     source.mkdir()
@@ -277,9 +277,9 @@ SITES: dict[tuple[str, str, int], PayloadTest] = {
     ("learnable_sparsity/data/extractors.py", "zipfile.ZipFile", 1): _corpus_archive("zip"),
     ("learnable_sparsity/data/sword.py", "tarfile.open", 1): _sword_package,
     ("learnable_sparsity/data/idx_images.py", "np.load", 1): _ssvae_split,
-    ("pipelines/plots_page.py", "tarfile.open", 1): _npm_tarball,
-    ("pipelines/record.py", "tarfile.open", 1): _gpu_record,
-    ("pipelines/record.py", "*.extractall", 1): _gpu_record,
+    ("pipelines/commands/plots_page.py", "tarfile.open", 1): _npm_tarball,
+    ("pipelines/commands/record.py", "tarfile.open", 1): _gpu_record,
+    ("pipelines/commands/record.py", "*.extractall", 1): _gpu_record,
     ("pipelines/scaffold/params.py", "yaml.load", 1): _params_file,
 }
 

@@ -1,6 +1,6 @@
 """The head analysis of one trained NMT grid cell's model, without paths or tracking: the stage
 ``analyze_heads`` runs it in Ray tasks, the prepared GPU run of the AST grid
-(``benchmarks/gpu/ast_grid.py``) in plain processes.
+(``pipelines/commands/ast_grid.py``) in plain processes.
 """
 
 from __future__ import annotations

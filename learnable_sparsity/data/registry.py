@@ -49,7 +49,7 @@ only) is read from ``<cache>/<corpus>/<file name>`` where the user saved it; wit
 error names the page and the path. The LINDAT items' ``allzip`` addresses and the WMT18 and eSCAPE
 member names were written without network access: a wrong one fails loudly (an HTTP error naming
 the URL, a licence page refused as a web page, or a missing member listed with the files the
-archive does hold), and ``python -m pipelines.preflight --online --profile paper`` finds the first
+archive does hold), and ``python -m pipelines.commands.preflight --online --profile paper`` finds the first
 two in a minute. No publisher checksum exists for these items, and every download is pinned
 (:func:`~learnable_sparsity.data.fetch.download`): a file without a digest here (the LINDAT items,
 kftt, fairseq's IWSLT14, wmt/wmt16's ``main``) is fetched by the user, who checks it and saves it

@@ -1,6 +1,6 @@
 """Translation and scoring of one NMT grid cell's test set, without paths or tracking: the stage
 ``evaluate_nmt`` runs it in Ray tasks, the prepared GPU run of the AST grid
-(``benchmarks/gpu/ast_grid.py``) in plain processes.
+(``pipelines/commands/ast_grid.py``) in plain processes.
 """
 
 from __future__ import annotations

@@ -1,23 +1,22 @@
-"""Training of one NMT grid cell's model, without paths or tracking. The stage ``train_nmt`` (and
-the APE stages' translation cells) run it in Ray tasks and log what it returns to MLflow; the
-prepared GPU run of the AST grid (``benchmarks/gpu/ast_grid.py``) runs it in plain processes.
+"""A grid cell's model: initialised from its seed, trained with a summary, loaded trained; no
+paths or tracking. The stages ``train_nmt``, ``synthetic_ape`` and ``train_ape`` train in Ray tasks
+(``pipelines.cells.nmt.train_in_cell``) and log what :func:`train_model` returns to MLflow; the
+prepared GPU run of the AST grid (``pipelines/commands/ast_grid.py``) in plain processes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
-from learnable_sparsity.data.bpe import BpeModel
-from learnable_sparsity.nmt.batching import Example, encode_pairs
+from learnable_sparsity.nmt.batching import Example
 from learnable_sparsity.nmt.cells import NmtCell
 from learnable_sparsity.nmt.model import Transformer, TransformerConfig
 from learnable_sparsity.nmt.seq2seq import Seq2Seq
 from learnable_sparsity.nmt.training import TrainingHistory, TrainingSettings, load_weights, train
 
-Pairs = Sequence[tuple[str, str]]
 OnLog = Callable[[int, dict[str, float]], None]
 
 
@@ -62,36 +61,13 @@ def train_model(
     return history, result
 
 
-def train_cell(
-    cell: NmtCell,
-    config: TransformerConfig,
-    bpe: BpeModel,
-    corpus: Mapping[str, Pairs],
-    settings: TrainingSettings,
-    device: torch.device | str,
-    *,
-    checkpoint_dir: Path,
-    on_log: OnLog | None = None,
-    before_checkpoint: Callable[[int], None] | None = None,
-    should_stop: Callable[[int], bool] | None = None,
-) -> tuple[Transformer, TrainingHistory, dict[str, object]]:
-    """The model of ``cell`` (initialised from the cell's seed) trained on the ``train`` pairs
-    of ``corpus`` and validated on its ``valid`` pairs (:func:`train_model`)."""
-    train_set, valid_set = encode_pairs(bpe, corpus["train"]), encode_pairs(bpe, corpus["valid"])
+def initial_model(
+    cell: NmtCell, config: TransformerConfig, device: torch.device | str
+) -> Transformer:
+    """The model of ``cell`` before training: ``config``'s Transformer initialised from the
+    cell's seed, on ``device``."""
     torch.manual_seed(cell.seed)
-    model = Transformer(config).to(device)
-    history, result = train_model(
-        model,
-        train_set,
-        valid_set,
-        settings,
-        checkpoint_dir=checkpoint_dir,
-        variant=cell.key,
-        on_log=on_log,
-        before_checkpoint=before_checkpoint,
-        should_stop=should_stop,
-    )
-    return model, history, result
+    return Transformer(config).to(device)
 
 
 def load_trained(config: TransformerConfig, checkpoint_dir: Path, average_last: int) -> Transformer:

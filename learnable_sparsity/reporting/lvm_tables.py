@@ -7,7 +7,7 @@ over seeds (std/√n), fractions shown as %, beside the thesis' numbers and thei
 :class:`LvmTableSpec` gives an experiment's published table, the methods in the thesis' row
 order (and the extra methods without a published value) and the metric columns; the bit-vector
 VAE has one column pair per latent size D. Each experiment's record holds its spec
-(``pipelines/experiments.py``).
+(``pipelines/lvm_experiments.py``).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def lvm_table(
     """Latent-variable results beside thesis Tables 5.1–5.3: mean ± standard error over seeds.
 
     ``experiment``: the experiment's name (the table's file stem), ``spec`` its table (the
-    experiments' records, ``pipelines.experiments``). ``results``: {method: [one
+    experiments' records, ``pipelines.lvm_experiments``). ``results``: {method: [one
     metric dict per seed]}; rows follow the thesis order, then the extra methods (no published
     value); only given methods appear. Methods and per-seed keys:
 

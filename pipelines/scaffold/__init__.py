@@ -7,9 +7,9 @@
 * :mod:`~pipelines.scaffold.layout` — every path of every stage;
 * :mod:`~pipelines.scaffold.params` — ``params.yaml``, errors naming the key;
 * :mod:`~pipelines.scaffold.runner` — Ray: local or a cluster, retries, failure reports;
-* :mod:`~pipelines.scaffold.runs` — MLflow: parent and child runs, batched metrics;
-* :mod:`~pipelines.scaffold.store` — the MLflow store: its URI, experiment, retries;
-* :mod:`~pipelines.scaffold.provenance` — a run's source, library versions, system metrics;
+* :mod:`~pipelines.scaffold.tracking.runs` — MLflow: parent and child runs, batched metrics;
+* :mod:`~pipelines.scaffold.tracking.store` — the MLflow store: its URI, experiment, retries;
+* :mod:`~pipelines.scaffold.tracking.provenance` — a run's source, library versions, system metrics;
 * :mod:`~pipelines.scaffold.imports` — the project files a stage runs (its DVC deps, the cells'
   code fingerprint).
 """

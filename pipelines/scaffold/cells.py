@@ -37,8 +37,8 @@ from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import file_digest, read_json, write_json
 from pipelines.scaffold.imports import code_digest
-from pipelines.scaffold.provenance import system_metrics, system_tags
-from pipelines.scaffold.runs import RunLogger, find_run, metric_name
+from pipelines.scaffold.tracking.provenance import system_metrics, system_tags
+from pipelines.scaffold.tracking.runs import RunLogger, find_run, metric_name
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ sibling files. A package's ``__init__.py`` runs when anything inside it is impor
 too, unless it holds nothing but a docstring. Imports inside functions count as well;
 third-party and standard-library modules do not.
 
-``python -m pipelines.scaffold.imports pipelines.train_nmt`` prints the ``deps`` entries of a
-stage for ``dvc.yaml``: whole folders for sub-packages (``learnable_sparsity/nmt``,
+``python -m pipelines.scaffold.imports pipelines.stages.nmt.train_nmt`` prints the ``deps`` entries
+of a stage for ``dvc.yaml``: whole folders for sub-packages (``learnable_sparsity/nmt``,
 ``pipelines/scaffold``), single files elsewhere.
 """
 
@@ -96,9 +96,9 @@ def runs_code(path: Path) -> bool:
 
 
 def code_files(entry: str | Path, root: Path = ROOT) -> list[str]:
-    """Project files run by ``entry`` — a module name (``pipelines.train_nmt``) or a script path
-    relative to ``root`` (``benchmarks/normalizers.py``) — as sorted paths relative to
-    ``root``, ``entry`` itself included (it must lie under ``root``)."""
+    """Project files run by ``entry`` — a module name (``pipelines.stages.nmt.train_nmt``) or a
+    script path relative to ``root`` (``benchmarks/marginalization.py``) — as sorted paths
+    relative to ``root``, ``entry`` itself included (it must lie under ``root``)."""
     if isinstance(entry, Path) or str(entry).endswith(".py"):
         start = root / entry
     else:  # a project module, or one found on sys.path (e.g. a test module under the root)
@@ -120,9 +120,15 @@ def code_digest(entry: str | Path, root: Path = ROOT) -> str:
 
 
 def dvc_deps(entry: str | Path, root: Path = ROOT) -> list[str]:
-    """The code ``deps`` of a stage running ``entry``: the sub-packages it imports from as whole
-    folders (``learnable_sparsity/nmt``, ``pipelines/scaffold``), other files one by one."""
-    return sorted({"/".join(Path(f).parts[:2]) for f in code_files(entry, root)})
+    """The code ``deps`` of a stage running ``entry``: the library's sub-packages it imports from
+    and the scaffold as whole folders (``learnable_sparsity/nmt``, ``pipelines/scaffold``), other
+    files one by one (a stage depends on the stage modules' package, never on the other stages)."""
+    return sorted({_dep(Path(f)) for f in code_files(entry, root)})
+
+
+def _dep(path: Path) -> str:
+    whole = path.parts[0] == "learnable_sparsity" or path.parts[:2] == ("pipelines", "scaffold")
+    return "/".join(path.parts[:2]) if whole and len(path.parts) > 2 else str(path)
 
 
 if __name__ == "__main__":

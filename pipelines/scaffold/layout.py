@@ -3,7 +3,7 @@
 A stage finds what another stage wrote here, never by importing that stage; ``dvc.yaml``
 declares the same paths as the stages' ``deps`` and ``outs``. The results one stage writes and
 another reads are named once below (the writer writes to these names) and read through one typed
-loader each, in :mod:`pipelines.results`.
+loader each, in :mod:`pipelines.verdicts.results`.
 """
 
 from __future__ import annotations
@@ -31,15 +31,16 @@ TABLES_INDEX = REPORTS / "tables.md"
 REPORT_INDEX = REPORTS / "index.md"
 CLAIMS_REPORT = REPORTS / "claims.md"  # stage claims: the verdicts, the report opens with them
 CLAIMS_VERDICTS = RESULTS / "claims" / "claims.json"  # stage claims: every verdict, as data
-# A kept evidence record, reports/<record>/ (python -m pipelines.record): the report of one run,
-# the results its claims read (RECORD_RESULTS) and where they came from (RECORD_META); stage
-# rejudge@<record> judges them again with today's checks (RECORD_CLAIMS_*).
+# A kept evidence record, reports/<record>/ (python -m pipelines.commands.record): the report of
+# one run, the results its claims read (RECORD_RESULTS) and where they came from (RECORD_META);
+# stage rejudge@<record> judges them again with today's checks (RECORD_CLAIMS_*).
 RECORD_RESULTS = "results.json"
 RECORD_META = "record.json"
 RECORD_CLAIMS_REPORT = "claims.md"
 RECORD_CLAIMS = "claims.json"
 
-# Results between stages (pipelines/results.py loads each; dvc.yaml lists them as outs and deps).
+# Results between stages (pipelines/verdicts/results.py loads each; dvc.yaml lists them as outs and
+# deps).
 NMT_HISTORIES = RESULTS / "train_nmt" / "cells"  # <corpus>/<variant>/seed<k>/history.json
 ALPHA_TRAJECTORIES = RESULTS / "train_nmt" / "alpha_trajectories.json"
 BLEU = RESULTS / "evaluate_nmt" / "bleu.json"

@@ -6,7 +6,7 @@ A stage entrypoint is ``run_stage(name, main)`` with ``main(stage)`` reading top
    before anything is touched (a bad value fails here, naming its key);
 2. ``stage.run_grid(Grid(task, cells, store))`` — the grid as Ray tasks with **cell reuse**
    (``pipelines.scaffold.cells``), its results by cell key; a stage that a sweep can run
-   (``pipelines.sweep``) builds its :class:`Grid` in a function of its own, ``grid(stage)``,
+   (``pipelines.sweeps.run``) builds its :class:`Grid` in a function of its own, ``grid(stage)``,
    which its ``main`` hands to ``stage.run_grid`` and a sweep trial runs too;
 3. ``stage.write_json(...)`` / ``write_text`` / ``write_png`` — atomic outputs, optionally
    logged to the stage's MLflow run; ``stage.write_metrics(...)`` — its DVC metrics, checked to
@@ -59,8 +59,8 @@ from pipelines.scaffold.inputs import require_inputs
 from pipelines.scaffold.metrics import check_scalar_metrics
 from pipelines.scaffold.params import Params, check_profile, load_params
 from pipelines.scaffold.runner import LOG_FORMAT, RaySettings, check_ready, run_grid
-from pipelines.scaffold.runs import RunLogger, StageRun, metric_name, start_stage_run
-from pipelines.scaffold.store import MlflowSettings, check_access, tracking_uri
+from pipelines.scaffold.tracking.runs import RunLogger, StageRun, metric_name, start_stage_run
+from pipelines.scaffold.tracking.store import MlflowSettings, check_access, tracking_uri
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=Settings)
@@ -109,7 +109,7 @@ class Stage:
     def check_before_work(self) -> None:
         """What must hold before the stage touches any file (a cell directory, an output): a
         known profile, and a store that takes the credentials given and lets their user log
-        into the experiment (:func:`~pipelines.scaffold.store.check_access`)."""
+        into the experiment (:func:`~pipelines.scaffold.tracking.store.check_access`)."""
         check_profile(self.params)
         check_access(self.uri, self.settings("mlflow", MlflowSettings).experiment)
 

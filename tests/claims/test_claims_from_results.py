@@ -1,5 +1,5 @@
-"""``python -m pipelines.claims --from-results``: the claims stage's verdicts again from its own
-gathered ``results.json``, in a checkout without the upstream stages' outputs."""
+"""``python -m pipelines.stages.report.claims --from-results``: the claims stage's verdicts again
+from its own gathered ``results.json``, in a checkout without the upstream stages' outputs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from learnable_sparsity.claims import Results, results_to_json
 from learnable_sparsity.data.atomic import atomic_write_text
-from pipelines import claims
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
+from pipelines.stages.report import claims
 
 
 class _Files:

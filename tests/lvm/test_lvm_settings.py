@@ -29,8 +29,8 @@ Builder = Callable[..., LvmSettings]
 
 
 def _overlay(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with a profile applied as ``python -m pipelines.profile`` does: nested mappings
-    merge key by key, any other value replaces the base's."""
+    """``base`` with a profile applied as ``python -m pipelines.commands.profile`` does: nested
+    mappings merge key by key, any other value replaces the base's."""
     merged = dict(base)
     for key, value in overlay.items():
         nested = isinstance(value, Mapping) and isinstance(merged.get(key), Mapping)

@@ -53,7 +53,7 @@ def main() -> None:
     dashboard, working_dir, spec, uri, experiment, report = sys.argv[1:]
     jobs = JobSubmissionClient(dashboard)
     job = jobs.submit_job(
-        entrypoint=f"python -m pipelines.sweep {spec}",
+        entrypoint=f"python -m pipelines.sweeps.run {spec}",
         runtime_env={"working_dir": working_dir, "env_vars": {"MLFLOW_TRACKING_URI": uri}},
     )
     killed, steps = kill_a_training_trial(MlflowClient(uri), experiment, Path(spec).stem, jobs, job)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipelines.ape_cells import fit_positions, segment_lengths
+from pipelines.cells.ape import fit_positions, segment_lengths
 
 SEP = 3
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines.claims import check_inputs
+from pipelines.stages.report.claims import check_inputs
 
 
 @pytest.mark.parametrize("content", [{}, [], 3])

@@ -1,5 +1,5 @@
 """The claims matrix's runs (the pipeline's own, then the kept records by the date they were
-kept, links relative to the page) and the README block that ``python -m pipelines.claims_matrix``
+kept, links relative to the page) and the README block that ``python -m pipelines.verdicts.matrix``
 rewrites."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines.claims_matrix import END, START, matrix_columns, refresh_readme
 from pipelines.scaffold.files import write_json
+from pipelines.verdicts.matrix import END, START, matrix_columns, refresh_readme
 
 
 def _verdicts(profile: str, status: str) -> dict:

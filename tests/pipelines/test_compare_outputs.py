@@ -1,5 +1,5 @@
-"""`python -m pipelines.compare_outputs` (the end of `make repro`): outputs against the commit, per
-file and per verdict, on a small repository made here."""
+"""`python -m pipelines.commands.compare_outputs` (the end of `make repro`): outputs against the
+commit, per file and per verdict, on a small repository made here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from pipelines import compare_outputs
+from pipelines.commands import compare_outputs
 
 
 def _claims(status: str, part: str, evidence: str) -> str:

@@ -1,4 +1,4 @@
-"""The latent-variable experiments' records (``pipelines/experiments.py``) are the one list of
+"""The latent-variable experiments' records (``pipelines/lvm_experiments.py``) are the one list of
 experiments: ``dvc.yaml``, the params, the profiles and ``claims.yaml`` name the same ones."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import yaml
 
 from learnable_sparsity.claims import load_claims
 from learnable_sparsity.lvm.settings import LvmSettings
-from pipelines.experiments import LVM
+from pipelines.lvm_experiments import LVM
 from pipelines.scaffold import layout
 from pipelines.scaffold.imports import ROOT
 

@@ -1,8 +1,8 @@
-"""The GPU record of the AST grid, rehearsed on the CPU: ``benchmarks/gpu/ast_grid.py`` at a tiny
-size (the device command with ``--device cpu``): its preflight, the probe and the length chosen by
-the profile's rule, the cells, a cut at the deadline; its output kept as a record
-(``python -m pipelines.record <name> --from-gpu``) with an MLflow run per cell, and the record
-judged by stage ``rejudge``'s code. About 2 minutes on 2 cores."""
+"""The GPU record of the AST grid, rehearsed on the CPU: ``pipelines/commands/ast_grid.py`` at a
+tiny size (the device command with ``--device cpu``): its preflight, the probe and the length chosen
+by the profile's rule, the cells, a cut at the deadline; its output kept as a record
+(``python -m pipelines.commands.record <name> --from-gpu``) with an MLflow run per cell, and the
+record judged by stage ``rejudge``'s code. About 2 minutes on 2 cores."""
 
 from __future__ import annotations
 
@@ -19,13 +19,12 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from pipelines import rejudge
-from pipelines.record import keep_gpu
+from pipelines.commands.record import keep_gpu
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
+from pipelines.stages.report import rejudge
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu" / "ast_grid.py"
 GRID = {
     "ladder": [300, 10**8],
     "safety": 1.25,
@@ -77,11 +76,7 @@ def test_nmt_training_resumes_cpu():
 
 @pytest.fixture(scope="module")
 def ast_grid():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        yield importlib.import_module("ast_grid")
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    return importlib.import_module("pipelines.commands.ast_grid")
 
 
 def test_the_length_rule_reads_throughput_and_seconds_only(ast_grid) -> None:
@@ -151,9 +146,9 @@ def _grid(tmp_path: Path, profile: dict, *args: str) -> subprocess.CompletedProc
     profiles = tmp_path / "profiles"
     profiles.mkdir(exist_ok=True)
     (profiles / "tiny.yaml").write_text(yaml.safe_dump(profile))
-    command = [sys.executable, str(SCRIPT), "--profile", "tiny", "--profiles", str(profiles)]
-    command += ["--data", str(tmp_path / "data"), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=400)
+    command = [sys.executable, "-m", "pipelines.commands.ast_grid", "--profile", "tiny"]
+    command += ["--profiles", str(profiles), "--data", str(tmp_path / "data"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=ROOT)
 
 
 def _run(tmp_path: Path, profile: dict, limit_s: int, preflight_passes: bool) -> dict:

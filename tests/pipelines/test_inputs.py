@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from learnable_sparsity.errors import MissingInputError
+from pipelines import stages
 from pipelines.scaffold.inputs import declared_inputs, require_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def test_a_report_stage_run_alone_in_a_fresh_clone_refuses_and_writes_nothing(
     project_files(tmp_path)
     before = {p: p.read_bytes() for p in (tmp_path / "reports").glob("*.md")}
     done = subprocess.run(
-        [sys.executable, "-m", f"pipelines.{stage}"],
+        [sys.executable, "-m", stages.module(stage)],
         cwd=tmp_path,
         capture_output=True,
         text=True,

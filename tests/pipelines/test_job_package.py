@@ -1,5 +1,6 @@
-"""What ``--submit`` hands Ray as the job's working directory (:func:`pipelines.sweep.job_package`):
-an allow-list of the git-tracked files and the trials' inputs, packed here the way Ray packs a
+"""What ``--submit`` hands Ray as the job's working directory
+(:func:`pipelines.sweeps.run.job_package`): an allow-list of the git-tracked files and the trials'
+inputs, packed here the way Ray packs a
 working directory (its own ``create_package``), without a cluster. Planted secrets (a git-ignored
 ``.env`` with a password, ``secrets/credentials``) never travel; a secret that git tracks or
 that lies in an input folder is refused, naming it."""
@@ -14,7 +15,7 @@ import pytest
 from ray._private.runtime_env.packaging import create_package
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines.sweep import job_package
+from pipelines.sweeps.run import job_package
 
 PASSWORD = "hunter2-planted"
 

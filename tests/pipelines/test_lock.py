@@ -1,6 +1,6 @@
-"""The environment checked against its lock (``pipelines.scaffold.lock``): the pins that apply
-here, the differences an environment installed otherwise shows, and a digest that changes with the
-lock."""
+"""The environment checked against its lock (``pipelines.scaffold.tracking.lock``): the pins that
+apply here, the differences an environment installed otherwise shows, and a digest that changes with
+the lock."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.scaffold import lock
-from pipelines.scaffold.lock import LOCKS, locked_environment, pins
+from pipelines.scaffold.tracking import lock
+from pipelines.scaffold.tracking.lock import LOCKS, locked_environment, pins
 
 PYTEST = metadata.version("pytest")
 PACKAGING = metadata.version("packaging")

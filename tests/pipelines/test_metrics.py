@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines.evaluate_ape import ape_metrics_summary
-from pipelines.heads_cells import head_metrics
+from pipelines.cells.heads import head_metrics
 from pipelines.scaffold.metrics import (
     cell_metrics,
     check_scalar_metrics,
@@ -18,8 +17,9 @@ from pipelines.scaffold.metrics import (
     scalar_summary,
     split_seed,
 )
-from pipelines.synthetic_ape import triplet_metrics
-from pipelines.train_lvm import lvm_metrics
+from pipelines.stages.ape.evaluate_ape import ape_metrics_summary
+from pipelines.stages.ape.synthetic_ape import triplet_metrics
+from pipelines.stages.lvm.train_lvm import lvm_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 

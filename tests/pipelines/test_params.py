@@ -15,11 +15,11 @@ from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.nmt.model import TransformerConfig
 from learnable_sparsity.nmt.speed import SpeedSettings
 from learnable_sparsity.nmt.training import TrainingSettings
-from pipelines.preflight import settings_checks
-from pipelines.profile import apply_profile
+from pipelines.commands.preflight import settings_checks
+from pipelines.commands.profile import apply_profile
 from pipelines.scaffold.params import Params, deep_merge, load_params
 from pipelines.scaffold.runner import RaySettings
-from pipelines.scaffold.store import MlflowSettings
+from pipelines.scaffold.tracking.store import MlflowSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,11 +19,11 @@ import yaml
 from dvc_render.vega import VegaRenderer
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines import plots_page
-from pipelines.heads_cells import js_csv
+from pipelines.cells.heads import js_csv
+from pipelines.commands import plots_page
 from pipelines.scaffold.plots import curves_csv, read_curves
-from pipelines.train_lvm import curve_csv, runs_csv
-from pipelines.train_nmt import alpha_csv
+from pipelines.stages.lvm.train_lvm import curve_csv, runs_csv
+from pipelines.stages.nmt.train_nmt import alpha_csv
 from tests.loopback import LoopbackServer
 
 REPO = Path(__file__).resolve().parents[2]

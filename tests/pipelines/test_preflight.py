@@ -15,10 +15,11 @@ import yaml
 from learnable_sparsity.claims import Results, results_to_json
 from learnable_sparsity.data import sword
 from learnable_sparsity.data.registry import CORPORA
-from pipelines import corpora, preflight
-from pipelines.preflight import Check
+from pipelines.commands import preflight
+from pipelines.commands.preflight import Check
 from pipelines.scaffold.params import Params, deep_merge, load_params, with_profile
 from pipelines.scaffold.stage import Stage
+from pipelines.stages.nmt import corpora
 from tests.data.sword_fixture import slots_of, write_module
 from tests.loopback import LoopbackServer
 
@@ -46,7 +47,7 @@ def failed(params: Params) -> dict[str, str]:
 def test_the_smoke_profile_needs_nothing_more(project: Path) -> None:
     assert failed(smoke_with({})) == {}
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)  # the store is at its root
-    command = [sys.executable, "-m", "pipelines.preflight"]
+    command = [sys.executable, "-m", "pipelines.commands.preflight"]
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -213,7 +214,7 @@ def test_every_evidence_record_the_dvc_file_judges_is_there(project: Path) -> No
     (project / "dvc.yaml").write_text(yaml.safe_dump(stages))
     problem = failed(smoke_with({}))["evidence record evidence (rejudge@evidence)"]
     assert "reports/evidence/record.json is missing" in problem
-    assert "python -m pipelines.record evidence" in problem
+    assert "python -m pipelines.commands.record evidence" in problem
     folder = project / "reports" / "evidence"
     folder.mkdir(parents=True)
     (folder / "record.json").write_text("{}")
@@ -271,7 +272,7 @@ def test_the_command_line_checks_a_profile_without_rewriting_params(project: Pat
     before = (project / "params.yaml").read_text()
     (project / "profiles").mkdir()
     (project / "profiles" / "paper.yaml").write_text((ROOT / "profiles/paper.yaml").read_text())
-    command = [sys.executable, "-m", "pipelines.preflight", "--profile", "paper"]
+    command = [sys.executable, "-m", "pipelines.commands.preflight", "--profile", "paper"]
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert "preflight of the 'paper' profile" in result.stdout

@@ -1,4 +1,4 @@
-"""Evidence records: keeping a run (``pipelines.record``), judging it again with today's
+"""Evidence records: keeping a run (``pipelines.commands.record``), judging it again with today's
 checks (stage ``rejudge``), and the kept ``reports/evidence`` record itself — its verdicts are
 today's, its links resolve, and every threshold moved since it was kept is in the threshold's
 history."""
@@ -26,10 +26,11 @@ from learnable_sparsity.claims import (
 from learnable_sparsity.claims.preregistered import threshold_changes
 from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines import record, rejudge
-from pipelines.record import FIGURE_WIDTH, keep, relative_links
+from pipelines.commands import record
+from pipelines.commands.record import FIGURE_WIDTH, keep, relative_links
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
+from pipelines.stages.report import rejudge
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "reports" / "evidence"
@@ -164,7 +165,9 @@ def test_rejudge_gives_todays_verdicts_and_names_moved_thresholds(
             "thresholds": {"est_topk_speed": {"train_tolerance": 0.15}},
         },
     )
-    with pytest.raises(LearnableSparsityError, match=re.escape("python -m pipelines.record other")):
+    with pytest.raises(
+        LearnableSparsityError, match=re.escape("python -m pipelines.commands.record other")
+    ):
         rejudge.main(_Files(), "other")
     rejudge.main(_Files(), "kept")
     record = json.loads((folder / layout.RECORD_CLAIMS).read_text())

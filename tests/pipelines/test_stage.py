@@ -334,7 +334,7 @@ def test_a_cells_run_has_source_profile_datasets_and_model(
     parent = client.get_run(stage.run.run_id)
     for tagged in (run, parent):
         assert len(tagged.data.tags["mlflow.source.git.commit"]) == 40
-        assert tagged.data.tags["mlflow.source.name"] == "pipelines/scaffold-metadata.py"
+        assert tagged.data.tags["mlflow.source.name"] == "scaffold-metadata"
         assert tagged.data.tags["profile"] == "ci"
     assert run.data.params["profile"] == "ci"
     (dataset,) = run.inputs.dataset_inputs
@@ -400,7 +400,7 @@ def test_an_unknown_profile_is_refused_before_any_work(
 ) -> None:
     """``profile: papre`` (a typo of paper) would label every run: every stage (run_stage)
     and the preflight refuse it, listing the known profiles, before main runs."""
-    from pipelines.preflight import profile_check
+    from pipelines.commands.preflight import profile_check
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

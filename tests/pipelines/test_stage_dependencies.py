@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelines import stages
 from pipelines.scaffold.imports import ROOT, code_digest, code_files, dvc_deps
 
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
@@ -32,7 +33,7 @@ def _stages() -> dict[str, tuple[str, list[str]]]:
 
 
 STAGES = _stages()
-CODE = ("learnable_sparsity/", "pipelines/", "benchmarks/")
+CODE = ("learnable_sparsity/", "pipelines/", "benchmarks/", "tools/")
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
@@ -70,11 +71,20 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 def test_a_changed_import_changes_the_code_digest(tmp_path: Path) -> None:
     root = _copy_tree(tmp_path)
-    before = {e: code_digest(e, root) for e in ("pipelines.train_nmt", "pipelines.tables")}
+    before = {
+        e: code_digest(e, root)
+        for e in ("pipelines.stages.nmt.train_nmt", "pipelines.stages.report.tables")
+    }
     batching = root / "learnable_sparsity/nmt/batching.py"
     batching.write_text(batching.read_text() + "\nPADDING_NOTE = 1\n")
-    assert code_digest("pipelines.train_nmt", root) != before["pipelines.train_nmt"]
-    assert code_digest("pipelines.tables", root) == before["pipelines.tables"]
+    assert (
+        code_digest("pipelines.stages.nmt.train_nmt", root)
+        != before["pipelines.stages.nmt.train_nmt"]
+    )
+    assert (
+        code_digest("pipelines.stages.report.tables", root)
+        == before["pipelines.stages.report.tables"]
+    )
 
 
 def test_imports_are_followed_transitively_and_scripts_see_their_siblings(tmp_path: Path) -> None:
@@ -108,3 +118,28 @@ def test_imports_are_followed_transitively_and_scripts_see_their_siblings(tmp_pa
         "benchmarks/run.py",
         "learnable_sparsity/pkg",
     ]
+
+
+def test_the_stage_modules_are_dvc_yamls_stages_one_to_one() -> None:
+    """``pipelines/stages/<line>/`` holds one module per stage of dvc.yaml, each the stage's
+    ``cmd`` (``pipelines.stages.module`` maps a stage name to it), and nothing else."""
+    assert {name: entry for name, (entry, _) in STAGES.items()} == stages.MODULES
+    on_disk = {
+        ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for path in (ROOT / "pipelines" / "stages").glob("*/*.py")
+        if path.name != "__init__.py"
+    }
+    assert on_disk == set(stages.MODULES.values())
+
+
+# What a reader takes in at one glance: a folder with more modules than this is split by role.
+MODULES_PER_FOLDER = 10
+
+
+@pytest.mark.parametrize("folder", ["pipelines", "tools", "benchmarks"])
+def test_no_folder_of_the_orchestration_holds_more_than_ten_modules(folder: str) -> None:
+    for directory in [ROOT / folder, *(ROOT / folder).rglob("*/")]:
+        if "__pycache__" in directory.parts:
+            continue
+        modules = [p.name for p in directory.glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= MODULES_PER_FOLDER, f"{directory}: {sorted(modules)}"

@@ -1,4 +1,4 @@
-"""Sweeps run for real on a copy of the project: locally (`python -m pipelines.sweep`, a local
+"""Sweeps run for real on a copy of the project: locally (`python -m pipelines.sweeps.run`, a local
 Ray), and as Ray jobs on a real `ray start --head` cluster (token authentication) logging to a
 real `mlflow server` — submitted through the Jobs API and with `ray job submit`, a trial's
 worker killed mid-training and retried from its checkpoint, the runs looked at in the MLflow UI
@@ -57,7 +57,11 @@ def project(
     project_files(project)
     # A git checkout, as a clone is: --submit packs the files git tracks or would track.
     subprocess.run(["git", "init", "-q"], cwd=project, check=True, capture_output=True)
-    for command in (["pipelines.profile", "ci"], ["pipelines.images"], ["pipelines.corpora"]):
+    for command in (
+        ["pipelines.commands.profile", "ci"],
+        ["pipelines.stages.lvm.images"],
+        ["pipelines.stages.nmt.corpora"],
+    ):
         subprocess.run(
             [sys.executable, "-m", *command],
             cwd=project,
@@ -66,7 +70,7 @@ def project(
             capture_output=True,
         )
     subprocess.run(
-        [sys.executable, "-m", "pipelines.bpe"],
+        [sys.executable, "-m", "pipelines.stages.nmt.bpe"],
         cwd=project,
         env=environment(mlflow_server[0]),
         check=True,
@@ -84,9 +88,10 @@ def write_spec(project: Path, name: str, spec: dict) -> str:
 
 
 def sweep_here(project: Path, spec: str, uri: str) -> str:
-    """`python -m pipelines.sweep SPEC` in ``project`` (a local Ray) logging to ``uri``; its log."""
+    """`python -m pipelines.sweeps.run SPEC` in ``project`` (a local Ray) logging to ``uri``; its
+    log."""
     done = subprocess.run(
-        [sys.executable, "-m", "pipelines.sweep", spec],
+        [sys.executable, "-m", "pipelines.sweeps.run", spec],
         cwd=project,
         env=environment(uri),
         capture_output=True,
@@ -115,7 +120,7 @@ def sweep_runs(client: MlflowClient, name: str) -> tuple[Run, list[Run]]:
 def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
     project: Path, tmp_path: Path
 ) -> None:
-    """`python -m pipelines.sweep` where the project is: a local Ray, a local SQLite store. A
+    """`python -m pipelines.sweeps.run` where the project is: a local Ray, a local SQLite store. A
     learning rate of 1e9 makes one trial's loss NaN: it fails (after its retry), its run is
     FAILED with the error, and the sweep still finishes and says so."""
     spec = write_spec(
@@ -352,7 +357,7 @@ def test_the_mlflow_ui_shows_the_sweeps_trials_and_compares_them(
 def test_a_submitted_sweep_puts_its_reports_in_the_submitting_checkout(
     project: Path, ray_cluster: Any, mlflow_server: tuple[str, Path]
 ) -> None:
-    """`python -m pipelines.sweep SPEC --submit ADDRESS` follows the job and, once it ended,
+    """`python -m pipelines.sweeps.run SPEC --submit ADDRESS` follows the job and, once it ended,
     fetches the reports the job wrote in its own copy of the checkout (the parent run's
     artifacts) into reports/sweeps/<name>/ here; `--fetch JOB` fetches them again later."""
     uri = mlflow_server[0]
@@ -370,7 +375,7 @@ def test_a_submitted_sweep_puts_its_reports_in_the_submitting_checkout(
     )
     folder = project / "reports/sweeps/fetched"
     env = {**environment(uri), **ray_cluster.env, "MLFLOW_TRACKING_URI": uri}
-    sweep = [sys.executable, "-m", "pipelines.sweep", spec]
+    sweep = [sys.executable, "-m", "pipelines.sweeps.run", spec]
     done = subprocess.run(
         [*sweep, "--submit", ray_cluster.dashboard],
         cwd=project,
@@ -408,8 +413,9 @@ def test_ray_job_submit_carries_the_data_only_when_told_to(
     project: Path, ray_cluster: Any, mlflow_server: tuple[str, Path]
 ) -> None:
     """The command of docs/scale-out.md, `ray job submit --working-dir . -- python -m
-    pipelines.sweep`: without RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 Ray leaves the git-ignored data/
-    behind and the job stops at once with an error that says what to do; with it, the sweep runs."""
+    pipelines.sweeps.run`: without RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1 Ray leaves the git-ignored
+    data/ behind and the job stops at once with an error that says what to do; with it, the sweep
+    runs."""
     spec = write_spec(
         project,
         "submitted",
@@ -426,7 +432,7 @@ def test_ray_job_submit_carries_the_data_only_when_told_to(
     command = [
         *(str(Path(sys.executable).with_name("ray")), "job", "submit"),
         *("--address", ray_cluster.dashboard, "--working-dir", ".", "--runtime-env-json", runtime),
-        *("--", "python", "-m", "pipelines.sweep", spec),
+        *("--", "python", "-m", "pipelines.sweeps.run", spec),
     ]
     results = {}
     for ignore in ("0", "1"):

@@ -15,11 +15,11 @@ from ray.tune.experiment import Trial
 
 from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
 from learnable_sparsity.settings import SettingsError
-from pipelines.scaffold.runs import stage_run, start_stage_run
-from pipelines.scaffold.store import MlflowSettings
-from pipelines.sweep import REPORTS, fetch_reports
-from pipelines.sweep_spec import apply_override, load_spec, parse_axis
-from pipelines.sweep_trials import (
+from pipelines.scaffold.tracking.runs import stage_run, start_stage_run
+from pipelines.scaffold.tracking.store import MlflowSettings
+from pipelines.sweeps.run import REPORTS, fetch_reports
+from pipelines.sweeps.spec import apply_override, load_spec, parse_axis
+from pipelines.sweeps.trials import (
     STOPPED_TAG,
     SWEEP_TAG,
     TRIAL_TAG,

@@ -21,8 +21,8 @@ from learnable_sparsity.data.local import read_triplets, write_corpus
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.nmt.grid import NmtSettings
 from learnable_sparsity.settings import build
+from pipelines.cells.translation import check_unseen, leave_out_seen
 from pipelines.scaffold.params import load_params
-from pipelines.translation_cells import check_unseen, leave_out_seen
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = [(f"train sentence {i} .", f"satz {i} .") for i in range(20)]
@@ -120,7 +120,7 @@ def test_kfold_cross_translation_runs_as_a_stage(
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": mlflow_uri}
     env.pop("RAY_ADDRESS", None)
-    command = [sys.executable, "-m", "pipelines.synthetic_ape"]
+    command = [sys.executable, "-m", "pipelines.stages.ape.synthetic_ape"]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     heldout = pairs["heldout"]

@@ -20,9 +20,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines.scaffold.provenance import system_metrics
 from pipelines.scaffold.runner import Resources, run_grid
-from pipelines.scaffold.runs import (
+from pipelines.scaffold.tracking.provenance import system_metrics
+from pipelines.scaffold.tracking.runs import (
     END_REASON_TAG,
     MAX_PARAM_VALUE_CHARS,
     PARENT_TAG,
@@ -31,7 +31,7 @@ from pipelines.scaffold.runs import (
     metric_name,
     stage_run,
 )
-from pipelines.scaffold.store import prepare, tracking_uri
+from pipelines.scaffold.tracking.store import prepare, tracking_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 # A killed stage ends its runs and leaves: not Ray's minute of waiting on its dead processes.

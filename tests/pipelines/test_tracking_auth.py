@@ -32,14 +32,14 @@ from matplotlib.figure import Figure
 from mlflow import MlflowClient
 
 from learnable_sparsity.errors import LearnableSparsityError
-from pipelines import sweep
-from pipelines.preflight import tracking_check
+from pipelines.commands.preflight import tracking_check
 from pipelines.scaffold.cells import Grid, GridCell
 from pipelines.scaffold.params import Params
-from pipelines.scaffold.provenance import system_tags
-from pipelines.scaffold.runs import RunLogger, stage_run
 from pipelines.scaffold.stage import run_stage
-from pipelines.scaffold.store import prepare, tracking_uri
+from pipelines.scaffold.tracking.provenance import system_tags
+from pipelines.scaffold.tracking.runs import RunLogger, stage_run
+from pipelines.scaffold.tracking.store import prepare, tracking_uri
+from pipelines.sweeps import run as sweep
 from tests.pipelines.conftest import free_port, wait_for_health
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -365,7 +365,7 @@ def test_a_submitted_sweep_hands_the_cluster_no_credential(
     ).stdout.split()
     data = {name for name in _Jobs.packed if name.startswith("data/")}
     assert set(_Jobs.packed) - data <= set(tracked)
-    assert "pipelines/sweep.py" in _Jobs.packed and ".env" not in _Jobs.packed
+    assert "pipelines/sweeps/run.py" in _Jobs.packed and ".env" not in _Jobs.packed
     assert not any(secret.encode() in content for content in _Jobs.packed.values())
 
 

@@ -67,7 +67,7 @@ def test_a_server_without_authentication_lets_anyone_log(
 ) -> None:
     """check_access on a server without basic-auth (its permission routes answer 404): the
     credentials a machine holds for other servers do not stop a stage."""
-    from pipelines.scaffold.store import check_access
+    from pipelines.scaffold.tracking.store import check_access
 
     uri = mlflow_server[0]
     MlflowClient(uri).create_experiment("open to anyone")

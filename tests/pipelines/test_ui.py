@@ -1,5 +1,6 @@
-"""`python -m pipelines.ui` (`make ui`) on a small store: a runs browser, without the processes of
-MLflow's job execution (a job runner and seven Huey consumers of ~240 MB each in MLflow 3.17),
+"""`python -m pipelines.commands.ui` (`make ui`) on a small store: a runs browser, without the
+processes of MLflow's job execution (a job runner and seven Huey consumers of ~240 MB each in MLflow
+3.17),
 that still serves the runs table. The e2e test opens it on the store of a real `dvc repro`."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines.scaffold.params import PARAMS_FILE, load_params
-from pipelines.scaffold.store import MlflowSettings
+from pipelines.scaffold.tracking.store import MlflowSettings
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,7 @@ def test_the_ui_serves_the_runs_table_without_job_consumers(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     ui = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.ui", "--port", str(port)],
+        [sys.executable, "-m", "pipelines.commands.ui", "--port", str(port)],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,

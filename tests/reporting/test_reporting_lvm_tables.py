@@ -15,7 +15,7 @@ from learnable_sparsity.reporting.lvm_tables import lvm_table
 from learnable_sparsity.reporting.published import paper_table
 from learnable_sparsity.reporting.render import to_csv, to_markdown
 from learnable_sparsity.reporting.table import ComparisonTable
-from pipelines.experiments import LVM
+from pipelines.lvm_experiments import LVM
 
 
 def _lvm_table(experiment: str, *args: object, **kwargs: object) -> ComparisonTable:

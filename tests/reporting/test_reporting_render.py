@@ -30,7 +30,7 @@ from learnable_sparsity.reporting.table import (
     Row,
     TableCell,
 )
-from pipelines.experiments import LVM
+from pipelines.lvm_experiments import LVM
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 BLEU = {"softmax": [29.5, 30.1, 29.9], "entmax_alpha": [30.0], "topk": [35.0, 36.0]}

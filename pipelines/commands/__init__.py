@@ -1,0 +1,1 @@
+"""Commands users run beside ``dvc repro`` (``python -m pipelines.commands.<name>``)."""

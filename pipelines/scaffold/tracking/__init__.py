@@ -1,0 +1,1 @@
+"""MLflow: the store, the runs, their provenance (the locked environment included)."""
