@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from learnable_sparsity.files import atomic_write_text
+
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``fn()`` in milliseconds over ``repeats`` calls, after one warm-up."""
@@ -37,8 +39,5 @@ def machine() -> dict[str, object]:
 
 def write_json(path: Path, results: list[dict]) -> None:
     """Write the machine description and ``results`` to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**machine(), "results": results}, indent=2))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps({**machine(), "results": results}, indent=2))
     print(f"wrote {path}")
