@@ -232,26 +232,18 @@ def test_speed_settings_may_name_their_own_architecture() -> None:
         build(SpeedSettings, {**base, "model": {"heads": 4}}, "speed")
 
 
-def test_unequal_models_are_refused(make_model) -> None:
-    with pytest.raises(LearnableSparsityError, match="'topk' differs from softmax"):
+@pytest.mark.parametrize(
+    ("normalizer", "overrides", "refusal"),
+    [
+        ("topk", {"d_ff": 32}, "'topk' differs from softmax"),
+        ("sparsemax", {}, "'topk' has normalizer 'sparsemax'"),
+    ],
+)
+def test_unequal_models_are_refused(make_model, normalizer, overrides, refusal) -> None:
+    models = {"softmax": make_model(), "topk": make_model(normalizer, **overrides)}
+    with pytest.raises(LearnableSparsityError, match=refusal):
         interleaved_variants(
-            {"softmax": make_model(), "topk": make_model("topk", d_ff=32)},
-            [BATCH_A],
-            SOURCES,
-            DECODE,
-            rounds=1,
-            train_steps=1,
-            warmup_steps=0,
-        )
-    with pytest.raises(LearnableSparsityError, match="'topk' has normalizer 'sparsemax'"):
-        interleaved_variants(
-            {"softmax": make_model(), "topk": make_model("sparsemax")},
-            [BATCH_A],
-            SOURCES,
-            DECODE,
-            rounds=1,
-            train_steps=1,
-            warmup_steps=0,
+            models, [BATCH_A], SOURCES, DECODE, rounds=1, train_steps=1, warmup_steps=0
         )
 
 
