@@ -175,6 +175,22 @@ def _throughput(timed: Sequence[Batch], seconds: float, pad_id: int) -> Throughp
     )
 
 
+def _timed_updates(
+    step_on: Callable[[int], Batch], device: torch.device
+) -> Callable[[], tuple[Batch, float]]:
+    """A measurement of :func:`~learnable_sparsity.timing.interleaved_rounds`: each call makes
+    the next update of a :func:`_training_session` (steps 0, 1, …: the warm-up ones, then the
+    timed ones) and returns its batch and its seconds."""
+    steps = itertools.count()
+
+    def measure() -> tuple[Batch, float]:
+        with _timer(device) as elapsed:
+            batch = step_on(next(steps))
+        return batch, elapsed[0]
+
+    return measure
+
+
 def training_round(
     models: Mapping[str, Transformer],
     batches: Sequence[Batch],
@@ -204,32 +220,13 @@ def training_round(
     if not batches:
         raise LearnableSparsityError("training throughput needs at least one batch")
 
-    def timed_step(name: str, step_on: Callable[[int], Batch]) -> Callable[[], tuple[Batch, float]]:
-        """The next update of model ``name`` (its warm-up steps, then its timed ones): its
-        batch and its seconds."""
-        step = itertools.count()
-
-        def measure() -> tuple[Batch, float]:
-            with _timer(_device(models[name])) as elapsed:
-                batch = step_on(next(step))
-            return batch, elapsed[0]
-
-        return measure
-
     with ExitStack() as stack:
-        measures = {
-            name: {
-                "train": timed_step(
-                    name,
-                    stack.enter_context(
-                        _training_session(
-                            model, batches, peak_lr, warmup, label_smoothing, clip_norm, precision
-                        )
-                    ),
-                )
-            }
-            for name, model in models.items()
-        }
+        measures = {}
+        for name, model in models.items():
+            session = _training_session(
+                model, batches, peak_lr, warmup, label_smoothing, clip_norm, precision
+            )
+            measures[name] = {"train": _timed_updates(stack.enter_context(session), _device(model))}
         measured = interleaved_rounds(
             measures,
             next(iter(models)),
