@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from learnable_sparsity.files import atomic_write_text
 from learnable_sparsity.timing import machine
 
 
@@ -24,8 +25,5 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 def write_json(path: Path, results: list[dict]) -> None:
     """Write the machine description and ``results`` to ``path`` atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**machine(), "results": results}, indent=2))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps({**machine(), "results": results}, indent=2))
     print(f"wrote {path}")

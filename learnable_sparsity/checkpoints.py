@@ -3,94 +3,32 @@
 A :class:`Checkpoint` is a directory holding ``last.pt``: everything a loop needs to continue
 exactly where it stopped (weights, optimizer, scheduler, random states, step, history — the loop
 decides) plus the settings it was written under. The same run writes the same bytes, whether or
-not it was interrupted and resumed (:func:`save_atomic` writes a canonical form). Writes are
-atomic (temporary file + rename), and
-the previous ``last.pt`` is kept as ``previous.pt``, so a checkpoint that cannot be read (a
-truncated file, a full disk) falls back to the one before it instead of losing the run. Resuming
-under other settings is refused with the differing keys named, except for the keys a loop
-declares ``resumable`` (e.g. the number of steps, to train longer).
+not it was interrupted and resumed (:func:`~learnable_sparsity.files.save_atomic` writes a
+canonical form; :func:`~learnable_sparsity.files.load_file` reads plain data only). Writes are
+atomic (temporary file + rename), and the previous ``last.pt`` is kept as ``previous.pt``, so a
+checkpoint that cannot be read (a truncated file, a full disk) falls back to the one before it
+instead of losing the run. Resuming under other settings is refused with the differing keys
+named, except for the keys a loop declares ``resumable`` (e.g. the number of steps, to train
+longer).
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import pickle
-import re
-import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from learnable_sparsity.data.atomic import atomic_write_bytes
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import load_file, save_atomic
 
 log = logging.getLogger(__name__)
 
-# The opening of torch's paragraphs around a refused file (weights_only advice, documentation).
-_TORCH_ADVICE = ("Weights only load failed", "Check the documentation of torch.load")
 LAST = "last.pt"
 PREVIOUS = "previous.pt"
-
-
-def save_atomic(obj: Any, path: Path) -> None:
-    """``torch.save(obj)`` to ``path`` through a temporary file and a rename, in a canonical
-    form: equal states give equal bytes."""
-    buffer = io.BytesIO()
-    torch.save(_canonical(obj), buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def load_file(
-    path: Path, map_location: str | torch.device = "cpu", *, what: str = "checkpoint"
-) -> Any:
-    """``torch.load`` of a file this project wrote (``what``: a checkpoint, a dataset), as plain
-    data only (``weights_only``: tensors, numbers, strings, containers — all a checkpoint or a
-    dataset holds). Checkpoints travel (a DVC remote, MLflow artifacts, a colleague's folder),
-    and unpickling anything else can run code: a file naming another Python object is refused,
-    naming it. An unreadable file raises naming it."""
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except FileNotFoundError:
-        raise LearnableSparsityError(f"{what} {path} does not exist") from None
-    except pickle.UnpicklingError as error:
-        found = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) (\S+)", str(error))
-        if found:
-            raise LearnableSparsityError(
-                f"{what} {path} refused: it holds {found[1]}, not plain data (tensors, numbers, "
-                "strings, containers), and loading it could run code"
-            ) from None
-        detail = re.search(r"WeightsUnpickler error: (.+)", str(error))
-        # torch's own paragraphs advise weights_only=False, which would run the file's code
-        ours = [
-            part.strip()
-            for part in str(error).split("\n\n")
-            if part.strip() and not part.strip().startswith(_TORCH_ADVICE)
-        ]
-        reason = detail[1].strip() if detail else (ours or ["not plain data"])[0]
-        raise LearnableSparsityError(f"{what} {path} cannot be read: {reason}") from None
-    except Exception as error:
-        raise LearnableSparsityError(f"{what} {path} cannot be read: {error}") from None
-
-
-def _canonical(obj: Any) -> Any:
-    """``obj`` rebuilt so that pickle writes it the same way whatever objects it shared: every
-    string interned (shared), every dict, list and tuple a fresh copy (not shared). An
-    uninterrupted run holds shared literals where a resumed one holds copies loaded from its
-    checkpoint, so the same state would otherwise be written as different bytes."""
-    if type(obj) is str:
-        return sys.intern(obj)
-    if isinstance(obj, dict):
-        copy = type(obj)((_canonical(k), _canonical(v)) for k, v in obj.items())
-        if hasattr(obj, "_metadata"):  # a module's state dict carries its version metadata
-            copy._metadata = _canonical(obj._metadata)
-        return copy
-    if type(obj) in (list, tuple):
-        return type(obj)(_canonical(value) for value in obj)
-    return obj
 
 
 def rng_state(*generators: torch.Generator) -> dict[str, Any]:

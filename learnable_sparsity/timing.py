@@ -181,7 +181,9 @@ class Rounds(Generic[T]):
         return ordered[(len(ordered) - 1) // 2]
 
 
-def _check_count(name: str, value: int, minimum: int) -> None:
+def check_count(name: str, value: int, minimum: int) -> None:
+    """Raise naming ``name`` unless ``value`` is an integer (not a bool) of at least ``minimum``:
+    a count of rounds, repeats, steps or calls."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise LearnableSparsityError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
@@ -208,9 +210,9 @@ def interleaved_rounds(
     ``baseline`` must measure every quantity the others measure. ``on_round(i)`` is called
     after round ``i``.
     """
-    _check_count("rounds", rounds, 1)
-    _check_count("repeats", repeats, 1)
-    _check_count("warmup", warmup, 0)
+    check_count("rounds", rounds, 1)
+    check_count("repeats", repeats, 1)
+    check_count("warmup", warmup, 0)
     if baseline not in measures:
         raise LearnableSparsityError(f"the baseline {baseline!r} is missing, got {list(measures)}")
     pairs = [(f, q) for f, quantities in measures.items() for q in quantities]
@@ -257,7 +259,7 @@ def timed(
     ``fn(setup_result)`` (e.g. setup = a forward pass, fn = its backward); the times of the
     ``number`` timed parts are summed.
     """
-    _check_count("number", number, 1)
+    check_count("number", number, 1)
 
     def measure() -> float:
         if setup is None:
@@ -280,7 +282,7 @@ def calls_for(measure: Callable[[], float], min_seconds: float, *, probes: int =
     """How many calls make one sample last at least ``min_seconds``: ``measure`` (seconds of one
     call, e.g. :func:`timed`) is called ``probes`` times (the first also warms up) and the
     median probe decides, ``ceil(min_seconds / median)``, at least 1."""
-    _check_count("probes", probes, 1)
+    check_count("probes", probes, 1)
     if not min_seconds > 0:
         raise LearnableSparsityError(f"min_seconds must be > 0, got {min_seconds!r}")
     median = statistics.median(measure() for _ in range(probes))

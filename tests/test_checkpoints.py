@@ -1,41 +1,13 @@
-"""Checkpoints load as plain data only: a tampered file that would run code is refused."""
+"""A training state saved as a checkpoint loads back whole (its file I/O: tests/test_files.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 
-from learnable_sparsity.checkpoints import Checkpoint, load_file, rng_state, save_atomic
-from learnable_sparsity.errors import LearnableSparsityError
-
-
-def _touch(path: Path) -> None:
-    path.touch()
-
-
-class _TouchOnLoad:
-    """Unpickled, it creates a file: what a tampered checkpoint could do instead."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[object, tuple[Path]]:
-        return (_touch, (self.marker,))
-
-
-def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-    tampered = tmp_path / "last.pt"
-    torch.save({"model": {"w": torch.ones(2)}, "step": 3, "x": _TouchOnLoad(marker)}, tampered)
-    refused = r"last\.pt refused: it holds (tests\.)?test_checkpoints\._touch, not plain data"
-    with pytest.raises(LearnableSparsityError, match=refused):
-        load_file(tampered)
-    assert not marker.exists()
-    # the same file, loaded the unsafe way, does run it: the test's premise
-    torch.load(tampered, weights_only=False)
-    assert marker.exists()
+from learnable_sparsity.checkpoints import Checkpoint, rng_state
+from learnable_sparsity.files import load_file, save_atomic
 
 
 def test_a_training_state_loads_whole(tmp_path: Path) -> None:

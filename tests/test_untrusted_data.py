@@ -147,7 +147,7 @@ def _zip_payload(marker: Path) -> bytes:
 
 
 def _checkpoint(tmp_path: Path, marker: Path, server: LoopbackServer) -> None:
-    from learnable_sparsity.checkpoints import load_file
+    from learnable_sparsity.files import load_file
 
     path = tmp_path / "last.pt"
     torch.save({"state": Payload(marker)}, path)
@@ -269,7 +269,7 @@ def _ssvae_split(tmp_path: Path, marker: Path, server: LoopbackServer) -> None:
 PayloadTest = Callable[[Path, Path, "LoopbackServer"], None]
 # (file, loader, how often the file names it) → the test that plants a payload where it reads.
 SITES: dict[tuple[str, str, int], PayloadTest] = {
-    ("learnable_sparsity/checkpoints.py", "torch.load", 1): _checkpoint,
+    ("learnable_sparsity/files.py", "torch.load", 1): _checkpoint,
     ("learnable_sparsity/data/signal_game.py", "pickle.Unpickler", 1): _egg_labels,
     ("learnable_sparsity/data/signal_game.py", "tarfile.open", 1): _egg_archive("tar"),
     ("learnable_sparsity/data/signal_game.py", "zipfile.ZipFile", 1): _egg_archive("zip"),

@@ -63,6 +63,8 @@ from typing import Any
 import psutil
 import yaml
 
+from learnable_sparsity.files import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reports/measurements/chaos/result.json"
 PYTHON = sys.executable
@@ -824,9 +826,7 @@ def main() -> None:
         "phases": phases,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(args.out)
+    atomic_write_text(args.out, json.dumps(record, indent=2) + "\n")
     log(f"wrote {args.out}: {'passed' if record['passed'] else 'FAILED'}")
     raise SystemExit(0 if record["passed"] else 1)
 

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reports" / "measurements" / "kernel_settings"

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.files import atomic_write_text
 from learnable_sparsity.timing import interleaved_rounds, machine
 
 ROOT = Path(__file__).resolve().parents[1]

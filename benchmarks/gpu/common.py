@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
+from learnable_sparsity.files import atomic_write_text  # noqa: E402
 from learnable_sparsity.timing import calls_for, timed  # noqa: E402
 
 QUANTITIES = ("forward", "forward_backward")
@@ -179,10 +180,7 @@ def machine(device: torch.device) -> dict[str, object]:
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     """Write ``payload`` to ``path`` atomically (a temporary file renamed over it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 
 def log(message: str) -> None:

@@ -16,5 +16,4 @@ latent-variable experiments.
 * :mod:`learnable_sparsity.data.signal_game` — signalling-game features (EGG files, digits stand-in).
 * :mod:`learnable_sparsity.data.datasets` — the dataset settings (params ``images.<name>``), building and
   storing them.
-* :mod:`learnable_sparsity.data.atomic` — atomic file writes (temporary file + rename).
 """

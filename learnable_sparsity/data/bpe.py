@@ -32,7 +32,7 @@ from learnable_sparsity.extras import needs_extra
 with needs_extra("pipeline", __name__):
     import sentencepiece as spm
 
-from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
+from learnable_sparsity.files import atomic_write_bytes, atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.settings import Settings, setting
 

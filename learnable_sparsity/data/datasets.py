@@ -32,8 +32,7 @@ from typing import Any, Literal
 
 import torch
 
-from learnable_sparsity.checkpoints import load_file
-from learnable_sparsity.data.atomic import atomic_write_bytes
+from learnable_sparsity.files import atomic_write_bytes, load_file
 from learnable_sparsity.data.images import (
     DIGITS_COUNT,
     ImageSet,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol, TypeVar
 
-from learnable_sparsity.data.atomic import atomic_writer
+from learnable_sparsity.files import atomic_writer
 from learnable_sparsity.data.local import (
     Pairs,
     Rows,

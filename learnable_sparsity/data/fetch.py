@@ -21,12 +21,11 @@ the expected SHA-256:
   licence form, a login or an error page served with status 200, as data repositories do) is
   refused before a byte is kept, naming the URL and the file to put in the cache by hand.
 
-:func:`sha256_of` is the digest used throughout (also for files the pipelines record).
+The digest is :func:`~learnable_sparsity.files.sha256_of`, the one used throughout.
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import logging
 import os
@@ -41,6 +40,7 @@ with needs_extra("pipeline", __name__):
     from tqdm import tqdm
 
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import sha256_of
 
 CHUNK_SIZE = 1 << 16
 DEFAULT_TIMEOUT = 60.0  # seconds without data before a connection counts as lost
@@ -59,15 +59,6 @@ class _InterruptedError(Exception):
 
 def _sibling(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
-
-
-def sha256_of(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 digest of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _quarantine(path: Path, final: Path) -> Path:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from learnable_sparsity.data.atomic import atomic_writer
+from learnable_sparsity.files import atomic_writer
 from learnable_sparsity.errors import LearnableSparsityError
 
 SPLITS: tuple[str, ...] = ("train", "valid", "test")

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from learnable_sparsity.data.atomic import atomic_write_bytes
+from learnable_sparsity.files import atomic_write_bytes
 from learnable_sparsity.data.fetch import download
 from learnable_sparsity.errors import LearnableSparsityError
 

@@ -29,6 +29,8 @@ under the same TF32 mode or autocast; :func:`applicable_precisions` says which a
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -50,7 +52,7 @@ from learnable_sparsity.precision import (
     unsupported,
 )
 from learnable_sparsity.settings import Settings, SettingsError, setting
-from learnable_sparsity.timing import summarize
+from learnable_sparsity.timing import check_count, interleaved_rounds, summarize
 
 PHASES = ("train", "inference")
 
@@ -116,11 +118,6 @@ def _timer(device: torch.device) -> Iterator[list[float]]:
     elapsed.append(time.perf_counter() - start)
 
 
-def _check_count(key: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise LearnableSparsityError(f"{key} must be an integer >= {minimum}, got {value!r}")
-
-
 @contextmanager
 def _training_session(
     model: Transformer,
@@ -178,13 +175,29 @@ def _throughput(timed: Sequence[Batch], seconds: float, pad_id: int) -> Throughp
     )
 
 
+def _timed_updates(
+    step_on: Callable[[int], Batch], device: torch.device
+) -> Callable[[], tuple[Batch, float]]:
+    """A measurement of :func:`~learnable_sparsity.timing.interleaved_rounds`: each call makes
+    the next update of a :func:`_training_session` (steps 0, 1, …: the warm-up ones, then the
+    timed ones) and returns its batch and its seconds."""
+    steps = itertools.count()
+
+    def measure() -> tuple[Batch, float]:
+        with _timer(device) as elapsed:
+            batch = step_on(next(steps))
+        return batch, elapsed[0]
+
+    return measure
+
+
 def training_round(
     models: Mapping[str, Transformer],
     batches: Sequence[Batch],
     *,
     steps: int,
     warmup_steps: int,
-    rng: random.Random | None = None,
+    seed: int = 0,
     peak_lr: float = 5e-4,
     warmup: int = 4000,
     label_smoothing: float = 0.1,
@@ -193,43 +206,41 @@ def training_round(
 ) -> dict[str, Throughput]:
     """Training throughput of every model, interleaved step by step, in ``precision``.
 
-    Each model first makes ``warmup_steps`` untimed updates; then, for each of ``steps`` steps,
-    every model makes one timed update, in an order shuffled by ``rng`` at every step (None: the
-    given order). Timing single steps side by side (tens of milliseconds apart) cancels changes
-    of the machine's speed that last longer than a step; timing each model's steps in one block
-    let a shared host's slow phase land on one model. The updates cycle over ``batches``, each
-    with its own fresh optimizer (:func:`_training_session`); tokens = non-pad target tokens
-    (y + eos) of the timed updates. Every model is restored afterwards.
+    Each model first makes ``warmup_steps`` untimed updates; then each of ``steps`` steps is a
+    round of :func:`~learnable_sparsity.timing.interleaved_rounds`: every model makes one timed
+    update, in an order shuffled afresh at every step (``seed``). Timing single steps side by
+    side (tens of milliseconds apart) cancels changes of the machine's speed that last longer
+    than a step; timing each model's steps in one block let a shared host's slow phase land on
+    one model. The updates cycle over ``batches``, each model with its own fresh optimizer
+    (:func:`_training_session`); tokens = non-pad target tokens (y + eos) of the timed updates.
+    Every model is restored afterwards.
     """
-    _check_count("steps", steps, 1)
-    _check_count("warmup_steps", warmup_steps, 0)
+    check_count("steps", steps, 1)
+    check_count("warmup_steps", warmup_steps, 0)
     if not batches:
         raise LearnableSparsityError("training throughput needs at least one batch")
-    order = list(models)
-    seconds = dict.fromkeys(order, 0.0)
-    timed: dict[str, list[Batch]] = {name: [] for name in order}
+
     with ExitStack() as stack:
-        updates = {
-            name: stack.enter_context(
-                _training_session(
-                    model, batches, peak_lr, warmup, label_smoothing, clip_norm, precision
-                )
+        measures = {}
+        for name, model in models.items():
+            session = _training_session(
+                model, batches, peak_lr, warmup, label_smoothing, clip_norm, precision
             )
-            for name, model in models.items()
-        }
-        for step in range(warmup_steps):
-            for update in updates.values():
-                update(step)
-        for step in range(warmup_steps, warmup_steps + steps):
-            if rng is not None:
-                rng.shuffle(order)
-            for name in order:
-                with _timer(_device(models[name])) as elapsed:
-                    timed[name].append(updates[name](step))
-                seconds[name] += elapsed[0]
-    return {
-        name: _throughput(timed[name], seconds[name], models[name].config.pad_id) for name in models
-    }
+            measures[name] = {"train": _timed_updates(stack.enter_context(session), _device(model))}
+        measured = interleaved_rounds(
+            measures,
+            next(iter(models)),
+            rounds=steps,
+            warmup=warmup_steps,
+            seed=seed,
+            value=operator.itemgetter(1),
+        )
+    throughputs = {}
+    for name, model in models.items():
+        timed = [repeats[0] for repeats in measured.samples[name]["train"]]  # one repeat a step
+        seconds = sum(elapsed for _, elapsed in timed)
+        throughputs[name] = _throughput([batch for batch, _ in timed], seconds, model.config.pad_id)
+    return throughputs
 
 
 def training_throughput(
@@ -276,8 +287,8 @@ def inference_throughput(
     excluding bos and eos: the summed lengths of the hypotheses ``beam_search`` returns. The
     model's train/eval mode is restored afterwards.
     """
-    _check_count("batch_size", batch_size, 1)
-    _check_count("warmup_batches", warmup_batches, 0)
+    check_count("batch_size", batch_size, 1)
+    check_count("warmup_batches", warmup_batches, 0)
     if not sources:
         raise LearnableSparsityError("inference_throughput needs at least one source sentence")
     for i, source in enumerate(sources):
@@ -362,7 +373,7 @@ def interleaved_variants(
     ``on_round(i)`` is called after round ``i``. Returns per round
     {variant: {"train": …, "inference": …}}.
     """
-    _check_count("rounds", rounds, 1)
+    check_count("rounds", rounds, 1)
     _check_variants(models)
     rng = random.Random(seed)
     measured = []
@@ -372,7 +383,7 @@ def interleaved_variants(
             batches,
             steps=train_steps,
             warmup_steps=warmup_steps,
-            rng=rng,
+            seed=rng.getrandbits(64),
             precision=precision,
         )
         order = list(models)
@@ -445,7 +456,7 @@ def speed_inputs(
     settings: SpeedSettings,
     device: torch.device | str = "cpu",
 ) -> tuple[dict[str, Transformer], list[Batch], list[list[int]]]:
-    """What :func:`measure_speed` times: one model per variant of ``settings`` — ``config``
+    """What :func:`measure_precisions` times: one model per variant of ``settings`` — ``config``
     (vocabulary set) with the variant's normalizer and the same initial weights (seed 0) — on
     ``device``, the first token batches of ``train`` (seed 0) and the sources of the first
     ``settings.infer_sentences`` of ``test``. Untrained weights suffice: throughput depends on the
@@ -459,36 +470,6 @@ def speed_inputs(
     batches = [collate_examples(train, batch, models["softmax"]) for batch in indices]
     sources = [source for source, _ in test[: settings.infer_sentences]]
     return models, batches, sources
-
-
-def measure_speed(
-    config: TransformerConfig,
-    train: Sequence[Example],
-    test: Sequence[Example],
-    settings: SpeedSettings,
-    decode: DecodeSettings,
-    on_round: Callable[[int], None] | None = None,
-    device: torch.device | str = "cpu",
-    precision: Precision = "float32",
-) -> list[dict[str, dict[str, Throughput]]]:
-    """``settings.rounds`` interleaved rounds (:func:`interleaved_variants`) of the variants of
-    ``settings`` on ``device`` in ``precision``, on :func:`speed_inputs`: per round, every
-    variant's train and inference throughput. ``on_round(i)`` is called after each round.
-    """
-    models, batches, sources = speed_inputs(config, train, test, settings, device)
-    return interleaved_variants(
-        models,
-        batches,
-        sources,
-        decode,
-        rounds=settings.rounds,
-        train_steps=settings.train_steps,
-        warmup_steps=settings.warmup_steps,
-        batch_size=settings.batch_sentences,
-        seed=settings.seed,
-        on_round=on_round,
-        precision=precision,
-    )
 
 
 def precision_round(

@@ -53,15 +53,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
-from learnable_sparsity.checkpoints import (
-    LAST,
-    Checkpoint,
-    load_file,
-    restore_rng,
-    rng_state,
-    save_atomic,
-)
+from learnable_sparsity.checkpoints import LAST, Checkpoint, restore_rng, rng_state
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import load_file, save_atomic
 from learnable_sparsity.nmt.batching import Batch, Example, batches_of, collate_examples
 from learnable_sparsity.nmt.seq2seq import Seq2Seq
 from learnable_sparsity.precision import Precision, autocast, check_precision, matmul_precision

@@ -11,9 +11,9 @@ from statistics import fmean
 from learnable_sparsity.analysis.blocks import split_block
 from learnable_sparsity.analysis.cell_analysis import analyze_model
 from learnable_sparsity.analysis.heads import AnalysisSettings
-from learnable_sparsity.data.atomic import atomic_write_bytes
 from learnable_sparsity.data.corpora import corpus_settings, source_language
 from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.files import atomic_write_bytes
 from learnable_sparsity.settings import build
 from pipelines.cells.nmt import open_cell, trained_model
 from pipelines.scaffold import layout

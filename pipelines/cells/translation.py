@@ -19,10 +19,10 @@ from learnable_sparsity.ape.triplets import (
     seen_sources,
     unseen_check,
 )
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.data.bpe import BpeModel
 from learnable_sparsity.data.local import read_corpus
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_text
 from learnable_sparsity.nmt.batching import encode_pairs
 from learnable_sparsity.nmt.cells import NmtCell
 from learnable_sparsity.nmt.grid import NmtSettings

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.data.fetch import download
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_text
 from pipelines.scaffold.runner import LOG_FORMAT
 
 log = logging.getLogger(__name__)

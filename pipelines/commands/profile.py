@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_text
 from pipelines.scaffold.params import PARAMS_FILE, load_params, with_profile
 
 PROFILES = Path("profiles")

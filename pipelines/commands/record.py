@@ -47,8 +47,8 @@ from PIL import Image
 
 from learnable_sparsity.analysis.figures import alpha_histograms
 from learnable_sparsity.claims import Results, load_claims, results_to_json
-from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_bytes, atomic_write_text
 from learnable_sparsity.nmt.cell_evaluation import cell_scores
 from learnable_sparsity.nmt.cells import NmtCell
 from pipelines.cells.heads import analysis_metrics

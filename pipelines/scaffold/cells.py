@@ -32,8 +32,8 @@ import torch
 from mlflow.entities import Dataset
 from torch import nn
 
-from learnable_sparsity.data.atomic import remove_partial_writes
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import remove_partial_writes
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import file_digest, read_json, write_json
 from pipelines.scaffold.imports import code_digest

@@ -3,7 +3,6 @@ stage to run, figures as PNG, content digests, an output folder cleared before i
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -12,8 +11,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError, MissingInputError
+from learnable_sparsity.files import atomic_write_text, sha256_of
 
 _FIGURE_DPI = 110
 
@@ -44,11 +43,7 @@ def file_digest(path: Path) -> str:
     """SHA-256 of the contents of ``path`` (an input of a cell); a missing file raises."""
     if not Path(path).is_file():
         raise MissingInputError(f"{path} is missing: run the stage that writes it")
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_of(path)
 
 
 def clear(directory: Path) -> None:

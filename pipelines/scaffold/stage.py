@@ -39,8 +39,8 @@ from typing import Any, NoReturn, TypeVar
 import psutil
 from matplotlib.figure import Figure
 
-from learnable_sparsity.data.atomic import atomic_write_bytes, atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_bytes, atomic_write_text
 from learnable_sparsity.settings import Settings, params_of
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import (

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from learnable_sparsity.claims import load_claims, out_of_scope
 from learnable_sparsity.claims.report import NOT_JUDGED, MatrixColumn, claims_matrix
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_text
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import read_json
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from learnable_sparsity.claims import Results, results_to_json
-from learnable_sparsity.data.atomic import atomic_write_text
+from learnable_sparsity.files import atomic_write_text
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import write_json
 from pipelines.stages.report import claims

@@ -24,8 +24,8 @@ from learnable_sparsity.claims import (
     results_to_json,
 )
 from learnable_sparsity.claims.preregistered import threshold_changes
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import atomic_write_text
 from pipelines.commands import record
 from pipelines.commands.record import FIGURE_WIDTH, keep, relative_links
 from pipelines.scaffold import layout

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from learnable_sparsity.ape.grid import ApeSettings
 from learnable_sparsity.ape.model import detokenize
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.data.local import read_triplets
+from learnable_sparsity.files import atomic_write_text
 from learnable_sparsity.metrics.translation import ape_metrics
 from learnable_sparsity.nmt.search import DecodeSettings, translate
 from learnable_sparsity.settings import build, params_of

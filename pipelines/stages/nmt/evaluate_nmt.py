@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 
-from learnable_sparsity.data.atomic import atomic_write_text
 from learnable_sparsity.data.local import read_corpus
+from learnable_sparsity.files import atomic_write_text
 from learnable_sparsity.metrics.translation import translation_metrics
 from learnable_sparsity.nmt.cell_evaluation import cell_scores, evaluate_model, metric_scores
 from learnable_sparsity.nmt.grid import NmtSettings

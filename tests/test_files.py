@@ -1,5 +1,6 @@
-"""Atomic writes: a writer that fails leaves nothing; one killed mid-write leaves a temporary
-file that remove_partial_writes finds (and nothing else it finds)."""
+"""The library's file I/O. Atomic writes: a writer that fails leaves nothing; one killed mid-write
+leaves a temporary file that remove_partial_writes finds (and nothing else it finds). Torch files
+load as plain data only: a tampered file that would run code is refused."""
 
 from __future__ import annotations
 
@@ -10,13 +11,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from learnable_sparsity.data.atomic import atomic_write_text, atomic_writer, remove_partial_writes
 from learnable_sparsity.errors import LearnableSparsityError
+from learnable_sparsity.files import (
+    atomic_write_text,
+    atomic_writer,
+    load_file,
+    remove_partial_writes,
+)
 
 KILLED_WRITER = """
 import os, sys
-from learnable_sparsity.data.atomic import atomic_writer
+from learnable_sparsity.files import atomic_writer
 with atomic_writer(sys.argv[1]) as handle:
     handle.write(b"half")
     handle.flush()
@@ -49,7 +56,7 @@ def test_the_leftovers_of_a_killed_writer_are_found_and_removed(tmp_path: Path) 
     (tmp_path / "cell").mkdir()
     kept = [atomic_write_text(tmp_path / "cell" / "last.pt", "whole"), tmp_path / "notes.tmp"]
     kept[1].write_text("a user's file, not a partial write")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     for target in (tmp_path / "cell" / "last.pt", tmp_path / "cell" / "deep" / "step4.pt"):
         result = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(target)], cwd=root)
         assert result.returncode == 9
@@ -58,3 +65,30 @@ def test_the_leftovers_of_a_killed_writer_are_found_and_removed(tmp_path: Path) 
     assert all(p.name.startswith((".last.pt.", ".step4.pt.")) for p in partial)
     assert not any(p.exists() for p in partial) and all(p.exists() for p in kept)
     assert kept[0].read_text() == "whole"
+
+
+def _touch(path: Path) -> None:
+    path.touch()
+
+
+class _TouchOnLoad:
+    """Unpickled, it creates a file: what a tampered checkpoint could do instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[Path]]:
+        return (_touch, (self.marker,))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tampered = tmp_path / "last.pt"
+    torch.save({"model": {"w": torch.ones(2)}, "step": 3, "x": _TouchOnLoad(marker)}, tampered)
+    refused = r"last\.pt refused: it holds (tests\.)?test_files\._touch, not plain data"
+    with pytest.raises(LearnableSparsityError, match=refused):
+        load_file(tampered)
+    assert not marker.exists()
+    # the same file, loaded the unsafe way, does run it: the test's premise
+    torch.load(tampered, weights_only=False)
+    assert marker.exists()
