@@ -1,6 +1,7 @@
 # The two commands of the README. Each creates (or, when the lock changed, recreates) the virtual
 # environment .venv from the lock on first use, so a fresh clone needs nothing else.
-#   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline),
+#   make repro   the main job: `dvc repro` of every stage on params.yaml (smoke profile, offline;
+#                portable CPU kernels, or make repro KERNELS=native),
 #                after a preflight of everything the profile needs (pipelines.commands.preflight);
 #                then the README's claims matrix from the new verdicts (pipelines.verdicts.matrix)
 #                and how far the outputs are from the committed ones (...commands.compare_outputs)
@@ -66,9 +67,18 @@ $(INSTALLED): $(LOCKED) pyproject.toml
 	$(VENV)/bin/pip check || { $(STALE_LOCK); exit 1; }
 	touch $@
 
+# The CPU kernels of make repro: portable (the default: torch's and MKL's kernels pinned, the
+# fused normalizers compiled for the x86-64 baseline; the committed outputs' bytes on any x86
+# machine, docs/pipeline.md) or native (this CPU's own: faster, numbers off in the last digits).
+KERNELS ?= portable
+ifeq ($(filter $(KERNELS),portable native),)
+$(error KERNELS must be portable or native, got "$(KERNELS)")
+endif
+KERNEL_ENV := $(if $(filter portable,$(KERNELS)),ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE)
+
 repro: $(INSTALLED)
-	$(IN_VENV) python -m pipelines.commands.preflight
-	$(IN_VENV) dvc repro
+	$(KERNEL_ENV) $(IN_VENV) python -m pipelines.commands.preflight
+	$(KERNEL_ENV) $(IN_VENV) dvc repro
 	$(IN_VENV) python -m pipelines.verdicts.matrix
 	$(IN_VENV) python -m pipelines.commands.compare_outputs
 

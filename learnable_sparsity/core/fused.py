@@ -20,6 +20,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import warnings
@@ -32,13 +33,11 @@ from torch import Tensor
 from learnable_sparsity.core.switch import Switch
 
 SOURCE = Path(__file__).with_name("fused_cpu.cpp")
-# -march=native: the library is built on the machine that runs it (the CPU is in its cache key).
 # -fassociative-math lets sums be reduced in a tree (the range reductions of exp and log keep
 # their order with a barrier); no -ffast-math: the kernels rely on IEEE infinities and NaN for
 # masks and NaN rows.
 FLAGS = (
     "-O3",
-    "-march=native",
     "-std=c++17",
     "-shared",
     "-fPIC",
@@ -48,8 +47,25 @@ FLAGS = (
     "-fassociative-math",
     "-fno-signed-zeros",
 )
+# The instruction set: the machine's own (the library is built on the machine that runs it, the
+# CPU is in its cache key), unless torch's kernels are pinned (ATEN_CPU_CAPABILITY=default, the
+# portable mode of make repro): then the x86-64 baseline, whose 128-bit vectors give the tree
+# reductions one order on every x86 machine (tests/test_portable_kernels.py).
+NATIVE, PORTABLE = "-march=native", "-march=x86-64"
+
+
+def instruction_set() -> str:
+    """The ``-march`` the kernels are compiled with (see :data:`PORTABLE`)."""
+    pinned = os.environ.get("ATEN_CPU_CAPABILITY") == "default"
+    return PORTABLE if pinned and platform.machine() in ("x86_64", "AMD64") else NATIVE
+
+
 _DTYPES = {torch.float32: "f32", torch.float64: "f64"}
 _enabled = Switch(os.environ.get("LEARNABLE_SPARSITY_FUSED", "1") != "0")
+
+
+def _flags() -> tuple[str, ...]:
+    return (*FLAGS, instruction_set())
 
 
 def _cpu_signature() -> str:
@@ -65,7 +81,7 @@ def _cpu_signature() -> str:
 def _library_path(compiler: str) -> Path:
     cache = os.environ.get("LEARNABLE_SPARSITY_KERNEL_CACHE")
     root = Path(cache) if cache else Path.home() / ".cache/learnable-sparsity/kernels"
-    key = "\n".join([SOURCE.read_text(), compiler, *FLAGS, _cpu_signature(), torch.__version__])
+    key = "\n".join([SOURCE.read_text(), compiler, *_flags(), _cpu_signature(), torch.__version__])
     return root / f"fused_cpu-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
 
 
@@ -81,8 +97,8 @@ def _build(compiler: str, target: Path, defines: tuple[str, ...] = ()) -> None:
         if target.exists():
             return
         partial = target.with_suffix(f".{os.getpid()}.tmp")
-        command = [compiler, *FLAGS, *(f"-D{d}" for d in defines), str(SOURCE), "-o", str(partial)]
-        command += [f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}"]
+        command = [compiler, *_flags(), *(f"-D{d}" for d in defines), str(SOURCE)]
+        command += ["-o", str(partial), f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}"]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             partial.unlink(missing_ok=True)
