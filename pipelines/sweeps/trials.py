@@ -35,6 +35,7 @@ from ray import tune
 from pipelines.scaffold import layout
 from pipelines.scaffold.cells import CellRun, cell_fingerprints, datasets, run_cell
 from pipelines.scaffold.files import file_digest
+from pipelines.scaffold.imports import ROOT
 from pipelines.scaffold.runner import LOG_FORMAT
 from pipelines.scaffold.stage import Stage
 from pipelines.scaffold.tracking.runs import STATUSES, RunLogger, StageRun, find_run, metric_name
@@ -48,8 +49,6 @@ STOPPED_TAG = "sweep.stopped_early"
 ERROR_TAG = "error"
 RESULTS = "results"  # the key of a trial's final results in its Tune result
 STEP = "step"  # the time attribute of the scheduler
-# The project root a trial's code was imported from (pipelines/sweeps/trials.py → root).
-CODE_ROOT = Path(__file__).resolve().parents[1]
 _ERROR_LINES = 6
 
 
@@ -123,7 +122,7 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     # The stages' paths are relative: the trial's directory becomes the working directory. The
     # project's modules stay importable from the root they came from.
-    sys.path.insert(0, str(CODE_ROOT))
+    sys.path.insert(0, str(ROOT))
     os.chdir(directory)
     _link_entries(layout.DATA, stores=())
     stage = Stage(parent.stage, spec.params_for(config), parent.uri)
@@ -163,7 +162,7 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
 def _link_entries(top: Path, stores: Sequence[Path]) -> None:
     """Link each entry of the project's ``top`` (data/, models/) into the working directory,
     except those a stage of the chain writes (a store, or a folder holding one)."""
-    source = CODE_ROOT / top
+    source = ROOT / top
     for entry in sorted(source.iterdir()) if source.is_dir() else []:
         relative = top / entry.name
         if any(store.is_relative_to(relative) for store in stores) or relative.is_symlink():
