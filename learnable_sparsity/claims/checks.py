@@ -24,14 +24,15 @@ comparisons (:func:`unsettled_each`). Each verdict's numbers carry its ``edge``:
 the threshold it is compared with and their distance. A comparison needs rule ``min_seeds``
 seeds per method. Training length must not decide it:
 
-* :func:`unsettled` — the *gap* between the compared methods' validation curves still has a
-  trend over the last rule ``trend_window`` of the steps (:func:`gap_trend`: the gap of each pair
-  of runs of the same seed regressed on the step, one intercept per pair and a common slope,
-  tested against the scatter of the pairs around their lines — checkpoint and seed noise — at
-  rule ``gap_trend_level``, Holm over a claim's comparisons) that moves it by more than
-  one checkpoint's scatter and rule ``still_improving`` in perplexity: one method is still
-  catching up. Two models that improve in parallel compare settled: on a learnable task the NLL
-  heads to 0 and never plateaus, but the ranking does;
+* :func:`unsettled_each` — the *gap* between the compared methods' validation curves still has
+  a trend over the last rule ``trend_window`` of the steps (:func:`gap_trend`: the gap of each
+  pair of runs of the same seed fitted by its own line, the pairs' moves the replicates of a
+  t-test at rule ``gap_trend_level``, Holm over a claim's comparisons; rule
+  ``gap_trend_test``) whose move still to come if it closes as 1/step exceeds rule
+  ``still_improving`` in perplexity and the share of the gap at which the comparison's verdict
+  would flip (:func:`flips_at`, rule ``gap_materiality``): one method is still catching up by
+  enough to decide it. Two models that improve in parallel compare settled: on a learnable task
+  the NLL heads to 0 and never plateaus, but the ranking does;
 * :func:`unconverged` — a run's own curve still improves by more than rule ``still_improving``
   (for a claim about one model's final state, or curves of different losses that cannot be
   subtracted).
