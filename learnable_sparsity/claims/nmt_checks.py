@@ -104,20 +104,17 @@ def _catching_up_each(
     pairs' gap trends on every corpus are one claim's family (:func:`checks.unsettled_each`)."""
     verdicts = verdicts or {}
     names = {
-        f"{corpus}/{variant} vs {baseline}": (variant, baseline)
-        for corpus in results.valid_nll
+        f"{corpus}/{variant} vs {baseline}": (curves, variant, baseline)
+        for corpus, curves in results.valid_nll.items()
         for variant, baseline in pairs
     }
     gates = checks.unsettled_each(
         {
-            name: (
-                results.valid_nll[name.split("/", 1)[0]].get(variant, []),
-                results.valid_nll[name.split("/", 1)[0]].get(baseline, []),
-            )
-            for name, (variant, baseline) in names.items()
+            name: (curves.get(variant, []), curves.get(baseline, []))
+            for name, (curves, variant, baseline) in names.items()
         },
         "validation perplexity",
-        {name: verdicts.get(pair) for name, pair in names.items()},
+        {name: verdicts.get((variant, baseline)) for name, (_, variant, baseline) in names.items()},
     )
     return {
         (variant, baseline): next(
