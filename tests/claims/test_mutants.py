@@ -1827,3 +1827,21 @@ def test_every_counted_head_must_be_able_to_fall_out_before_the_count_waits() ->
     settled = nmt_checks._HeadTurn.of(_turning(1.65, 1.65), 0.1, 0.35, 1)
     assert settled[0].counted and not settled[0].could_turn()
     assert nmt_checks._heads_could_turn([falling, settled], found=True) is None
+
+
+def test_only_counted_heads_decide_whether_a_found_count_could_fall() -> None:
+    """A counted head that could fall out beside a dipped head never counted (which could not
+    rebound): the count could fall, the uncounted head has no say (mutmut: `and dipped` as
+    `or dipped`)."""
+    falling = nmt_checks._HeadTurn.of(_turning(1.65, 1.75), 0.1, 0.35, 1)
+    short = nmt_checks._HeadTurn.of(_turning(1.3, 1.25), 0.1, 0.35, 1)
+    assert not short[0].counted and short[0].dipped and not short[0].could_turn()
+    assert nmt_checks._heads_could_turn([falling, short], found=True) is not None
+
+
+def test_a_counted_head_falling_too_little_to_fall_out_does_not_turn() -> None:
+    """Counted, 0.15 above the edge (rebound 0.5), falling 0.03 over the last fifth: 0.12 more
+    to come stays above it (mutmut: the sign −1 as −2 would see 0.24)."""
+    head = nmt_checks._HeadTurn.of(_turning(1.7, 1.73), 0.1, 0.35, 1)[0]
+    assert head.counted and head.room == pytest.approx(0.15)
+    assert -head.tested > head.beyond and not head.could_turn()
