@@ -1,10 +1,13 @@
-"""Mutation testing of the claims' checks: how many mutants of the checks their tests kill.
+"""Mutation testing of what decides a claim's verdict: how many mutants its tests kill.
 
 mutmut (``MUTMUT``) changes the code one small edit at a time (an operator, a constant, a
 comparison, an argument dropped) and runs the tests on each mutant: a mutant the tests pass on
 "survived", an edit they cannot tell from the code. What it mutates and which tests it runs are
-``[tool.mutmut]`` of pyproject.toml: the four checks modules of ``learnable_sparsity/claims``,
-``tests/claims`` (less the α gate's three 15-second simulations, see there). mutmut is no
+``[tool.mutmut]`` of pyproject.toml: every module that decides a verdict (the checks modules,
+``preregistered.py``, ``report.py`` and ``catalog.py`` of ``learnable_sparsity/claims``,
+``learnable_sparsity/analysis/alpha.py``, ``learnable_sparsity/timing.py``; claims.yaml's values
+are held by tests/claims/test_threshold_edges.py, not mutated), ``tests/claims`` with the tests
+of alpha.py and timing.py (less the gates' slow simulations, see there). mutmut is no
 dependency of the project: it runs from its own environment ``.mutmut/`` (made on first use,
 outside the lock), which reads the project's distributions from this one (a .pth file) and pins
 the distributions both need (pytest, ...) to this one's versions. One worker (``--workers``),

@@ -8,7 +8,7 @@ Each check is a function ``(results, **args, **thresholds) ->
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from learnable_sparsity.claims import checks
 from learnable_sparsity.claims.checks import (
@@ -48,11 +48,15 @@ def _ape_unconverged(results: Results, systems: Sequence[str]) -> Verdict | None
 
 
 def _ape_gaps_moving(
-    results: Results, candidate: str, others: Sequence[str]
+    results: Results,
+    candidate: str,
+    others: Sequence[str],
+    verdicts: Mapping[str, Verdict],
 ) -> dict[str, Verdict | None]:
     """Per other system: "not measurable" while the gap between its validation NLL and the
-    candidate's still moves (one is still catching up): training length, not the system, would
-    decide the comparison. The gaps are one claim's family (:func:`checks.unsettled_each`)."""
+    candidate's still moves (one is still catching up) by enough to flip the comparison's
+    verdict in ``verdicts`` (other → verdict): training length, not the system, could decide
+    the comparison. The gaps are one claim's family (:func:`checks.unsettled_each`)."""
     curves = results.ape_valid_nll
     gates = checks.unsettled_each(
         {
@@ -60,6 +64,7 @@ def _ape_gaps_moving(
             for other in others
         },
         "validation NLL",
+        {f"{candidate} vs {other}": verdicts.get(other) for other in others},
     )
     return {other: gates[f"{candidate} vs {other}"] for other in others}
 
@@ -126,14 +131,12 @@ def _ape_against_each(
     blocked = _ape(results, [candidate, *others], split)
     if blocked:
         return blocked
-    gates = _ape_gaps_moving(results, candidate, others)
-    return all_of(
-        {
-            other: gates[other]
-            or compare(results.ape[candidate][split], results.ape[other][split], (candidate, other))
-            for other in others
-        }
-    )
+    verdicts = {
+        other: compare(results.ape[candidate][split], results.ape[other][split], (candidate, other))
+        for other in others
+    }
+    gates = _ape_gaps_moving(results, candidate, others, verdicts)
+    return all_of({other: gates[other] or verdicts[other] for other in others})
 
 
 def ape_ter_below(

@@ -24,14 +24,15 @@ comparisons (:func:`unsettled_each`). Each verdict's numbers carry its ``edge``:
 the threshold it is compared with and their distance. A comparison needs rule ``min_seeds``
 seeds per method. Training length must not decide it:
 
-* :func:`unsettled` — the *gap* between the compared methods' validation curves still has a
-  trend over the last rule ``trend_window`` of the steps (:func:`gap_trend`: the gap of each pair
-  of runs of the same seed regressed on the step, one intercept per pair and a common slope,
-  tested against the scatter of the pairs around their lines — checkpoint and seed noise — at
-  rule ``gap_trend_level``, Holm over a claim's comparisons) that moves it by more than
-  one checkpoint's scatter and rule ``still_improving`` in perplexity: one method is still
-  catching up. Two models that improve in parallel compare settled: on a learnable task the NLL
-  heads to 0 and never plateaus, but the ranking does;
+* :func:`unsettled_each` — the *gap* between the compared methods' validation curves still has
+  a trend over the last rule ``trend_window`` of the steps (:func:`gap_trend`: the gap of each
+  pair of runs of the same seed fitted by its own line, the pairs' moves the replicates of a
+  t-test at rule ``gap_trend_level``, Holm over a claim's comparisons; rule
+  ``gap_trend_test``) whose move still to come if it closes as 1/step exceeds rule
+  ``still_improving`` in perplexity and the share of the gap at which the comparison's verdict
+  would flip (:func:`flips_at`, rule ``gap_materiality``): one method is still catching up by
+  enough to decide it. Two models that improve in parallel compare settled: on a learnable task
+  the NLL heads to 0 and never plateaus, but the ranking does;
 * :func:`unconverged` — a run's own curve still improves by more than rule ``still_improving``
   (for a claim about one model's final state, or curves of different losses that cannot be
   subtracted).
@@ -75,6 +76,9 @@ _OVERRIDES: ContextVar[Mapping[str, float | str]] = ContextVar("rules", default=
 # The rules of claims.yaml that name a test rather than a number, as this code implements them:
 # a registry naming another (claims.yaml edited without the code) is refused before any verdict.
 IMPLEMENTED = {
+    "gap_trend_test": "seed pairs as replicates",
+    "gap_materiality": "the verdict could flip",
+    "alpha_head_test": "the heads a claim counts",
     "equivalence_test": "non-inferiority bound",
     "superiority_test": "confidence bound",
     "multiplicity": "Holm per claim",
@@ -269,32 +273,60 @@ def _window_means(curve: Sequence[tuple[float, float]]) -> tuple[float, float] |
 
 @dataclass(frozen=True)
 class Trend:
-    """The common slope of per-seed gaps over the last rule ``trend_window`` of the steps:
-    ``change`` = slope × the window's width (the fitted move of the gap across it, in the
-    curves' units), ``noise`` the residual sd (one checkpoint's scatter of a pair's gap about its
-    line), ``p`` the two-sided p-value of "slope = 0", from ``points`` gaps of ``pairs`` seed
-    pairs with ``df`` residual degrees of freedom, the curves ending at ``last_step``."""
+    """The trend of per-seed-pair gaps over the last rule ``trend_window`` of the steps, with
+    the seed pairs as the replicates (rule ``gap_trend_test``): each pair's gap fitted by its
+    own line, ``moves`` the fitted move of each pair's gap across the window (slope × the
+    window's width, in the curves' units), ``change`` their mean, ``se`` its standard error over
+    the pairs and ``p`` the two-sided p-value of "mean move = 0" (t with ``df`` = pairs − 1);
+    ``gap`` the pairs' mean fitted gap at their last step, ``noise`` the pooled sd of the
+    checkpoints about their pairs' lines (0 where each pair has two points), from ``points``
+    gaps of ``pairs`` seed pairs, the curves ending at ``last_step``."""
 
     change: float
+    se: float
+    gap: float
     noise: float
     p: float
     points: int
     pairs: int
     df: int
     last_step: float
+    moves: tuple[float, ...] = ()
+
+    def still_to_move(self, window: float) -> float:
+        """The gap's move still to come if it closes as 1/step: g(t) = g∞ + c/t moves by
+        −c/T · w/(1 − w) over the last ``window`` w of T steps and by −c/T from T on, i.e.
+        ``change`` × (1 − w)/w."""
+        return abs(self.change) * (1 - window) / window
+
+
+def _pair_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """Least-squares line through one pair's (step, gap) points: its slope, its fitted gap at
+    the last step and its residual sum of squares; None below two distinct steps."""
+    steps = [t for t, _ in points]
+    mean_t = statistics.fmean(steps)
+    mean_g = statistics.fmean(g for _, g in points)
+    spread = sum((t - mean_t) ** 2 for t in steps)
+    if spread == 0:
+        return None
+    slope = sum((t - mean_t) * (g - mean_g) for t, g in points) / spread
+    residual = sum((g - mean_g - slope * (t - mean_t)) ** 2 for t, g in points)
+    return slope, mean_g + slope * (max(steps) - mean_t), residual
 
 
 def gap_trend(
     candidate: Sequence[Curve], baseline: Sequence[Curve], *, window: float | None = None
 ) -> Trend | None:
-    """Whether the gap between two methods' curves still moves, tested against its own scatter.
+    """Whether the gap between two methods' curves still moves, with the seed pairs as the
+    replicates.
 
     Runs are paired by seed (candidate[i] with baseline[i]: the same seed, the same data order);
     at every step both log in the last ``window`` of the steps, the pair's gap is
-    g_i(t) = candidate_i(t) − baseline_i(t). The model g_i(t) = a_i + b·t + ε (one intercept per
-    pair, one slope) is fitted by least squares; b's t-statistic uses the residual variance, i.e.
-    the scatter of checkpoints and seeds about the fitted lines, with n − pairs − 1 degrees of
-    freedom. None when they are fewer than 1 (too few steps or pairs to test a trend).
+    g_i(t) = candidate_i(t) − baseline_i(t), fitted by its own line a_i + b_i·t. Each pair's move
+    m_i = b_i × the window's width is one replicate: a checkpoint wobble shared by a seed's two
+    runs cancels in g_i, and a pair's own drift is one value, not as many as it has checkpoints.
+    The test is a one-sample t-test of the mean move over the pairs (df = pairs − 1). None when
+    fewer than two pairs have two steps in the window (no spread of moves to test against).
     """
     window = rule("trend_window") if window is None else window
     pairs = list(zip(candidate, baseline, strict=False))
@@ -302,37 +334,26 @@ def gap_trend(
         return None
     last_step = max(curve[-1][0] for pair in pairs for curve in pair)
     start = last_step * (1 - window)
-    steps, gaps, groups = [], [], []
-    for index, (cand, base) in enumerate(pairs):
+    lines, points, residual = [], 0, 0.0
+    for cand, base in pairs:
         base_at = {step: value for step, value in base if step > start}
-        for step, value in cand:
-            if step in base_at:
-                steps.append(step)
-                gaps.append(value - base_at[step])
-                groups.append(index)
-    used = sorted(set(groups))
-    df = len(gaps) - len(used) - 1
-    if df < 1:
+        gaps = [(step, value - base_at[step]) for step, value in cand if step in base_at]
+        line = _pair_line(gaps) if gaps else None
+        if line is not None:
+            lines.append(line)
+            points += len(gaps)
+            residual += line[2]
+    if len(lines) < 2:
         return None
-    centred_t, centred_g = [], []
-    for group in used:
-        ts = [t for t, g in zip(steps, groups, strict=True) if g == group]
-        gs = [v for v, g in zip(gaps, groups, strict=True) if g == group]
-        mean_t, mean_g = statistics.fmean(ts), statistics.fmean(gs)
-        centred_t += [t - mean_t for t in ts]
-        centred_g += [v - mean_g for v in gs]
-    spread = sum(t * t for t in centred_t)
-    if spread == 0:
-        return None
-    slope = sum(t * g for t, g in zip(centred_t, centred_g, strict=True)) / spread
-    residual = sum((g - slope * t) ** 2 for t, g in zip(centred_t, centred_g, strict=True))
-    if residual == 0:
-        p = 0.0 if slope != 0 else 1.0
-    else:
-        t_stat = slope / math.sqrt(residual / df / spread)
-        p = float(2 * stats.t.sf(abs(t_stat), df))
-    noise = math.sqrt(residual / df)
-    return Trend(slope * window * last_step, noise, p, len(gaps), len(used), df, last_step)
+    moves = tuple(slope * window * last_step for slope, _, _ in lines)
+    change, df = statistics.fmean(moves), len(moves) - 1
+    se = statistics.stdev(moves) / math.sqrt(len(moves))
+    constant = 0.0 if change != 0 else 1.0  # pairs that all moved alike: no spread to test
+    p = float(2 * stats.t.sf(abs(change) / se, df)) if se > 0 else constant
+    left = points - 2 * len(lines)
+    noise = math.sqrt(residual / left) if left > 0 else 0.0
+    gap = statistics.fmean(end for _, end, _ in lines)
+    return Trend(change, se, gap, noise, p, points, len(lines), df, last_step, moves)
 
 
 def steps_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
@@ -384,71 +405,117 @@ def holm(pvalues: Mapping[str, float], level: float) -> set[str]:
     return rejected
 
 
+def _undecidable(verdict: Verdict | None) -> bool:
+    return verdict is not None and verdict.status == NOT_MEASURABLE
+
+
+def flips_at(verdict: Verdict | None) -> float:
+    """The share of the validation-NLL gap by which the gap must move for ``verdict`` to flip
+    (rule ``gap_materiality``): the verdict's statistic read as proportional to the gap, it
+    reaches its threshold when the gap moves by |distance| ÷ |statistic| of itself (its
+    ``edge``). 0 — any material move could decide it — for no verdict, a "not measurable" one
+    or one without an edge."""
+    if verdict is None or _undecidable(verdict):
+        return 0.0
+    edge = verdict.numbers.get("edge")
+    if not isinstance(edge, Mapping) or not edge.get("statistic"):
+        return 0.0
+    return abs(float(edge["distance"])) / abs(float(edge["statistic"]))
+
+
 @dataclass(frozen=True)
 class _GapFamily:
     """The gap trends of one claim's comparisons (:func:`gap_trend`; None: untestable), the
-    names whose trend moves (Holm's procedure over the tested trends at rule
-    ``gap_trend_level`` rejects "no trend", and the fitted move exceeds both a checkpoint's
-    scatter and rule ``still_improving`` in perplexity) and the family's description."""
+    names whose trend moves and the family's description. A trend moves when Holm's procedure
+    over the tested trends at rule ``gap_trend_level`` rejects "no trend" and the move still to
+    come if the gap closes as 1/step (:meth:`Trend.still_to_move`) is material: beyond rule
+    ``still_improving`` in perplexity and at least the share of the gap at which the
+    comparison's verdict would flip (:func:`flips_at`, rule ``gap_materiality``)."""
 
     trends: dict[str, Trend | None]
     moving: list[str]
     family: str
+    bounds: dict[str, float]
 
     @classmethod
-    def of(cls, comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]]) -> _GapFamily:
+    def of(
+        cls,
+        comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]],
+        verdicts: Mapping[str, Verdict | None],
+    ) -> _GapFamily:
         trends = {name: gap_trend(cand, base) for name, (cand, base) in comparisons.items()}
         tested = {name: trend for name, trend in trends.items() if trend is not None}
-        level = rule("gap_trend_level")
+        level, window = rule("gap_trend_level"), rule("trend_window")
         significant = holm({name: trend.p for name, trend in tested.items()}, level)
-        material = math.log1p(rule("still_improving"))
+        floor = math.log1p(rule("still_improving"))
+        bounds = {
+            name: max(floor, flips_at(verdicts.get(name)) * abs(trend.gap))
+            for name, trend in tested.items()
+        }
         moving = [
             name
             for name, trend in tested.items()
-            if name in significant and abs(trend.change) > max(trend.noise, material)
+            if name in significant and trend.still_to_move(window) > bounds[name]
         ]
         family = (
             f"Holm over the claim's {len(trends)} gap trends at {level:g}"
             if len(trends) > 1
             else f"level {level:g}"
         )
-        return cls(trends, moving, family)
+        return cls(trends, moving, family, bounds)
 
     def untested(self, names: Sequence[str], what: str) -> Verdict:
         window = rule("trend_window")
         return not_measurable(
             f"not measurable in this profile: the {what} gap's trend cannot be tested in "
             f"{', '.join(names)} (too few validation points in the last {window:.0%} of the "
-            "steps, or no two runs of the same seed)",
+            "steps, or fewer than two seed pairs)",
             decides=(
-                "runs of both methods with the same seeds, validated at least three times "
-                f"over the last {window:.0%} of their steps"
+                "runs of both methods with the same seeds (two or more), validated at least "
+                f"twice over the last {window:.0%} of their steps"
             ),
             gap_untested=list(names),
         )
+
+    def _material(self, name: str) -> str:
+        """What makes a move of comparison ``name`` material, in words."""
+        trend, bound = self.trends[name], self.bounds[name]
+        if trend is None or bound <= math.log1p(rule("still_improving")):
+            return f"{rule('still_improving'):.0%} in perplexity"
+        return f"{bound / abs(trend.gap):.0%} of the gap {trend.gap:+.3f}, where its verdict flips"
 
     def moves(self, names: Sequence[str], what: str) -> Verdict:
         """ "Not measurable" for the moving comparisons ``names``, naming the one with the
         smallest p."""
         trends = {name: trend for name in names if (trend := self.trends[name]) is not None}
         worst = min(trends, key=lambda name: trends[name].p)
-        trend = trends[worst]
-        material = math.log1p(rule("still_improving"))
-        opens_after = trend.last_step * abs(trend.change) / max(trend.noise, material)
+        trend, bound = trends[worst], self.bounds[worst]
+        window = rule("trend_window")
+        still = trend.still_to_move(window)
+        opens_after = trend.last_step * still / bound
         where = f"{len(names)} of {len(self.trends)} comparisons ({worst}: "
         return not_measurable(
             f"not measurable in this profile: the {what} gap still moves in {where}by "
-            f"{math.expm1(abs(trend.change)):.1%} in perplexity over the last "
-            f"{rule('trend_window'):.0%} of the steps, beyond {rule('still_improving'):.0%} and "
-            f"a checkpoint's scatter of {trend.noise:.3f} nats; p = {trend.p:.3f} for a "
-            f"constant gap, {self.family}; {trend.points} points of {trend.pairs} seed pairs): "
-            "training length, not the method, would decide the comparison",
+            f"{math.expm1(abs(trend.change)):.1%} in perplexity over the last {window:.0%} of "
+            f"the steps (mean of {trend.pairs} seed pairs' moves, se {trend.se:.3f} nats; "
+            f"p = {trend.p:.3f} for a constant gap, {self.family}); if it closes as 1/step it "
+            f"moves {still:.3f} nats more, beyond {bound:.3f} ({self._material(worst)}): "
+            "training length, not the method, could decide the comparison",
             decides=(
-                "a longer run: if the gap closes as 1/step (its move over the last half then "
+                "a longer run: if the gap closes as 1/step (its move still to come then "
                 f"falls as 1/T), the gate opens after about {opens_after:,.0f} steps"
             ),
             gap_trend={
-                name: {"change": t.change, "noise": t.noise, "p": t.p, "points": t.points}
+                name: {
+                    "change": t.change,
+                    "se": t.se,
+                    "gap": t.gap,
+                    "noise": t.noise,
+                    "p": t.p,
+                    "points": t.points,
+                    "pairs": t.pairs,
+                    "material": self.bounds[name],
+                }
                 for name, t in self.trends.items()
                 if t is not None
             },
@@ -457,22 +524,31 @@ class _GapFamily:
 
 
 def unsettled_each(
-    comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]], what: str
+    comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]],
+    what: str,
+    verdicts: Mapping[str, Verdict | None] | None = None,
 ) -> dict[str, Verdict | None]:
     """Per comparison (name → candidate's validation NLL curves, baseline's): "not measurable"
     when the gap still moves, None when it does not. The comparisons are one claim's family:
-    a gap moves when Holm's procedure over their trends (:func:`gap_trend`) at rule
-    ``gap_trend_level`` rejects "no trend" for it and its fitted move over the window is larger
-    than both one checkpoint's scatter and rule ``still_improving`` in perplexity (the tolerance
-    a single curve's improvement gets); a gap whose trend cannot be tested (too few validation
-    points) is not measurable too. The NLL gap is the log of a perplexity ratio: its move is
-    shown as one. What would decide it: if the gap closes as 1/step, its move over the last
-    half of T steps falls as 1/T, so the gate is expected to open after T·(move ÷ what it may
-    move) steps (``gate_opens_after_steps``), a longer profile's length to aim for."""
-    gaps = _GapFamily.of(comparisons)
+    a gap moves when Holm's procedure over their trends (:func:`gap_trend`, the seed pairs as
+    replicates) at rule ``gap_trend_level`` rejects "no trend" for it and the move still to
+    come if it closes as 1/step could decide the comparison: more than rule
+    ``still_improving`` in perplexity (the tolerance a single curve's improvement gets) and at
+    least the share of the gap at which its verdict in ``verdicts`` (name → the comparison's
+    verdict, judged on the runs as they are) would flip (:func:`flips_at`). A gap whose trend
+    cannot be tested is not measurable too, unless its verdict already is (it says why). The
+    NLL gap is the log of a perplexity ratio: its move is shown as one. What would decide it:
+    the move still to come falls as 1/T, so the gate is expected to open after
+    T·(move ÷ what it may move) steps (``gate_opens_after_steps``), a longer profile's length
+    to aim for."""
+    verdicts = verdicts or {}
+    gaps = _GapFamily.of(comparisons, verdicts)
     return {
         name: (
-            gaps.untested([name], what)
+            # a comparison already not measurable (too few seeds) says so itself
+            None
+            if trend is None and _undecidable(verdicts.get(name))
+            else gaps.untested([name], what)
             if trend is None
             else gaps.moves([name], what)
             if name in gaps.moving
@@ -485,10 +561,11 @@ def unsettled_each(
 def unsettled(
     comparisons: Mapping[str, tuple[Sequence[Curve], Sequence[Curve]]], what: str
 ) -> Verdict | None:
-    """One gate for all ``comparisons`` (one family, as :func:`unsettled_each`): "not
-    measurable" naming the comparisons whose trend cannot be tested, else those whose gap still
-    moves (the one with the smallest p first); None when every gap has settled."""
-    gaps = _GapFamily.of(comparisons)
+    """One gate for all ``comparisons`` (one family, as :func:`unsettled_each`, every move
+    beyond rule ``still_improving`` material): "not measurable" naming the comparisons whose
+    trend cannot be tested, else those whose gap still moves (the one with the smallest p
+    first); None when every gap has settled."""
+    gaps = _GapFamily.of(comparisons, {})
     untested = [name for name, trend in gaps.trends.items() if trend is None]
     if untested:
         return gaps.untested(untested, what)
@@ -628,6 +705,7 @@ def at_least_as_good(
     if isinstance(c, Verdict):
         return c
     deficit, upper, lower = -c.better_by, -c.bound(lower=True), -c.bound(lower=False)
+    deciding = lower if lower > margin else upper
     evidence = (
         f"{c.text}: {'better' if c.better_by >= 0 else 'worse'} by {beside(c.better_by, margin)}; "
         f"deficit's one-sided {1 - rule('significance'):.0%} bounds {lower:.3g} / {upper:.3g} "
@@ -639,7 +717,8 @@ def at_least_as_good(
         "margin": margin,
         "paired": c.paired,
         "p_refutes": c.p_beyond(-margin, above=False),
-        "edge": {"statistic": upper, "threshold": margin, "distance": margin - upper},
+        # the bound that decides: the lower where it refutes, else the upper
+        "edge": {"statistic": deciding, "threshold": margin, "distance": margin - deciding},
     }
     if upper < margin:
         return verdict(True, evidence, **numbers)

@@ -7,8 +7,10 @@ Each check is a function ``(results, **args, **thresholds) ->
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from learnable_sparsity.analysis.alpha import (
     MIN_MODALITY_VALUES,
@@ -92,18 +94,27 @@ def matched_nll_steps(
 
 
 def _catching_up_each(
-    results: Results, pairs: Sequence[tuple[str, str]]
+    results: Results,
+    pairs: Sequence[tuple[str, str]],
+    verdicts: Mapping[tuple[str, str], Verdict] | None = None,
 ) -> dict[tuple[str, str], Verdict | None]:
     """Per (variant, baseline) of ``pairs``: "not measurable" while the two still close (or
-    open) the gap between their validation perplexities on some corpus. The pairs' gap trends
-    on every corpus are one claim's family (:func:`checks.unsettled_each`)."""
+    open) the gap between their validation perplexities on some corpus by enough to flip the
+    pair's verdict in ``verdicts`` (without one: by more than rule ``still_improving``). The
+    pairs' gap trends on every corpus are one claim's family (:func:`checks.unsettled_each`)."""
+    verdicts = verdicts or {}
+    names = {
+        f"{corpus}/{variant} vs {baseline}": (curves, variant, baseline)
+        for corpus, curves in results.valid_nll.items()
+        for variant, baseline in pairs
+    }
     gates = checks.unsettled_each(
         {
-            f"{corpus}/{variant} vs {baseline}": (curves.get(variant, []), curves.get(baseline, []))
-            for corpus, curves in results.valid_nll.items()
-            for variant, baseline in pairs
+            name: (curves.get(variant, []), curves.get(baseline, []))
+            for name, (curves, variant, baseline) in names.items()
         },
         "validation perplexity",
+        {name: verdicts.get((variant, baseline)) for name, (_, variant, baseline) in names.items()},
     )
     return {
         (variant, baseline): next(
@@ -124,10 +135,17 @@ def _catching_up(results: Results, variant: str, baseline: str) -> Verdict | Non
     return _catching_up_each(results, [(variant, baseline)])[(variant, baseline)]
 
 
-def _gates(results: Results, pairs: dict[str, NmtPair], baseline: str) -> dict[str, Verdict | None]:
-    """The gap gate of each corpus/variant pair against ``baseline``: one claim's family
-    (:func:`checks.unsettled_each`)."""
-    return checks.unsettled_each(
+def _gated(
+    results: Results,
+    pairs: dict[str, NmtPair],
+    baseline: str,
+    compare: Callable[[NmtPair], Verdict],
+) -> Verdict:
+    """Every corpus/variant pair's ``compare`` verdict unless the gap gate against ``baseline``
+    holds it back: one claim's family (:func:`checks.unsettled_each`), each gap material by what
+    would flip its pair's verdict."""
+    verdicts = {name: compare(pair) for name, pair in pairs.items()}
+    gates = checks.unsettled_each(
         {
             name: (
                 results.valid_nll.get(corpus, {}).get(variant, []),
@@ -136,7 +154,9 @@ def _gates(results: Results, pairs: dict[str, NmtPair], baseline: str) -> dict[s
             for name, (corpus, variant, _, _) in pairs.items()
         },
         "validation perplexity",
+        verdicts,
     )
+    return all_of({name: gates[name] or verdicts[name] for name in pairs})
 
 
 def _of_baseline(share: float, baseline: Sequence[float]) -> float:
@@ -154,15 +174,13 @@ def bleu_at_least_as_good(
     pairs = _nmt_pairs(results, variants, baseline)
     if isinstance(pairs, Verdict):
         return pairs
-    gates = _gates(results, pairs, baseline)
-    return all_of(
-        {
-            name: gates[name]
-            or checks.at_least_as_good(
-                bleu, base, _of_baseline(margin, base), names=(variant, baseline), paired=True
-            )
-            for name, (_, variant, bleu, base) in pairs.items()
-        }
+    return _gated(
+        results,
+        pairs,
+        baseline,
+        lambda pair: checks.at_least_as_good(
+            pair[2], pair[3], _of_baseline(margin, pair[3]), names=(pair[1], baseline), paired=True
+        ),
     )
 
 
@@ -174,15 +192,17 @@ def bleu_a_little_below(
     pairs = _nmt_pairs(results, [variant], baseline)
     if isinstance(pairs, Verdict):
         return pairs
-    gates = _gates(results, pairs, baseline)
-    return all_of(
-        {
-            name: gates[name]
-            or checks.worse_by_at_most(
-                bleu, base, _of_baseline(largest_gap, base), names=(variant, baseline), paired=True
-            )
-            for name, (_, _, bleu, base) in pairs.items()
-        }
+    return _gated(
+        results,
+        pairs,
+        baseline,
+        lambda pair: checks.worse_by_at_most(
+            pair[2],
+            pair[3],
+            _of_baseline(largest_gap, pair[3]),
+            names=(variant, baseline),
+            paired=True,
+        ),
     )
 
 
@@ -312,6 +332,12 @@ def alpha_modes(
     return all_of(parts)
 
 
+def _window_start(trajectory: Sequence[tuple[float, Sequence[float]]]) -> Sequence[float]:
+    """The heads' α logged nearest rule ``convergence_window`` of the steps before the last."""
+    start = trajectory[-1][0] * (1 - checks.rule("convergence_window"))
+    return min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
+
+
 def _alpha_still_moving(results: Results) -> Verdict | None:
     """ "Not measurable" while the learned α still moves, in some seed: between the α logged last
     and the α logged rule ``convergence_window`` of the steps earlier, its heads moved by
@@ -327,8 +353,7 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
     for seed, trajectory in enumerate(trajectories):
         last_step, last = trajectory[-1]
         last_steps.append(last_step)
-        start = last_step * (1 - window)
-        earlier = min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
+        earlier = _window_start(trajectory)
         moves = [alpha_movement(a, b, settled) for a, b in zip(earlier, last, strict=True)]
         drifts.append(statistics.fmean(moves))
         up = sum(b > a for a, b in zip(earlier, last, strict=True))
@@ -427,18 +452,116 @@ def heads_dense_then_sparse(
     )
     if blocked:
         return blocked
-    counts = [
-        sum(
-            softmax_then_sparser(list(head), min_dip=min_dip, min_rebound=min_rebound)
-            for head in zip(*(alphas for _, alphas in trajectory), strict=True)
-        )
-        for trajectory in trajectories
-    ]
+    seeds = len(trajectories)
+    heads = [_HeadTurn.of(trajectory, min_dip, min_rebound, seeds) for trajectory in trajectories]
+    counts = [sum(head.counted for head in seed) for seed in heads]
+    turning = _heads_could_turn(heads, sum(counts) > 0)
+    if turning:
+        return turning
+    moving = sum(h.counted and abs(h.tested) > h.beyond for seed in heads for h in seed)
     return verdict(
         sum(counts) > 0,
         f"heads whose α fell by ≥ {min_dip:g} and then rose by ≥ {min_rebound:g}, per seed: "
-        f"{counts}",
+        f"{counts}"
+        + (
+            f"; {moving} of them still move beyond the per-head bound over the last "
+            f"{checks.rule('convergence_window'):.0%} of the steps, toward no edge that would "
+            "undo the count"
+            if moving
+            else ""
+        ),
         per_seed=counts,
+        counted_heads_still_moving=moving,
+    )
+
+
+# The median absolute deviation of normal noise is 0.6745 of its sd: 1/0.6745 turns one into
+# the other (a robust estimate of the heads' noise that a few moving heads do not inflate).
+MAD_TO_SD = 1.4826
+
+
+@dataclass(frozen=True)
+class _HeadTurn:
+    """One head's α trajectory as ``heads_dense_then_sparse`` reads it: whether it dipped by
+    ``min_dip`` and whether it is ``counted`` (:func:`softmax_then_sparser`), its ``move`` over
+    the last rule ``convergence_window`` of the steps, the ``room`` its final α has before its
+    count would change (above the rebound's edge when counted, below it when not) and the move
+    ``beyond`` which its move read in its logit, ``tested``, says it still moves (its seed's
+    per-head test)."""
+
+    dipped: bool
+    counted: bool
+    move: float
+    room: float
+    beyond: float
+    tested: float
+
+    @classmethod
+    def of(
+        cls,
+        trajectory: Sequence[tuple[float, Sequence[float]]],
+        min_dip: float,
+        min_rebound: float,
+        seeds: int,
+    ) -> list[_HeadTurn]:
+        """The seed's heads. A head still moves (rule ``alpha_head_test``) when its move read
+        in its logit (:func:`alpha_movement`, signed: the noise of a head near a bound of α is
+        then the same as that of one in the middle) is beyond rule ``alpha_settled`` and beyond
+        its seed's heads' noise — the median absolute deviation of their moves ×
+        :data:`MAD_TO_SD` — times the normal quantile of rule ``alpha_drift_level``
+        two-sided, Bonferroni over every head of every seed."""
+        earlier = _window_start(trajectory)
+        heads = list(zip(*(alphas for _, alphas in trajectory), strict=True))
+        tested = [
+            math.copysign(alpha_movement(before, head[-1], 0.0), head[-1] - before)
+            for head, before in zip(heads, earlier, strict=True)
+        ]
+        centre = statistics.median(tested)
+        noise = MAD_TO_SD * statistics.median(abs(m - centre) for m in tested)
+        level = checks.rule("alpha_drift_level") / (2 * len(heads) * seeds)
+        beyond = max(checks.rule("alpha_settled"), noise * float(stats.norm.isf(level)))
+        turns = []
+        for head, before, read in zip(heads, earlier, tested, strict=True):
+            lowest, final = min(head), head[-1]
+            counted = softmax_then_sparser(list(head), min_dip=min_dip, min_rebound=min_rebound)
+            room = abs(final - (lowest + min_rebound))
+            dipped = lowest <= head[0] - min_dip
+            turns.append(cls(dipped, counted, final - before, room, beyond, read))
+        return turns
+
+    def could_turn(self) -> bool:
+        """Whether the head's count could change before its α settles (rule
+        ``alpha_head_test``): it dipped, still moves (``tested`` beyond ``beyond``) toward the
+        edge of its count, and its move still to come if the move falls as 1/step — ``move`` ×
+        (1 − w)/w over the last w of the steps, as for the gap — reaches the edge."""
+        window = checks.rule("convergence_window")
+        sign = -1 if self.counted else 1
+        ahead = sign * self.move * (1 - window) / window
+        return self.dipped and sign * self.tested > self.beyond and ahead >= self.room
+
+
+def _heads_could_turn(heads: Sequence[Sequence[_HeadTurn]], found: bool) -> Verdict | None:
+    """ "Not measurable" while the heads a verdict of :func:`heads_dense_then_sparse` counts
+    could still change it (rule ``alpha_head_test``): when heads were ``found``, every counted
+    head could still fall out of its count; when none was, some head that dipped could still
+    rebound into it (:meth:`_HeadTurn.could_turn`). A mean move over all heads cannot see one
+    such head among hundreds."""
+    candidates = [h for seed in heads for h in seed if h.counted == found and h.dipped]
+    turning = [h for h in candidates if h.could_turn()]
+    if not turning or (found and len(turning) < len(candidates)):
+        return None
+    fastest = max(turning, key=lambda h: abs(h.move))
+    way = "fall out of" if found else "rebound into"
+    window = checks.rule("convergence_window")
+    return not_measurable(
+        f"not measurable in this profile: {len(turning)} head(s) could still {way} the count "
+        f"(fastest: α moved {fastest.move:+.3f} over the last {window:.0%} of the steps, "
+        f"{abs(fastest.tested):.3f} read in its logit, beyond its seed's per-head bound "
+        f"{fastest.beyond:.3f}; {fastest.room:.3f} from the "
+        f"rebound's edge; if its move falls as 1/step it moves "
+        f"{abs(fastest.move) * (1 - window) / window:.3f} more)",
+        decides="a longer run, until the heads that could change the count settle",
+        heads_could_turn=len(turning),
     )
 
 
@@ -455,22 +578,34 @@ def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baselin
     blocked = missing_results(results.missing, "heads")
     if blocked:
         return blocked
-    gates = _catching_up_each(results, [(variant, baseline) for variant in variants])
-    parts = {}
-    for variant in variants:
-        if variant not in results.js or baseline not in results.js:
-            parts[variant] = not_measurable(
+    parts = {
+        variant: (
+            checks.significantly_below(
+                _mean_over_blocks(results.js[baseline]),
+                _mean_over_blocks(results.js[variant]),
+                names=(baseline, variant),
+                paired=True,
+            )
+            if variant in results.js and baseline in results.js
+            else not_measurable(
                 f"no head analysis of {variant} and {baseline}",
                 decides=f"a head analysis of {variant} and {baseline}",
             )
-            continue
-        parts[variant] = gates[(variant, baseline)] or checks.significantly_below(
-            _mean_over_blocks(results.js[baseline]),
-            _mean_over_blocks(results.js[variant]),
-            names=(baseline, variant),
-            paired=True,
         )
-    return all_of(parts)
+        for variant in variants
+    }
+    gates = _catching_up_each(
+        results,
+        [(variant, baseline) for variant in variants],
+        {(variant, baseline): parts[variant] for variant in variants},
+    )
+    analysed = baseline in results.js
+    return all_of(
+        {
+            v: (gates[(v, baseline)] or parts[v]) if analysed and v in results.js else parts[v]
+            for v in variants
+        }
+    )
 
 
 def _trained_steps(results: Results, variants: Sequence[str]) -> dict[str, set[float]]:

@@ -18,7 +18,7 @@ import torch
 
 from learnable_sparsity.claims import checks, nmt_checks
 from learnable_sparsity.claims.results import Results
-from learnable_sparsity.core.attention import alpha_of_logit
+from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN, alpha_of_logit
 
 STEPS = tuple(range(250, 1501, 250))  # the bible record's validation steps
 SEEDS = 3
@@ -62,10 +62,13 @@ def test_the_gap_gate_blocks_a_constant_gap_at_its_level() -> None:
     assert 0.02 <= rate <= 0.08, rate  # 5% by construction; ≤ 10% is the issue's bound
 
 
-@pytest.mark.parametrize(("closing", "at_least", "at_most"), [(0.1, 0.15, 0.45), (0.2, 0.65, 0.92)])
+@pytest.mark.parametrize(("closing", "at_least", "at_most"), [(0.1, 0.1, 0.3), (0.2, 0.3, 0.6)])
 def test_the_gap_gate_holds_back_a_gap_that_still_closes(
     closing: float, at_least: float, at_most: float
 ) -> None:
+    """Linear closing, each method's checkpoints independent (gap sd 0.05 per checkpoint, no
+    shared wobble): measured 17% / 44% with the seed pairs as replicates (2 degrees of
+    freedom); the records' paired noise is tests/claims/test_inference.py's."""
     rate = _block_rate(closing, seed=1)
     assert at_least <= rate <= at_most, rate
 
@@ -141,10 +144,10 @@ def test_a_small_move_measured_precisely_does_not_block() -> None:
     def curves(closing: float) -> tuple[list, list]:
         rng = random.Random(7)
         candidate = [
-            [(s, 3.0 + closing * (1 - s / 4000) + rng.gauss(0, 0.002)) for s in steps]
+            [(s, 3.0 + closing * (1 - s / 4000) + rng.gauss(0, 0.0005)) for s in steps]
             for _ in range(SEEDS)
         ]
-        baseline = [[(s, 3.0 + rng.gauss(0, 0.002)) for s in steps] for _ in range(SEEDS)]
+        baseline = [[(s, 3.0 + rng.gauss(0, 0.0005)) for s in steps] for _ in range(SEEDS)]
         return candidate, baseline
 
     small = checks.gap_trend(*curves(0.01))
@@ -185,3 +188,89 @@ def test_the_alpha_gate_waits_for_no_drift_too_small_to_matter() -> None:
     gate = nmt_checks._alpha_still_moving(record(0.004))
     assert gate is not None and "72 of 72 heads fell" in gate.evidence
     assert "by 0.0040 on average" in gate.evidence and "beyond 0.002 in α" in gate.evidence
+
+
+# ------------------------------------------------------------------------------ α per head
+
+TURN_STEPS = (0, 200, 400, 600, 800, 1000)
+
+
+def _sigmoid_alpha(w: float) -> float:
+    return ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) / (1 + math.exp(-w))
+
+
+def _logit(alpha: float) -> float:
+    u = (alpha - ALPHA_MIN) / (ALPHA_MAX - ALPHA_MIN)
+    return math.log(u / (1 - u))
+
+
+def _head(rng: random.Random, dip: float, rebounds: tuple[float, float]) -> list[float]:
+    """A head's α at :data:`TURN_STEPS`: from α₀ ~ U(1.3, 1.7) down by ``dip`` at step 400,
+    back up by ``rebounds`` = (its rebound at 800, at 1000), each logged value with logit noise
+    of sd :data:`LOGIT_SD` / √2 (a move between two logs: :data:`LOGIT_SD`, as above)."""
+    start = rng.uniform(1.3, 1.7)
+    low = start - dip
+    path = [start, start - dip / 2, low, low + rebounds[0] / 2, low + rebounds[0]]
+    path.append(low + rebounds[1])
+    noisy = [_logit(min(max(a, 1.02), 1.99)) + rng.gauss(0, LOGIT_SD / math.sqrt(2)) for a in path]
+    return [_sigmoid_alpha(w) for w in noisy]
+
+
+def _heads_block_rate(rebound_at_most: float, special: tuple[float, float] | None) -> float:
+    """Share of 500 simulated 3-seed records of settled heads (dip ~ U(0, 0.4), rebound ~
+    U(0, ``rebound_at_most``)) that the per-head test of heads_dense_then_sparse holds back; a
+    ``special`` head in seed 0 dips 0.3 and has rebounded (at 800, at 1000)."""
+    rng = random.Random(11)
+    blocked = 0
+    for _ in range(500):
+        trajectories = []
+        for seed in range(SEEDS):
+            heads = [
+                _head(rng, rng.uniform(0, 0.4), (r := rng.uniform(0, rebound_at_most), r))
+                for _ in range(HEADS)
+            ]
+            if special and seed == 0:
+                heads[0] = _head(rng, 0.3, special)
+            trajectories.append(list(zip(TURN_STEPS, zip(*heads, strict=True), strict=True)))
+        turns = [nmt_checks._HeadTurn.of(t, 0.1, 0.35, SEEDS) for t in trajectories]
+        found = any(h.counted for seed in turns for h in seed)
+        blocked += nmt_checks._heads_could_turn(turns, found) is not None
+    return blocked / 500
+
+
+@pytest.mark.parametrize("rebound_at_most", [0.3, 0.6])
+def test_the_per_head_test_rarely_holds_back_settled_heads(rebound_at_most: float) -> None:
+    """Settled heads, none counted (rebounds below 0.3) or many (up to 0.6): held back at most
+    at the test's level (rule alpha_drift_level, 5%, Bonferroni over the heads); measured 2.6%
+    and 0% (docs/claims.md)."""
+    assert _heads_block_rate(rebound_at_most, None) <= 0.05
+
+
+@pytest.mark.parametrize(
+    ("special", "at_least"),
+    [
+        ((0.1, 0.2), 0.95),  # rising 0.1, 0.15 short of the edge (0.35): 100%
+        ((0.6, 0.45), 0.95),  # the one counted head falling 0.15 toward it: 100%
+    ],
+)
+def test_the_per_head_test_sees_one_head_that_could_change_the_count(
+    special: tuple[float, float], at_least: float
+) -> None:
+    """One head among 216 whose count could still change (issue 46: the mean gate held such a
+    record back 4.5% of the time): held back nearly always."""
+    assert _heads_block_rate(0.3, special) >= at_least
+
+
+def test_a_counted_head_still_rising_is_seen_but_cannot_undo_the_verdict() -> None:
+    """One head rising 0.5 over the last fifth, the one the claim counts: it is named as still
+    moving, and it holds nothing back — rising further keeps it counted."""
+    rng = random.Random(12)
+    heads = [_head(rng, rng.uniform(0, 0.4), (0.1, 0.1)) for _ in range(HEADS)]
+    heads[0] = _head(rng, 0.3, (0.1, 0.6))
+    trajectory = list(zip(TURN_STEPS, zip(*heads, strict=True), strict=True))
+    turns = nmt_checks._HeadTurn.of(trajectory, 0.1, 0.35, 1)
+    counted = [h for h in turns if h.counted]
+    assert len(counted) == 1 and counted[0].tested > counted[0].beyond  # seen
+    assert nmt_checks._heads_could_turn([turns], found=True) is None
+    # the mean over all heads does not see it
+    assert nmt_checks._alpha_still_moving(Results(alpha_trajectories=[trajectory])) is None

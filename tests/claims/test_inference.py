@@ -124,10 +124,11 @@ def test_calls_fall_pairs_each_run_s_first_and_last_fifth() -> None:
 
 # The records' own noise of a validation-NLL gap (python -c in docs/claims.md): same-seed
 # checkpoint residuals of two methods correlate 0.4-0.97, so the gap of a seed pair scatters by
-# 0.003-0.012 nats about its line (0.011 in the bible record), the pairs' own moves over the
-# last half spread by up to 0.021 nats in the bible record, and the residuals of the
-# evidence record's 8-point curves show no positive lag-1 autocorrelation (-0.52 to +0.13).
-GAP_SCATTER = 0.011
+# 0.003-0.012 nats about its own line (0.012 in the bible record), the pairs' own moves over the
+# last half spread by up to 0.021 nats in the bible record (0.040 in the evidence record's
+# sparsemax, whose gap closes in every pair), and the residuals of the evidence record's 8-point
+# curves show no positive lag-1 autocorrelation (-0.52 to +0.13).
+GAP_SCATTER = 0.012
 PAIR_DRIFT_SD = 0.021
 CHECKPOINT_STEPS = tuple(range(250, 1501, 250))  # the bible record's validation steps
 
@@ -138,10 +139,14 @@ def _gap_claim(
     closing: float,
     rho: float = 0.0,
     drift_sd: float = PAIR_DRIFT_SD,
+    flips_at: float = 0.0,
 ) -> bool:
     """Whether the gap gate holds back a claim of ``comparisons`` gaps of 0.15 nats that close
     by ``closing`` nats over the last half as 1/step, at the records' paired noise (``rho``: a
-    lag-1 autocorrelation of each pair's checkpoint scatter, which the records do not show)."""
+    lag-1 autocorrelation of each pair's checkpoint scatter, which the records do not show;
+    ``drift_sd``: the spread of the pairs' own moves, run-to-run heterogeneity), each
+    comparison's verdict flipping when the gap moves by ``flips_at`` of itself (0: no verdict,
+    any move beyond rule still_improving is material)."""
     last = CHECKPOINT_STEPS[-1]
     shared = [[rng.gauss(0, 0.035) for _ in CHECKPOINT_STEPS] for _ in range(SEEDS)]
     learning = [2.8 + 1.5 * math.exp(-step / 400) for step in CHECKPOINT_STEPS]
@@ -168,23 +173,62 @@ def _gap_claim(
             ]
             curves.append(curve(seed, gap))
         gates[f"v{i}"] = (curves, baseline)
-    return checks.unsettled(gates, "validation NLL") is not None
+    edge = {"statistic": 1.0, "threshold": 1.0 + flips_at, "distance": flips_at}
+    verdicts = {name: checks.verdict(True, "simulated", edge=edge) for name in gates}
+    held = checks.unsettled_each(gates, "validation NLL", verdicts if flips_at else None)
+    return any(gate is not None for gate in held.values())
 
 
-def test_the_gap_gate_at_the_records_noise_blocks_a_claim_of_five_constant_gaps_rarely() -> None:
-    """Measured 9.3% (1000 claims, sd 0.9; docs/claims.md): the issue's 10% is met at the
-    records' noise, with little room — the pairs' own drifts are what the checkpoint-replicate
-    trend test counts as trend (without them: 5.0%). The bound leaves the simulation's error."""
-    rng = random.Random(2)
-    blocked = sum(_gap_claim(rng, 5, 0.0) for _ in range(1000))
-    assert blocked / 1000 <= 0.12
+def _held_rate(runs: int, seed: int, **claim: float) -> float:
+    rng = random.Random(seed)
+    return sum(_gap_claim(rng, **claim) for _ in range(runs)) / runs  # type: ignore[arg-type]
 
 
-def test_the_gap_gate_at_the_records_noise_holds_back_a_gap_closing_as_one_over_step() -> None:
-    """A gap closing by 0.1 nats over the last half as 1/step: held back in 96% (docs)."""
-    rng = random.Random(3)
-    held = sum(_gap_claim(rng, 1, 0.1) for _ in range(200))
-    assert held / 200 >= 0.9
+@pytest.mark.parametrize(
+    ("noise", "at_most"),
+    [
+        # measured (docs/claims.md, 1000 claims each): 2.8%, 3.3%, 2.2%, 3.8%, 4.5%
+        ({}, 0.06),
+        ({"drift_sd": 0.0}, 0.06),
+        ({"rho": 0.5, "drift_sd": 0.0}, 0.06),
+        ({"rho": 0.5}, 0.07),
+        ({"drift_sd": 0.040}, 0.08),
+    ],
+)
+def test_the_gap_gate_at_the_records_noise_blocks_a_claim_of_five_constant_gaps_rarely(
+    noise: dict[str, float], at_most: float
+) -> None:
+    """Seed pairs as replicates (rule gap_trend_test): a claim of five constant gaps is held
+    back at most at the gate's level whatever the pairs' own drifts (the checkpoint-replicate
+    test it replaced: 9.3% at the records' noise, 18.3% with AR(1) ρ = 0.5 too), within the
+    issue's 10% with the simulation's error (sd ≤ 0.8 points) to spare."""
+    assert _held_rate(1000, 2, comparisons=5, closing=0.0, **noise) <= at_most
+
+
+@pytest.mark.parametrize(("closing", "at_least", "at_most"), [(0.1, 0.45, 0.7), (0.2, 0.9, 1.0)])
+def test_the_gap_gate_at_the_records_noise_holds_back_a_gap_closing_as_one_over_step(
+    closing: float, at_least: float, at_most: float
+) -> None:
+    """A gap closing by ``closing`` nats over the last half as 1/step (as much again to come),
+    no verdict to tie it to: held back in 55% / 96% (docs; 1000 claims). Three seed pairs give
+    the test 2 degrees of freedom: the power the replicates cost (96% / 100% before)."""
+    assert at_least <= _held_rate(400, 3, comparisons=1, closing=closing) <= at_most
+
+
+@pytest.mark.parametrize(("closing", "at_most"), [(0.05, 0.02), (0.1, 0.13)])
+def test_a_gap_that_cannot_flip_the_verdict_is_not_waited_for(
+    closing: float, at_most: float
+) -> None:
+    """Rule gap_materiality: a verdict 4× the margin from its edge flips only if the gap (0.15
+    nats) moves by 75% of itself (0.11); a gap still to close by 0.05 or 0.1 nats is judged
+    (held back: 0.3% / 8.4%, 1000 claims; without the bound 20% / 55%), one to close by 0.2 is
+    still waited for (below)."""
+    assert _held_rate(400, 3, comparisons=1, closing=closing, flips_at=0.75) <= at_most
+
+
+def test_a_gap_that_could_flip_the_verdict_is_still_waited_for() -> None:
+    """Measured 90% (1000 claims): 0.2 nats to come against 0.11 that would flip it."""
+    assert _held_rate(400, 3, comparisons=1, closing=0.2, flips_at=0.75) >= 0.8
 
 
 def _record_gaps(name: str) -> dict[str, tuple[float, float]]:
@@ -200,18 +244,14 @@ def _record_gaps(name: str) -> dict[str, tuple[float, float]]:
                 continue
             trend = checks.gap_trend(runs, curves["softmax"])
             assert trend is not None
-            moves = [
-                checks.gap_trend([run], [base]).change  # type: ignore[union-attr]
-                for run, base in zip(runs, curves["softmax"], strict=True)
-            ]
-            measured[f"{corpus}/{variant}"] = (trend.noise, statistics.stdev(moves))
+            measured[f"{corpus}/{variant}"] = (trend.noise, statistics.stdev(trend.moves))
     return measured
 
 
 def test_the_simulated_gap_noise_is_the_bible_record_s() -> None:
     """GAP_SCATTER and PAIR_DRIFT_SD are the largest the bible record shows (α-entmax and
-    1.5-entmax against softmax: scatter 0.0077-0.0112 nats, pairs' moves over the last half
-    spread by up to 0.021)."""
+    1.5-entmax against softmax: scatter about each pair's line 0.0056-0.0122 nats, pairs' moves
+    over the last half spread by up to 0.021)."""
     measured = _record_gaps("bible")
     scatter = max(noise for noise, _ in measured.values())
     drift = max(spread for _, spread in measured.values())

@@ -162,10 +162,11 @@ def test_unconverged_names_the_run_that_improves_most() -> None:
 
 def _two_pairs(slope: float, scatter: float) -> tuple[list, list]:
     """Two seed pairs validated at steps 9 and 10 (the last half of 10 steps holds both): the
-    gaps rise by ``slope`` from 9 to 10, by slope ± ``scatter`` in the two pairs. By hand: the
-    common slope is ``slope``, the residuals are ± scatter / 2 at four points (residual sum of
-    squares scatter², 1 degree of freedom), the steps' spread about the pairs' means is 1, so
-    t = slope / scatter and the fitted move over the window is 5 × slope."""
+    gaps (0.5 at step 9) rise by slope ± ``scatter`` from 9 to 10 in the two pairs. By hand:
+    the pairs' moves over the window (5 steps) are 5 × (slope ± scatter), their mean 5 × slope,
+    their sd 5 × scatter × √2, so se = 5 × scatter and t = slope / scatter with 1 degree of
+    freedom; each pair's line passes through its two points (no residual); the gap at the last
+    step is 0.5 + slope on average."""
     baseline = [[(9, 2.0), (10, 2.0)], [(9, 2.0), (10, 2.0)]]
     candidate = [
         [(9, 2.5), (10, 2.5 + slope + scatter)],
@@ -179,7 +180,12 @@ def test_gap_trend_by_hand_on_two_pairs_of_two_steps() -> None:
     assert trend is not None
     assert (trend.points, trend.pairs, trend.df, trend.last_step) == (4, 2, 1, 10)
     assert trend.change == pytest.approx(1.0)
-    assert trend.noise == pytest.approx(0.01)
+    assert trend.moves == pytest.approx((1.05, 0.95))
+    assert trend.se == pytest.approx(0.05)
+    assert trend.gap == pytest.approx(0.7)
+    assert trend.noise == 0.0
+    assert trend.still_to_move(0.5) == pytest.approx(1.0)
+    assert trend.still_to_move(0.2) == pytest.approx(4.0)
     # t = 20 with 1 degree of freedom (Cauchy): two-sided p = 1 - 2 atan(20) / π
     assert trend.p == pytest.approx(1 - 2 * math.atan(20) / math.pi)
 
@@ -206,15 +212,15 @@ def test_the_gap_gate_names_the_comparisons_it_cannot_test() -> None:
         {"a": ([], []), "b": (candidate, baseline), "c": ([], [])}, "validation NLL"
     )
     decides = (
-        "runs of both methods with the same seeds, validated at least three times over the last "
-        "50% of their steps"
+        "runs of both methods with the same seeds (two or more), validated at least twice over "
+        "the last 50% of their steps"
     )
     assert gate is not None
     assert gate.numbers == {"gap_untested": ["a", "c"], "decides": decides}
     assert gate.evidence == (
         "not measurable in this profile: the validation NLL gap's trend cannot be tested in a, "
-        "c (too few validation points in the last 50% of the steps, or no two runs of the same "
-        f"seed); what would decide it: {decides}"
+        "c (too few validation points in the last 50% of the steps, or fewer than two seed "
+        f"pairs); what would decide it: {decides}"
     )
 
 
@@ -536,7 +542,9 @@ def _bleu(corpus_a: dict[str, list[float]], moving: str) -> Results:
 
 def test_a_bleu_comparison_waits_only_on_its_own_corpus() -> None:
     results = _bleu({"entmax15": [79.0, 80.0, 81.0], "softmax": [80.0, 81.0, 82.0]}, "entmax15")
-    verdict = nmt_checks.bleu_at_least_as_good(results, ["entmax15"], "softmax", 1.0)
+    # margin 2% of softmax's 81: 1.62 BLEU against a deficit of 1, which the gap on "b"
+    # (0.095 nats, still closing by 0.86) could flip
+    verdict = nmt_checks.bleu_at_least_as_good(results, ["entmax15"], "softmax", 0.02)
     assert verdict.numbers["a/entmax15"]["status"] == REPRODUCED
     assert verdict.numbers["b/entmax15"]["status"] == NOT_MEASURABLE
     assert "a/entmax15: entmax15 80.00 ± 1.00 (n=3) vs softmax 81.00" in verdict.evidence
@@ -679,9 +687,11 @@ def test_dense_then_sparse_is_judged_at_exactly_its_length_with_its_magnitudes()
     ]
     results = _dense_then_sparse(trajectory, [8000.0], [1000])
     verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.3, 8000)
-    assert verdict.status == REPRODUCED and verdict.numbers == {"per_seed": [2]}
+    assert verdict.numbers == {"per_seed": [2], "counted_heads_still_moving": 0}
+    assert verdict.status == REPRODUCED
     verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, 8000)
-    assert verdict.status == REPRODUCED and verdict.numbers == {"per_seed": [1]}
+    assert verdict.numbers == {"per_seed": [1], "counted_heads_still_moving": 0}
+    assert verdict.status == REPRODUCED
     verdict = nmt_checks.heads_dense_then_sparse(results, 0.15, 0.39, 8001)
     assert verdict.status == NOT_MEASURABLE
     _assert_numbers(
@@ -1234,13 +1244,31 @@ def test_the_gap_gate_says_what_moved_by_how_much_and_when_it_would_open() -> No
     assert gate is not None
     assert gate.evidence == (
         "not measurable in this profile: the validation NLL gap still moves in 1 of 1 "
-        f"comparisons (a: by {math.expm1(1.0):.1%} in perplexity over the last 50% of the steps, "
-        "beyond 2% and a checkpoint's scatter of 0.010 nats; p = 0.032 for a constant gap, "
-        "level 0.05; 4 points of 2 seed pairs): training length, not the method, would decide "
-        "the comparison; what "
-        "would decide it: a longer run: if the gap closes as 1/step (its move over the last half "
-        "then falls as 1/T), the gate opens after about 505 steps"
+        f"comparisons (a: by {math.expm1(1.0):.1%} in perplexity over the last 50% of the steps "
+        "(mean of 2 seed pairs' moves, se 0.050 nats; p = 0.032 for a constant gap, level 0.05); "
+        "if it closes as 1/step it moves 1.000 nats more, beyond 0.020 (2% in perplexity): "
+        "training length, not the method, could decide the comparison; what would decide it: a "
+        "longer run: if the gap closes as 1/step (its move still to come then falls as 1/T), the "
+        "gate opens after about 505 steps"
     )
+
+
+def test_the_gap_gate_names_the_share_of_the_gap_at_which_the_verdict_flips() -> None:
+    """A verdict whose statistic 1.0 is 0.5 from its threshold flips when the gap moves by half
+    of itself: 0.35 of the gap 0.7, still below the move to come (1.0)."""
+    flipping = checks.verdict(True, "x", edge={"statistic": 1.0, "threshold": 1.5, "distance": 0.5})
+    assert checks.flips_at(flipping) == pytest.approx(0.5)
+    gate = checks.unsettled_each({"a": _two_pairs(0.2, 0.01)}, "validation NLL", {"a": flipping})
+    assert gate["a"] is not None
+    assert "beyond 0.350 (50% of the gap +0.700, where its verdict flips)" in gate["a"].evidence
+    assert gate["a"].numbers["gap_trend"]["a"]["material"] == pytest.approx(0.35)
+    # 1.0 from its threshold: flips only when the gap moves by 3.6 × 0.7 > 1.0, never seen
+    far = checks.verdict(False, "x", edge={"statistic": 0.28, "threshold": 1.28, "distance": -1})
+    assert checks.unsettled_each({"a": _two_pairs(0.2, 0.01)}, "x", {"a": far}) == {"a": None}
+    # no edge, or not measurable: any move beyond still_improving
+    assert checks.flips_at(checks.verdict(True, "x")) == 0.0
+    assert checks.flips_at(checks.not_measurable("x", decides="y", edge={"statistic": 1})) == 0.0
+    assert checks.flips_at(None) == 0.0
 
 
 def test_all_of_refuses_no_parts_in_so_many_words() -> None:
@@ -1745,3 +1773,75 @@ def test_the_alpha_gate_without_a_common_drift_says_only_when_alpha_settles() ->
         f"what would decide it: a longer run: if α's move falls as 1/step, it settles after about "
         f"{1000 * move / 0.02:,.0f} steps"
     )
+
+
+# ------------------------------------------------------------------------------ α per head
+
+
+def _turning(final: float, rise_from: float) -> list[tuple[float, list[float]]]:
+    """One seed of ten heads settled at 1.6 and a head that fell from 1.6 to 1.2 and has
+    risen to ``rise_from`` at step 800 and ``final`` at 1000 (the last fifth)."""
+    steps = (0, 400, 600, 800, 1000)
+    head = (1.6, 1.2, 1.2, rise_from, final)
+    others = [(1.6,) * 5] * 10
+    return [(s, [head[i], *(h[i] for h in others)]) for i, s in enumerate(steps)]
+
+
+def test_a_dipped_head_that_could_still_rebound_into_the_count_holds_it_back() -> None:
+    """Rebound 0.3 at 1000 (0.05 short of 0.35), up 0.1 over the last fifth: 0.4 more to come
+    if its move falls as 1/step (× (1 − 0.2)/0.2), beyond its distance 0.05 from the edge."""
+    (turns,) = [nmt_checks._HeadTurn.of(_turning(1.5, 1.4), 0.1, 0.35, 1)]
+    head = turns[0]
+    assert (head.dipped, head.counted) == (True, False)
+    assert head.move == pytest.approx(0.1) and head.room == pytest.approx(0.05)
+    assert head.beyond == checks.rule("alpha_settled")  # the other heads do not move: no noise
+    assert head.could_turn() and not any(h.could_turn() for h in turns[1:])
+    gate = nmt_checks._heads_could_turn([turns], found=False)
+    assert gate is not None and gate.numbers["heads_could_turn"] == 1
+    assert "1 head(s) could still rebound into the count (fastest: α moved +0.100" in gate.evidence
+    assert "0.050 from the rebound's edge; if its move falls as 1/step it moves 0.400 more" in (
+        gate.evidence
+    )
+
+
+def test_a_head_still_moving_away_from_its_edge_or_too_little_holds_nothing_back() -> None:
+    # rising 0.01 (below alpha_settled), 0.04 short: 0.04 more to come would reach it, but the
+    # move is no move
+    slow = nmt_checks._HeadTurn.of(_turning(1.51, 1.5), 0.1, 0.35, 1)
+    assert not slow[0].could_turn()
+    # falling 0.1 while not counted: away from the edge
+    away = nmt_checks._HeadTurn.of(_turning(1.4, 1.5), 0.1, 0.35, 1)
+    assert not away[0].could_turn()
+    # rising 0.05 but 0.25 short: 0.2 more cannot reach it
+    short = nmt_checks._HeadTurn.of(_turning(1.3, 1.25), 0.1, 0.35, 1)
+    assert not short[0].could_turn() and short[0].room == pytest.approx(0.25)
+
+
+def test_every_counted_head_must_be_able_to_fall_out_before_the_count_waits() -> None:
+    """Counted (rebound 0.45) and falling 0.1: could fall out (0.4 to come, 0.1 above the edge);
+    a second counted head that is settled keeps the verdict."""
+    falling = nmt_checks._HeadTurn.of(_turning(1.65, 1.75), 0.1, 0.35, 1)
+    assert falling[0].counted and falling[0].could_turn()
+    gate = nmt_checks._heads_could_turn([falling], found=True)
+    assert gate is not None and "could still fall out of the count" in gate.evidence
+    settled = nmt_checks._HeadTurn.of(_turning(1.65, 1.65), 0.1, 0.35, 1)
+    assert settled[0].counted and not settled[0].could_turn()
+    assert nmt_checks._heads_could_turn([falling, settled], found=True) is None
+
+
+def test_only_counted_heads_decide_whether_a_found_count_could_fall() -> None:
+    """A counted head that could fall out beside a dipped head never counted (which could not
+    rebound): the count could fall, the uncounted head has no say (mutmut: `and dipped` as
+    `or dipped`)."""
+    falling = nmt_checks._HeadTurn.of(_turning(1.65, 1.75), 0.1, 0.35, 1)
+    short = nmt_checks._HeadTurn.of(_turning(1.3, 1.25), 0.1, 0.35, 1)
+    assert not short[0].counted and short[0].dipped and not short[0].could_turn()
+    assert nmt_checks._heads_could_turn([falling, short], found=True) is not None
+
+
+def test_a_counted_head_falling_too_little_to_fall_out_does_not_turn() -> None:
+    """Counted, 0.15 above the edge (rebound 0.5), falling 0.03 over the last fifth: 0.12 more
+    to come stays above it (mutmut: the sign −1 as −2 would see 0.24)."""
+    head = nmt_checks._HeadTurn.of(_turning(1.7, 1.73), 0.1, 0.35, 1)[0]
+    assert head.counted and head.room == pytest.approx(0.15)
+    assert -head.tested > head.beyond and not head.could_turn()

@@ -10,13 +10,17 @@ itself and only the threshold decides.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
+from scipy import stats
 
-from learnable_sparsity.claims import evaluate, load_claims
-from learnable_sparsity.claims.checks import NOT_REPRODUCED, REPRODUCED
+from learnable_sparsity.analysis.alpha import STEEPEST_SLOPE
+from learnable_sparsity.claims import checks, evaluate, load_claims, nmt_checks
+from learnable_sparsity.claims.checks import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 from learnable_sparsity.claims.results import Results
+from learnable_sparsity.core.attention import ALPHA_MAX, ALPHA_MIN
 
 SEEDS = 3
 FLAT = [(100, 2.0), (200, 1.5), (300, 1.4), (400, 1.39), (500, 1.39)]  # converged
@@ -114,6 +118,40 @@ def _densities(zeros_share: float) -> Results:
     seed = {"heads": [alpha_density] * 4, "within_length_sd": [0.1 * zeros_share] * 4}
     fixed = {"heads": [0.5] * 4, "within_length_sd": [0.1] * 4}
     return Results(density={"entmax_alpha": [seed] * SEEDS, "entmax15": [fixed] * SEEDS})
+
+
+def _modes(low: float, high: float) -> Results:
+    """Settled learned α: encoder heads in two tight clusters at ``low`` and ``high`` (their
+    two-component modes), decoder and context heads in one at 1.5."""
+
+    def cluster(centre: float) -> list[float]:
+        return [centre + 0.002 * (i - 10) for i in range(21)]
+
+    return Results(
+        final_alphas={
+            "encoder.self": cluster(low) + cluster(high),
+            "decoder.self": cluster(1.5),
+            "decoder.context": cluster(1.5),
+        }
+    )
+
+
+TURNS = (0, 200, 400, 600, 800, 1000)
+
+
+def _turn(dip: float, rebound: float, tokens: float = 1e8) -> Results:
+    """Three settled seeds of four heads at α 1.6 (their last two logs equal); seed 0's first
+    head falls by ``dip`` by step 400 and rises by ``rebound`` by 800; every run trained
+    ``tokens`` target tokens."""
+    flat = [1.6] * len(TURNS)
+    head = [1.6, 1.6 - dip / 2, 1.6 - dip, 1.6 - dip + rebound / 2]
+    head += [1.6 - dip + rebound] * 2
+    seeds = [[head, flat, flat, flat]] + [[flat] * 4] * 2
+    return Results(
+        alpha_trajectories=[list(zip(TURNS, zip(*h, strict=True), strict=True)) for h in seeds],
+        target_tokens={"smoke": {"entmax_alpha": [tokens] * SEEDS}},
+        valid_nll={"smoke": {"entmax_alpha": [FLAT] * SEEDS}},
+    )
 
 
 # claim, the publication's value, the results with the statistic at a multiple of it, the
@@ -291,6 +329,27 @@ EDGES: list[tuple[str, float, Callable[[float], Results], str, str, str | None]]
         REPRODUCED,
         "per input, against entmax15",
     ),
+    # AST's learned α: one mode "near 2" (the upper half of (1.5, 2]), one in (1, 1.5]
+    (
+        "ast_alpha_bimodal",
+        1.75,
+        lambda x: _modes(1.2, x),
+        NOT_REPRODUCED,
+        REPRODUCED,
+        None,
+    ),
+    ("ast_alpha_bimodal", 1.5, lambda x: _modes(x, 1.95), REPRODUCED, NOT_REPRODUCED, None),
+    # half of the example head's dip (0.2) and rebound (0.7); 1000 steps of 8192 tokens
+    ("ast_dense_then_sparse", 0.1, lambda x: _turn(x, 0.5), NOT_REPRODUCED, REPRODUCED, None),
+    ("ast_dense_then_sparse", 0.35, lambda x: _turn(0.3, x), NOT_REPRODUCED, REPRODUCED, None),
+    (
+        "ast_dense_then_sparse",
+        8192000,
+        lambda x: _turn(0.3, 0.5, tokens=x),
+        NOT_MEASURABLE,
+        REPRODUCED,
+        None,
+    ),
 ]
 
 
@@ -307,9 +366,7 @@ def test_a_threshold_decides_its_verdict_at_its_published_value(
     assert _status(claim_id, results(1.05 * value), part) == above
 
 
-def test_every_threshold_but_the_alpha_ones_has_its_edge_tested() -> None:
-    """The α thresholds (modes, dip, rebound, length) are decided on learned-α trajectories and
-    histograms: tests/claims/test_claims.py and test_mutants.py place them at their edges."""
+def test_every_threshold_has_its_edge_tested() -> None:
     covered = {(claim_id, value) for claim_id, value, *_ in EDGES}
     untested = sorted(
         (claim.id, name)
@@ -317,10 +374,123 @@ def test_every_threshold_but_the_alpha_ones_has_its_edge_tested() -> None:
         for name, threshold in claim.thresholds.items()
         if (claim.id, threshold.value) not in covered
     )
-    assert untested == [
-        ("ast_alpha_bimodal", "lower_mode_at_most"),
-        ("ast_alpha_bimodal", "upper_mode_at_least"),
-        ("ast_dense_then_sparse", "judged_after_target_tokens"),
-        ("ast_dense_then_sparse", "min_dip"),
-        ("ast_dense_then_sparse", "min_rebound"),
-    ]
+    assert untested == []
+
+
+# ------------------------------------------------------------------------------ the rules
+
+
+def _paired_p(p: float) -> str:
+    """A non-inferiority comparison whose p-value for "deficit ≥ margin" is ``p`` (paired
+    deficits 0.2, 0.5, 0.8: se 0.173, 2 degrees of freedom): reproduced iff p < significance."""
+    se = 0.3 / math.sqrt(3)
+    margin = 0.5 + float(stats.t.isf(p, 2)) * se
+    baseline = [10.0, 11.0, 12.0]
+    candidate = [b - d for b, d in zip(baseline, (0.2, 0.5, 0.8), strict=True)]
+    return checks.at_least_as_good(candidate, baseline, margin, paired=True).status
+
+
+def _window_edge(x: float) -> float:
+    """still_improving of a curve logged at 0, at 1000·(1 − x) and at 1000: 0.7 while that
+    middle point lies inside the last convergence_window (mean 1.5 after 5.0), 0.5 before it
+    (1.0 after 2.0)."""
+    return checks.still_improving([(0, 5.0), (1000 * (1 - x), 2.0), (1000, 1.0)])
+
+
+def _improving(x: float) -> bool:
+    """Whether a curve ``x`` better over its last fifth than before holds a claim back."""
+    return checks.unconverged({"run": [(400, 1.0), (500, 1.0 - x)]}, "loss") is not None
+
+
+def _trend_points(x: float) -> int:
+    """Points of two seed pairs (logged at 1000·(1 − x), 700, 850, 1000) inside the last
+    trend_window of the steps: 8 while the first lies inside it, 6 when it does not."""
+    steps = (1000 * (1 - x), 700, 850, 1000)
+    base = [(s, 2.0) for s in steps]
+    cands = [[(s, 2.5 + 1e-4 * s * k) for s in steps] for k in (1, 2)]
+    trend = checks.gap_trend(cands, [base, base])
+    assert trend is not None
+    return trend.points
+
+
+def _gap_p(p: float) -> bool:
+    """Whether the gap gate holds back a comparison whose three pairs' moves (0.3 ± s) have
+    the two-sided p-value ``p``."""
+    se = 0.3 / float(stats.t.isf(p / 2, 2))  # the moves' sd is se·√3
+    moves = (0.3 - se * math.sqrt(3), 0.3, 0.3 + se * math.sqrt(3))
+    steps = (600, 800, 1000)
+    base = [(t, 2.0) for t in steps]
+    cands = [[(t, 2.5 + m * (t - 1000) / 500) for t in steps] for m in moves]
+    return checks.unsettled({"a": (cands, [base] * 3)}, "NLL") is not None
+
+
+def _alpha(w: float) -> float:
+    return ALPHA_MIN + (ALPHA_MAX - ALPHA_MIN) / (1 + math.exp(-w))
+
+
+def _moving(x: float) -> bool:
+    """Whether the α gate holds back heads at α ≈ 1.5 moving by ``x`` each (read in the logit),
+    half up and half down (no common drift)."""
+    dw = x / STEEPEST_SLOPE
+    before = [_alpha(0.0)] * 10
+    after = [_alpha(dw if h % 2 else -dw) for h in range(10)]
+    results = Results(alpha_trajectories=[[(800, before), (1000, after)]])
+    return nmt_checks._alpha_still_moving(results) is not None
+
+
+def _drift_p(p: float) -> bool:
+    """Whether the α gate holds back one seed whose heads drift one way by 0.01 (k of n up) with
+    a sign test's p-value just below (n = 37, k = 25: 0.0470) or above (22, 16: 0.0525) 0.05."""
+    n, k = (37, 25) if p < 0.05 else (22, 16)
+    before = [_alpha(0.0)] * n
+    after = [_alpha(0.0) + (0.01 if h < k else -0.01) for h in range(n)]
+    results = Results(alpha_trajectories=[[(800, before), (1000, after)]])
+    return nmt_checks._alpha_still_moving(results) is not None
+
+
+def _falling(x: float) -> bool:
+    """Whether the α gate holds back 72 heads of one seed that all fell by ``x``."""
+    before = [1.2 + 0.01 * h for h in range(72)]
+    results = Results(alpha_trajectories=[[(800, before), (1000, [a - x for a in before])]])
+    return nmt_checks._alpha_still_moving(results) is not None
+
+
+# rule, its value (written here independently of claims.yaml), what it decides at a multiple of
+# the value, and its outcome 5% below the value and 5% above it
+RULE_EDGES: list[tuple[str, float, Callable[[float], object], object, object]] = [
+    ("significance", 0.05, _paired_p, REPRODUCED, NOT_MEASURABLE),
+    ("convergence_window", 0.2, _window_edge, pytest.approx(0.7), pytest.approx(0.5)),
+    ("still_improving", 0.02, _improving, False, True),
+    ("trend_window", 0.5, _trend_points, 8, 6),
+    ("gap_trend_level", 0.05, _gap_p, True, False),
+    ("alpha_settled", 0.02, _moving, False, True),
+    ("alpha_drift_level", 0.05, _drift_p, True, False),
+    ("alpha_drift_material", 0.002, _falling, False, True),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "decides", "below", "above"), RULE_EDGES)
+def test_a_rule_decides_at_its_value(
+    name: str, value: float, decides: Callable[[float], object], below: object, above: object
+) -> None:
+    assert decides(0.95 * value) == below
+    assert decides(1.05 * value) == above
+
+
+def test_power_and_min_seeds_at_their_values() -> None:
+    """power: the seeds a difference needs, n = 2 (z₀.₉₅ + z₀.₈)² sd²/d² = 123.6 at sd²/d² =
+    10 (124 seeds; power 0.72 or 0.88 would give 100 or 159); min_seeds: a whole number, 2
+    seeds per method not measurable, 3 decided."""
+    groups = ([0.0, math.sqrt(20)], [0.0, math.sqrt(20)])  # sample variance 10 each
+    assert checks.seeds_for(groups, 1.0) == 124
+    assert float(checks.rule("min_seeds")).is_integer()
+    two = checks.at_least_as_good([1.0, 2.0], [1.0, 2.0], 5.0, paired=True)
+    three = checks.at_least_as_good([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 5.0, paired=True)
+    assert two.status == NOT_MEASURABLE and "needs 3" in two.evidence
+    assert three.status == REPRODUCED
+
+
+def test_every_numeric_rule_has_its_edge_tested() -> None:
+    numeric = {name for name, rule in checks.registry().items() if isinstance(rule.value, float)}
+    covered = {name for name, *_ in RULE_EDGES} | {"power", "min_seeds"}
+    assert numeric == covered

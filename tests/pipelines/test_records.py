@@ -312,7 +312,15 @@ def test_pinned_verdicts_of_the_bible_record_follow_from_its_numbers() -> None:
         for step in (1000, 1250, 1500)
     }  # fmt: skip
     assert gap[1000] > gap[1250] > gap[1500] > 0.1
-    assert verdicts["ast_entmax_bleu"] == "not measurable"
+    # ... by 0.028 nats over the last half, as if it closed by as much again (1/step); α-entmax's
+    # BLEU is 2.46 below softmax's 17.02, beyond 4× the margin (3.5%: 0.60 BLEU) — a verdict
+    # that only the gap closing by more than two thirds (0.10 of 0.14 nats) could flip (rule
+    # gap_materiality): not reproduced, no longer held back.
+    bleu = results["bleu"]["bible"]
+    deficit = _mean(bleu["softmax"]) - _mean(bleu["entmax_alpha"])
+    assert deficit > 4 * 0.035 * _mean(bleu["softmax"])
+    assert gap[1000] - gap[1500] < (2 / 3) * gap[1500]
+    assert verdicts["ast_entmax_bleu"] == "not reproduced"
     # The SSVAE's sparsemax ends above the thesis's bound of 1.5 decoder calls per example: over
     # the last fifth of its steps (the last two logs of 799 steps) 1.62, 1.49 and 1.51 per seed.
     last_fifth = [
