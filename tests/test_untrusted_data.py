@@ -84,7 +84,11 @@ def loader_sites() -> Counter[tuple[str, str]]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            for node in ast.walk(ast.parse(path.read_text(), relative)):
+            tree = ast.parse(path.read_text(), relative)
+            writers = {id(node.func) for node in ast.walk(tree) if _opens_to_write(node)}
+            for node in ast.walk(tree):
+                if id(node) in writers:
+                    continue
                 if isinstance(node, ast.Attribute) and _dotted(node) in LOADERS:
                     if _dotted(node) == "*.extract" and not _is_tar_extract(node):
                         continue
@@ -94,6 +98,18 @@ def loader_sites() -> Counter[tuple[str, str]]:
                         if alias.name in LOADER_NAMES:
                             found[relative, f"from {node.module} import {alias.name}"] += 1
     return found
+
+
+def _opens_to_write(node: ast.AST) -> bool:
+    """``tarfile.open(..., mode="w...")`` and the like: an archive written, never read."""
+    if not isinstance(node, ast.Call):
+        return False
+    mode = next((k.value for k in node.keywords if k.arg == "mode"), None)
+    return (
+        isinstance(mode, ast.Constant)
+        and isinstance(mode.value, str)
+        and mode.value.startswith(("w", "x"))
+    )
 
 
 def _is_tar_extract(node: ast.Attribute) -> bool:
