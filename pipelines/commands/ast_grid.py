@@ -75,6 +75,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "benchmarks" / "gpu"))
 
 from learnable_sparsity.nmt.cells import NmtCell  # noqa: E402
+from pipelines.scaffold.imports import git  # noqa: E402
 
 DATA = ROOT / ".ast-grid"  # corpus and BPE model made by --prepare (git-ignored, carried)
 WORK = Path("/tmp/ast-grid-work")  # checkpoints: outside $OUT, which is emptied every call
@@ -201,14 +202,6 @@ def choose_length(
     }
 
 
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return done.stdout.strip()
-
-
 def batch_target_tokens(settings: dict[str, Any], data: Path) -> dict[str, float]:
     """Per corpus: the mean non-pad target tokens of a training batch (epoch 0, seed 0)."""
     from learnable_sparsity.data.bpe import BpeModel
@@ -253,9 +246,17 @@ def prepare(settings: dict[str, Any], data: Path) -> dict[str, Any]:
         (folder / "meta.json").write_text(json.dumps({"source": asdict(corpus), **meta}, indent=1))
         train = read_corpus(folder, ("train",))["train"]
         train_joint_bpe(train, data / "bpe" / name / "bpe", bpe.vocab_size)
-    changed = _git("status", "--porcelain", "--", "learnable_sparsity", "pipelines", "benchmarks")
+    changed = git(
+        "status",
+        "--porcelain",
+        "--",
+        "learnable_sparsity",
+        "pipelines",
+        "benchmarks",
+        checkout=ROOT,
+    )
     stamp = {
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD", checkout=ROOT),
         "uncommitted_code_changes": bool(changed) if changed is not None else None,
     }
     (data / "commit.json").write_text(json.dumps(stamp, indent=1))

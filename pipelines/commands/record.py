@@ -36,7 +36,6 @@ import json
 import logging
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -55,7 +54,7 @@ from pipelines.cells.heads import analysis_metrics
 from pipelines.lvm_experiments import LVM
 from pipelines.scaffold import layout
 from pipelines.scaffold.files import png, read_json, write_json
-from pipelines.scaffold.imports import ROOT
+from pipelines.scaffold.imports import ROOT, git
 from pipelines.scaffold.params import load_params
 from pipelines.scaffold.tracking.lock import locked_environment
 from pipelines.scaffold.tracking.runs import RunLogger, metric_name, start_stage_run
@@ -82,14 +81,6 @@ def relative_links(markdown: str) -> list[str]:
         for target in _LINK.findall(markdown)
         if "://" not in target and not target.startswith(("/", "mailto:"))
     ]
-
-
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return done.stdout.strip()
 
 
 def small_png(path: Path) -> bytes:
@@ -151,13 +142,13 @@ def keep(name: str) -> Path:
         atomic_write_text(folder / relative, text)
     shutil.copyfile(results, folder / layout.RECORD_RESULTS)
     # The code only: params.yaml differs from the commit's by design (the profile applied).
-    changed = _git("status", "--porcelain", "--", "learnable_sparsity", "pipelines")
+    changed = git("status", "--porcelain", "--", "learnable_sparsity", "pipelines", checkout=ROOT)
     write_json(
         folder / layout.RECORD_META,
         {
             "profile": read_json(claims)["profile"],
             "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "commit": _git("rev-parse", "HEAD"),
+            "commit": git("rev-parse", "HEAD", checkout=ROOT),
             "uncommitted_code_changes": bool(changed) if changed is not None else None,
             "environment": locked_environment().as_record(),
             "thresholds": thresholds(),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +130,17 @@ def dvc_deps(entry: str | Path, root: Path = ROOT) -> list[str]:
 def _dep(path: Path) -> str:
     whole = path.parts[0] == "learnable_sparsity" or path.parts[:2] == ("pipelines", "scaffold")
     return "/".join(path.parts[:2]) if whole and len(path.parts) > 2 else str(path)
+
+
+def git(*args: str, checkout: Path = ROOT) -> str | None:
+    """The output of ``git *args`` in ``checkout``; None outside a checkout (or without git)."""
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=checkout, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
 
 
 if __name__ == "__main__":
