@@ -210,8 +210,9 @@ def run_cell(cell: CellRun) -> dict:
         with system_metrics(cell.run):
             cell.run.set_tags(system_tags())
             cell.seconds_before = cell.run.latest(TASK_SECONDS) or 0.0
-            if cell.seconds_before:  # an earlier attempt logged to this run
-                cell.run.skip_written(except_keys={TASK_SECONDS})
+            # An earlier attempt may have written points, at a checkpoint or as its buffer
+            # filled before the first one (then with no wall time yet).
+            cell.run.skip_written(except_keys={TASK_SECONDS})
             cell.started = time.perf_counter()
             result = cell.task(cell)
             cell.flush()

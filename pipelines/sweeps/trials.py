@@ -33,7 +33,13 @@ import torch
 from ray import tune
 
 from pipelines.scaffold import layout
-from pipelines.scaffold.cells import CellRun, cell_fingerprints, datasets, run_cell
+from pipelines.scaffold.cells import (
+    TASK_SECONDS,
+    CellRun,
+    cell_fingerprints,
+    datasets,
+    run_cell,
+)
 from pipelines.scaffold.files import file_digest
 from pipelines.scaffold.imports import ROOT
 from pipelines.scaffold.runner import LOG_FORMAT
@@ -50,6 +56,7 @@ ERROR_TAG = "error"
 RESULTS = "results"  # the key of a trial's final results in its Tune result
 STEP = "step"  # the time attribute of the scheduler
 _ERROR_LINES = 6
+ANY_STATUS = ("RUNNING", *STATUSES)
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,13 @@ def run_trial(config: dict[str, Any], sweep: SweepRun) -> None:
     _link_entries(layout.MODELS, stores=[grid.store for grid in grids])
     identity = {SWEEP_TAG: parent.run_id, TRIAL_TAG: trial_id}
     values = {f"sweep.{key}": value for key, value in config.items()}
-    run = RunLogger(parent.uri, parent.child(trial_name(spec, config), values, identity))
+    # A trial id names one trial of this sweep: a retried trial continues its run, even one an
+    # earlier attempt ended (its worker killed before Tune received the final result), and
+    # writes no point that attempt wrote (the cells' records after their checkpoints, the
+    # final results).
+    run_id = parent.child(trial_name(spec, config), values, identity, resume=ANY_STATUS)
+    run = RunLogger(parent.uri, run_id)
+    run.skip_written(except_keys={TASK_SECONDS})
     asha = spec.settings.asha
     reporter = _Reporter(asha.metric if asha else None)
     results: dict[str, float] = {}
@@ -250,8 +263,7 @@ class SweepProgress(tune.Callback):
     def _end(self, trial: Any, status: str, tags: Mapping[str, str]) -> None:
         """End the trial's run with ``status`` and ``tags`` (none: it never started)."""
         identity = {SWEEP_TAG: self.parent.run_id, TRIAL_TAG: trial.trial_id}
-        statuses = ("RUNNING", *STATUSES)
-        found = find_run(self.parent.uri, self.parent.experiment_id, identity, statuses)
+        found = find_run(self.parent.uri, self.parent.experiment_id, identity, ANY_STATUS)
         if found is not None:
             run = RunLogger(self.parent.uri, found)
             run.set_tags(tags)

@@ -15,9 +15,11 @@ import sys
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from mlflow import MlflowClient
 from mlflow.entities import Run
@@ -176,6 +178,77 @@ def test_a_local_sweep_reports_every_trial_and_a_failed_one_with_its_error(
         else:
             assert trial.data.metrics["results/accuracy"] > 0
             assert {a.path for a in client.list_artifacts(trial.info.run_id)} == {"checkpoint"}
+
+
+class _WorkerDiedError(Exception):
+    """The trial's worker dying where a test says."""
+
+
+class _Tune:
+    """Ray Tune as a trial sees it (its id; the reports), its worker killed at the final report
+    when ``killed``: after the trial's run ended, before Tune heard of the result."""
+
+    def __init__(self, killed: bool) -> None:
+        self.killed = killed
+
+    def get_context(self) -> SimpleNamespace:
+        return SimpleNamespace(get_trial_id=lambda: "trial_0")
+
+    def report(self, result: dict) -> None:
+        if self.killed and "results" in result:
+            raise _WorkerDiedError
+
+
+def test_a_trial_killed_after_its_run_ended_continues_that_run_writing_no_point_twice(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tune retries a trial whose worker died after the trial's MLflow run ended but before its
+    result reached Tune (the chaos run of 6168f6c found 3 points written twice: a retry logged
+    the results again, and a retry of an ended run would have made a second run). The retry
+    continues the same run, and every point is in it once."""
+    from pipelines.scaffold.tracking.runs import stage_run
+    from pipelines.sweeps import trials
+    from pipelines.sweeps.run import PROFILES
+    from pipelines.sweeps.spec import load_spec
+
+    spec_file = write_spec(
+        project,
+        "retried",
+        {
+            "stages": ["train_lvm@ssvae"],
+            "profile": "ci",
+            "params": {"lvm.ssvae.steps": 40, **SSVAE},
+            "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
+            "metric": "accuracy",
+            "mode": "max",
+        },
+    )
+    monkeypatch.chdir(project)  # run_trial moves into the trial's directory
+    monkeypatch.setattr(sys, "path", list(sys.path))  # and puts the project on the path
+    monkeypatch.setattr(trials, "ROOT", project)  # whose data it links
+    spec = load_spec(Path(spec_file), Path("params.yaml"), PROFILES)
+    (config,) = spec.combinations()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    threads = torch.get_num_threads()  # run_trial sets the trial's
+    try:
+        with stage_run(uri, EXPERIMENT, "sweep/retried", {}) as parent:
+            sweep = trials.SweepRun(spec, parent, tmp_path / "storage")
+            monkeypatch.setattr(trials, "tune", _Tune(killed=True))
+            with pytest.raises(_WorkerDiedError):
+                trials.run_trial(config, sweep)
+            monkeypatch.setattr(trials, "tune", _Tune(killed=False))
+            trials.run_trial(config, sweep)
+    finally:
+        torch.set_num_threads(threads)
+
+    client = MlflowClient(uri)
+    (trial,) = client.search_runs([parent.experiment_id], f"tags.`sweep.run` = '{parent.run_id}'")
+    assert trial.info.status == "FINISHED" and trial.data.tags["resumed"] == "true"
+    assert "results/accuracy" in trial.data.metrics
+    for key in trial.data.metrics:
+        steps = [m.step for m in client.get_metric_history(trial.info.run_id, key)]
+        if key != "task_seconds":  # a running total, re-logged at one step on purpose
+            assert len(steps) == len(set(steps)), (key, steps)
 
 
 def test_a_chain_trains_then_evaluates_in_each_trial(project: Path, tmp_path: Path) -> None:

@@ -271,14 +271,19 @@ class StageRun(RunLogger):
         self.children: list[str] = []
 
     def child(
-        self, name: str, params: Mapping[str, Any], identity: Mapping[str, str] | None = None
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        identity: Mapping[str, str] | None = None,
+        resume: Collection[str] = UNFINISHED,
     ) -> str:
         """A RUNNING nested run ``name`` with ``params``; its run id, for a task.
 
         ``identity`` (tags such as a grid cell's key and fingerprint) makes the run resumable:
-        an unfinished run of this stage with the same identity (a cell interrupted under the
-        same fingerprint, which resumes from its checkpoint) is resumed instead of creating a
-        new one; it moves under this stage run and keeps its metric history.
+        a run of this stage with the same identity and one of the statuses ``resume`` (by
+        default an unfinished one: a cell interrupted under the same fingerprint, which resumes
+        from its checkpoint) is resumed instead of creating a new one; it moves under this stage
+        run and keeps its metric history.
         """
         tags = {
             **(identity or {}),
@@ -290,7 +295,7 @@ class StageRun(RunLogger):
         earlier = None
         if identity:
             wanted = {**identity, "stage": self.stage}
-            earlier = find_run(self.uri, self.experiment_id, wanted, UNFINISHED)
+            earlier = find_run(self.uri, self.experiment_id, wanted, resume)
         if earlier is not None:
             retry(self.client.update_run, earlier, status="RUNNING")
             RunLogger(self.uri, earlier).set_tags({**tags, RESUMED_TAG: "true"})
