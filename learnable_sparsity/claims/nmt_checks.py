@@ -34,10 +34,11 @@ with needs_extra("pipeline", __name__):
 
 # Learned α has settled (rule ``alpha_settled``) when its heads moved by at most 0.02 on average
 # over the last window of the steps — read in the logit
-# (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) — and when they did not move the same
-# way more often than chance allows (rule ``alpha_drift_level``): heads that all drift a little
-# (the bible record: 215 of 216 fell over the last fifth) are α still falling. Both rules, their
-# history and the gate's simulated false-block rate and power: claims.yaml, docs/claims.md.
+# (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) — and when their mean α did not
+# drift one way over the seeds (rule ``alpha_drift_test``, :class:`_CommonDrift`): heads that all
+# drift a little (the bible record: 215 of 216 fell over the last fifth) are α still falling. The
+# rules, their history and the gate's simulated false-block rate and power: claims.yaml,
+# docs/claims.md.
 
 
 # What decides a role the corpus has no query for (no questions for the interrogation head, no
@@ -353,11 +354,11 @@ class _CommonDrift:
     ``alpha_drift_test``): each seed's mean α over its heads at every step it logged in the
     window, fitted by its own line; ``moves`` the lines' moves across the window (in α), the
     seeds the replicates of a two-sided one-sample t-test of their mean ``change`` (``p``,
-    df = seeds − 1; None for one seed: no spread to test against). A wobble every head of a
-    seed shares at a checkpoint, zero-mean in time, is noise about its seed's line, and a
-    seed's own drift is one value, not as many as it has heads. It holds α back (``blocks``)
-    when ``p`` is below rule ``alpha_drift_level`` — with one seed, untested, whatever ``p``
-    — and the mean move exceeds rule ``alpha_drift_material`` in α."""
+    df = seeds − 1; None below two seeds with a line: no spread to test against). A wobble
+    every head of a seed shares at a checkpoint, zero-mean in time, is noise about its seed's
+    line, and a seed's own drift is one value, not as many as it has heads. It holds α back
+    (``blocks``) when ``p`` is below rule ``alpha_drift_level`` — untested (one seed), by any
+    such move — and the mean move exceeds rule ``alpha_drift_material`` in α."""
 
     moves: tuple[float, ...]
     change: float
@@ -391,7 +392,7 @@ class _CommonDrift:
             f"p = {self.p:.2g} over {len(self.moves)} seeds (t, df {len(self.moves) - 1}) < "
             f"{checks.rule('alpha_drift_level'):g}"
             if self.p is not None
-            else "one seed: no spread to test against"
+            else "one seed with a line: no spread to test against"
         )
         return (
             f"the mean α of a seed's heads {way} by {abs(self.change):.4f} (its line's move per "
@@ -399,6 +400,7 @@ class _CommonDrift:
         )
 
     def numbers(self) -> dict[str, object]:
+        """The drift's numbers, for a verdict's."""
         return {
             "moves": list(self.moves),
             "change": self.change,

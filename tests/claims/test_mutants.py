@@ -700,8 +700,9 @@ def test_the_alpha_gate_gives_both_of_its_reasons() -> None:
         "not measurable in this profile: over the last 20% of the steps α still moves by "
         f"{_alpha_move(1.3, 1.5):.3f} on average per head (read in its logit; settled: at most "
         "0.02) and its heads still drift together (the mean α of a seed's heads rose by 0.2000 "
-        "(its line's move per seed +0.2000; one seed: no spread to test against; beyond 0.002 "
-        "in α)); what would decide it: a longer run: if α's move falls as 1/step, it settles "
+        "(its line's move per seed +0.2000; one seed with a line: no spread to test against; "
+        "beyond 0.002 in α)); what would decide it: a longer run: if α's move falls as 1/step, "
+        "it settles "
         # moves over the last fifth of 1000 steps falling as 1/step: the mean move per head
         # (0.21) within 0.02 at 1000 × 0.21 / 0.02, the common move 0.2 within 0.002 at
         # 1000 × 0.2 / 0.002 — the later
