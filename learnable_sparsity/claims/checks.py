@@ -79,6 +79,7 @@ IMPLEMENTED = {
     "gap_trend_test": "seed pairs as replicates",
     "gap_materiality": "the verdict could flip",
     "alpha_head_test": "the heads a claim counts",
+    "alpha_drift_test": "seeds' common moves as replicates",
     "equivalence_test": "non-inferiority bound",
     "superiority_test": "confidence bound",
     "multiplicity": "Holm per claim",
@@ -314,6 +315,13 @@ def _pair_line(points: Sequence[tuple[float, float]]) -> tuple[float, float, flo
     return slope, mean_g + slope * (max(steps) - mean_t), residual
 
 
+def line_move(points: Sequence[tuple[float, float]], width: float) -> float | None:
+    """The move over ``width`` steps of the least-squares line through (step, value)
+    ``points`` (None below two distinct steps)."""
+    line = _pair_line(points) if points else None
+    return None if line is None else line[0] * width
+
+
 def gap_trend(
     candidate: Sequence[Curve], baseline: Sequence[Curve], *, window: float | None = None
 ) -> Trend | None:
@@ -334,21 +342,34 @@ def gap_trend(
         return None
     last_step = max(curve[-1][0] for pair in pairs for curve in pair)
     start = last_step * (1 - window)
-    lines, points, residual = [], 0, 0.0
+    gaps = []
     for cand, base in pairs:
         base_at = {step: value for step, value in base if step > start}
-        gaps = [(step, value - base_at[step]) for step, value in cand if step in base_at]
-        line = _pair_line(gaps) if gaps else None
+        gaps.append([(step, value - base_at[step]) for step, value in cand if step in base_at])
+    return replicate_trend(gaps, window * last_step, last_step)
+
+
+def replicate_trend(
+    series: Sequence[Sequence[tuple[float, float]]], width: float, last_step: float
+) -> Trend | None:
+    """The trend of replicated series (a seed pair's gap, a seed's mean α): each series' points
+    fitted by its own line a_i + b_i·t, its move m_i = b_i × ``width`` one replicate, and a
+    one-sample t-test of the mean move over the series (df = series − 1; p = 0 where every
+    series moved alike by a non-zero amount, 1 where none moved). None when fewer than two
+    series have two distinct steps (no spread of moves to test against)."""
+    lines, points, residual = [], 0, 0.0
+    for values in series:
+        line = _pair_line(values) if values else None
         if line is not None:
             lines.append(line)
-            points += len(gaps)
+            points += len(values)
             residual += line[2]
     if len(lines) < 2:
         return None
-    moves = tuple(slope * window * last_step for slope, _, _ in lines)
+    moves = tuple(slope * width for slope, _, _ in lines)
     change, df = statistics.fmean(moves), len(moves) - 1
     se = statistics.stdev(moves) / math.sqrt(len(moves))
-    constant = 0.0 if change != 0 else 1.0  # pairs that all moved alike: no spread to test
+    constant = 0.0 if change != 0 else 1.0  # series that all moved alike: no spread to test
     p = float(2 * stats.t.sf(abs(change) / se, df)) if se > 0 else constant
     left = points - 2 * len(lines)
     noise = math.sqrt(residual / left) if left > 0 else 0.0

@@ -34,10 +34,11 @@ with needs_extra("pipeline", __name__):
 
 # Learned α has settled (rule ``alpha_settled``) when its heads moved by at most 0.02 on average
 # over the last window of the steps — read in the logit
-# (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) — and when they did not move the same
-# way more often than chance allows (rule ``alpha_drift_level``): heads that all drift a little
-# (the bible record: 215 of 216 fell over the last fifth) are α still falling. Both rules, their
-# history and the gate's simulated false-block rate and power: claims.yaml, docs/claims.md.
+# (:func:`learnable_sparsity.analysis.alpha.alpha_movement`) — and when their mean α did not
+# drift one way over the seeds (rule ``alpha_drift_test``, :class:`_CommonDrift`): heads that all
+# drift a little (the bible record: 215 of 216 fell over the last fifth) are α still falling. The
+# rules, their history and the gate's simulated false-block rate and power: claims.yaml,
+# docs/claims.md.
 
 
 # What decides a role the corpus has no query for (no questions for the interrogation head, no
@@ -332,47 +333,112 @@ def alpha_modes(
     return all_of(parts)
 
 
+def _in_window(
+    trajectory: Sequence[tuple[float, Sequence[float]]],
+) -> Sequence[tuple[float, Sequence[float]]]:
+    """The logged (step, heads' α) from the one nearest rule ``convergence_window`` of the steps
+    before the last on."""
+    start = trajectory[-1][0] * (1 - checks.rule("convergence_window"))
+    first = min(range(len(trajectory)), key=lambda i: abs(trajectory[i][0] - start))
+    return trajectory[first:]
+
+
 def _window_start(trajectory: Sequence[tuple[float, Sequence[float]]]) -> Sequence[float]:
     """The heads' α logged nearest rule ``convergence_window`` of the steps before the last."""
-    start = trajectory[-1][0] * (1 - checks.rule("convergence_window"))
-    return min(trajectory, key=lambda entry: abs(entry[0] - start))[1]
+    return _in_window(trajectory)[0][1]
+
+
+@dataclass(frozen=True)
+class _CommonDrift:
+    """The common move of α over the last rule ``convergence_window`` of the steps (rule
+    ``alpha_drift_test``): each seed's mean α over its heads at every step it logged in the
+    window, fitted by its own line; ``moves`` the lines' moves across the window (in α), the
+    seeds the replicates of a two-sided one-sample t-test of their mean ``change`` (``p``,
+    df = seeds − 1; None below two seeds with a line: no spread to test against). A wobble
+    every head of a seed shares at a checkpoint, zero-mean in time, is noise about its seed's
+    line, and a seed's own drift is one value, not as many as it has heads. It holds α back
+    (``blocks``) when ``p`` is below rule ``alpha_drift_level`` — untested (one seed), by any
+    such move — and the mean move exceeds rule ``alpha_drift_material`` in α."""
+
+    moves: tuple[float, ...]
+    change: float
+    p: float | None
+    blocks: bool
+
+    @classmethod
+    def of(cls, trajectories: Sequence[Sequence[tuple[float, Sequence[float]]]]) -> _CommonDrift:
+        last_step = max(trajectory[-1][0] for trajectory in trajectories)
+        width = checks.rule("convergence_window") * last_step
+        series = [
+            [(step, statistics.fmean(alphas)) for step, alphas in _in_window(trajectory)]
+            for trajectory in trajectories
+        ]
+        trend = checks.replicate_trend(series, width, last_step)
+        if trend is None:
+            moves = tuple(m for s in series if (m := checks.line_move(s, width)) is not None)
+            change, p = (statistics.fmean(moves) if moves else 0.0), None
+        else:
+            moves, change, p = trend.moves, trend.change, trend.p
+        significant = p is None or p < checks.rule("alpha_drift_level")
+        return cls(
+            moves, change, p, significant and abs(change) > checks.rule("alpha_drift_material")
+        )
+
+    def describe(self) -> str:
+        """The drift in words, for a verdict's evidence."""
+        way = "rose" if self.change > 0 else "fell"
+        moves = " / ".join(f"{move:+.4f}" for move in self.moves)
+        tested = (
+            f"p = {self.p:.2g} over {len(self.moves)} seeds (t, df {len(self.moves) - 1}) < "
+            f"{checks.rule('alpha_drift_level'):g}"
+            if self.p is not None
+            else "one seed with a line: no spread to test against"
+        )
+        return (
+            f"the mean α of a seed's heads {way} by {abs(self.change):.4f} (its line's move per "
+            f"seed {moves}; {tested}; beyond {checks.rule('alpha_drift_material'):g} in α)"
+        )
+
+    def numbers(self) -> dict[str, object]:
+        """The drift's numbers, for a verdict's."""
+        return {
+            "moves": list(self.moves),
+            "change": self.change,
+            "p": self.p,
+            "blocks": self.blocks,
+        }
 
 
 def _alpha_still_moving(results: Results) -> Verdict | None:
-    """ "Not measurable" while the learned α still moves, in some seed: between the α logged last
-    and the α logged rule ``convergence_window`` of the steps earlier, its heads moved by
-    more than rule ``alpha_settled`` on average (:func:`alpha_movement`), or more of them moved
-    one way than chance allows (a two-sided sign test at rule ``alpha_drift_level`` ÷ seeds) by
-    more than rule ``alpha_drift_material`` in α on average (a drift too small to matter: every
-    head falling 0.001, 20× below settled, is no reason to wait)."""
-    drifts, drifting, last_steps = [], [], []
+    """ "Not measurable" while the learned α still moves: in some seed, between the α logged
+    last and the α logged rule ``convergence_window`` of the steps earlier, its heads moved by
+    more than rule ``alpha_settled`` on average (:func:`alpha_movement`), or the heads' mean α
+    still drifts one way over the seeds (:class:`_CommonDrift`, rule ``alpha_drift_test``: each
+    seed's line through its mean α at every logged step of the window, the seeds' moves tested
+    at rule ``alpha_drift_level`` and beyond rule ``alpha_drift_material`` — a drift too small
+    to matter, every head falling 0.001, 20× below settled, is no reason to wait)."""
+    drifts, last_steps = [], []
     trajectories = [t for t in results.alpha_trajectories if len(t) >= 2]
     window, settled = checks.rule("convergence_window"), checks.rule("alpha_settled")
-    level = checks.rule("alpha_drift_level") / max(len(trajectories), 1)
-    material = checks.rule("alpha_drift_material")
-    for seed, trajectory in enumerate(trajectories):
+    for trajectory in trajectories:
         last_step, last = trajectory[-1]
         last_steps.append(last_step)
         earlier = _window_start(trajectory)
         moves = [alpha_movement(a, b, settled) for a, b in zip(earlier, last, strict=True)]
         drifts.append(statistics.fmean(moves))
-        up = sum(b > a for a, b in zip(earlier, last, strict=True))
-        down = sum(b < a for a, b in zip(earlier, last, strict=True))
-        p = float(stats.binomtest(up, up + down).pvalue) if up + down else 1.0
-        shift = statistics.fmean(b - a for a, b in zip(earlier, last, strict=True))
-        if p < level and abs(shift) > material:
-            way = "rose" if up > down else "fell"
-            drifting.append(
-                f"seed #{seed}: {max(up, down)} of {up + down} heads {way} (p = {p:.2g}), by "
-                f"{abs(shift):.4f} on average"
-            )
+    common = _CommonDrift.of(trajectories) if trajectories else None
+    drifting = common is not None and common.blocks
     moving = [d for d in drifts if d > settled]
     if not moving and not drifting:
         return None
     reasons = []
     # If α's move over the last fifth falls as 1/step (as a closing gap's), it is within
-    # alpha_settled after T · (move ÷ alpha_settled) steps; a common drift has no such estimate.
-    settles_after = max(last_steps) * max(moving, default=settled) / settled
+    # alpha_settled after T · (move ÷ alpha_settled) steps, its common move within
+    # alpha_drift_material after T · (move ÷ alpha_drift_material).
+    material = checks.rule("alpha_drift_material")
+    settles_after = max(last_steps) * max(
+        max(moving, default=0.0) / settled, abs(common.change) / material if drifting else 0.0
+    )
     decides = (
         f"a longer run: if α's move falls as 1/step, it settles after about "
         f"{settles_after:,.0f} steps"
@@ -384,16 +450,13 @@ def _alpha_still_moving(results: Results) -> Verdict | None:
             f"at most {settled:g})"
         )
     if drifting:
-        reasons.append(
-            f"its heads still drift together ({'; '.join(drifting)}; p < {level:.2g}, beyond "
-            f"{material:g} in α)"
-        )
+        reasons.append(f"its heads still drift together ({common.describe()})")
     return not_measurable(
         f"not measurable in this profile: over the last {window:.0%} of the "
         f"steps {' and '.join(reasons)}",
         decides=decides,
         alpha_drift=drifts,
-        alpha_common_drift=drifting,
+        alpha_common_drift=common.numbers() if common else {},
     )
 
 

@@ -13,6 +13,7 @@ import math
 import random
 import statistics
 
+import numpy as np
 import pytest
 import torch
 
@@ -97,26 +98,36 @@ def _alpha(w: float) -> float:
     return float(alpha_of_logit(torch.tensor(w, dtype=torch.float64)))
 
 
-def _alpha_block_rate(drift_sd: float, seed: int = 0) -> float:
+def _alpha_block_rate(drift_sd: float, seed: int = 0, wobble_sd: float = 0.0) -> float:
     """Share of simulated 3-seed records whose α gate blocks, when every head's logit moves by
     noise of sd :data:`LOGIT_SD` plus a common ``drift_sd`` × :data:`LOGIT_SD` (all heads one
-    way) over the last fifth of the steps."""
+    way) over the last fifth of the steps, plus a shift every head of a seed shares, zero-mean
+    over seeds, of sd ``wobble_sd`` × :data:`LOGIT_SD` (issue 46's shared wobble)."""
     rng = random.Random(seed)
     blocked = 0
     for _ in range(RUNS):
         trajectories = []
         for _ in range(SEEDS):
+            shared = rng.gauss(0, wobble_sd * LOGIT_SD) - drift_sd * LOGIT_SD
             start = [rng.uniform(-2.0, 2.0) for _ in range(HEADS)]
-            end = [w - drift_sd * LOGIT_SD + rng.gauss(0, LOGIT_SD) for w in start]
+            end = [w + shared + rng.gauss(0, LOGIT_SD) for w in start]
             trajectories.append([(800, list(map(_alpha, start))), (1000, list(map(_alpha, end)))])
         gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=trajectories))
         blocked += gate is not None
     return blocked / RUNS
 
 
-def test_the_alpha_gate_passes_settled_alpha_at_its_level() -> None:
-    rate = _alpha_block_rate(0.0)
-    assert 0.01 <= rate <= 0.08, rate
+# A false-block rate is bounded by the test's level plus 2 points: three sd of a 5% rate
+# simulated 1000 times (0.7 points).
+TOLERANCE = 0.02
+
+
+@pytest.mark.parametrize("wobble_sd", [0.0, 0.2])
+def test_the_alpha_gate_passes_settled_alpha_at_its_level(wobble_sd: float) -> None:
+    """Settled heads, and issue 46's case: a shift every head of a seed shares, zero-mean over
+    seeds, of 0.2 head-sd (the sign test over one seed's heads held back 34%; docs/claims.md)."""
+    rate = _alpha_block_rate(0.0, wobble_sd=wobble_sd)
+    assert rate <= checks.rule("alpha_drift_level") + TOLERANCE, rate
 
 
 @pytest.mark.parametrize(("drift_sd", "at_least"), [(0.5, 0.9), (1.0, 0.99)])
@@ -125,13 +136,17 @@ def test_the_alpha_gate_holds_back_a_common_drift(drift_sd: float, at_least: flo
 
 
 def test_the_alpha_gate_holds_back_the_bible_records_drift() -> None:
-    """The record's case: 215 of 216 heads fell, each by less than the magnitude gate's 0.02."""
+    """The record's case: 215 of 216 heads fell, each by less than the magnitude gate's 0.02:
+    three seeds' heads falling by 0.015, 0.016 and 0.017, one head of each rising 0.001."""
     start = [1.2 + 0.6 * h / 71 for h in range(72)]
-    end = [a - 0.016 for a in start]
-    end[0] = start[0] + 0.001
-    trajectories = [[(1200, start), (1500, end)]] * 3
+    trajectories = []
+    for fall in (0.015, 0.016, 0.017):
+        end = [a - fall for a in start]
+        end[0] = start[0] + 0.001
+        trajectories.append([(1200, start), (1500, end)])
     gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=trajectories))
-    assert gate is not None and "71 of 72 heads fell" in gate.evidence
+    assert gate is not None and "the mean α of a seed's heads fell by 0.0158" in gate.evidence
+    assert gate.numbers["alpha_common_drift"]["p"] < 0.01
     assert "moves by" not in gate.evidence  # the magnitude alone would have let it pass
 
 
@@ -186,8 +201,109 @@ def test_the_alpha_gate_waits_for_no_drift_too_small_to_matter() -> None:
 
     assert nmt_checks._alpha_still_moving(record(0.001)) is None
     gate = nmt_checks._alpha_still_moving(record(0.004))
-    assert gate is not None and "72 of 72 heads fell" in gate.evidence
-    assert "by 0.0040 on average" in gate.evidence and "beyond 0.002 in α" in gate.evidence
+    assert gate is not None and "heads fell by 0.0040" in gate.evidence
+    assert "beyond 0.002 in α" in gate.evidence
+
+
+# ------------------------------------------------------------------------------ α's common drift
+
+# The kept records' α over the last fifth of their steps (logged every 20 steps; the script in
+# docs/claims.md measures them), in α: each head's own move over the window spread by 0.008-0.014
+# across heads, each head's checkpoints scattered by 0.0004-0.001 about its own line, the mean α
+# of a seed's heads scattered by 0.0002-0.0003 about its seed's line with lag-1 autocorrelation
+# +0.6 to +0.8, the seeds' own common moves spread by 0.0013-0.0015.
+WINDOW_STEPS = tuple(range(1200, 1501, 20))  # the bible record's α log over its last fifth
+HEAD_MOVE_SD = 0.01  # a head's own move over the window
+HEAD_NOISE_SD = 0.001  # a head's checkpoint about its own line
+RECORD_WOBBLE_SD = 0.0003  # the records' shared wobble of a seed's heads (lag-1 ρ 0.8)
+SEED_MOVE_SD = 0.0015  # a seed's own common move (mean 0 over seeds when nothing drifts)
+DRIFT_RUNS = 1000
+
+
+def _wobbling_alpha(
+    rng: np.random.Generator, drift: float, wobble_sd: float, rho: float, spread: float
+) -> list[list[tuple[float, list[float]]]]:
+    """One simulated record: 3 seeds of :data:`HEADS` heads at α U(1.3, 1.7), logged at
+    :data:`WINDOW_STEPS`. Each head moves linearly by its own N(0, :data:`HEAD_MOVE_SD`) plus the
+    seed's common move N(``drift``, ``spread``), with checkpoint noise of
+    :data:`HEAD_NOISE_SD`; every head of a seed shares, at each checkpoint, a wobble of sd
+    ``wobble_sd`` — stationary AR(1) with lag-1 correlation ``rho``, zero-mean in time."""
+    points = len(WINDOW_STEPS)
+    share = np.linspace(0.0, 1.0, points)
+    record = []
+    for _ in range(SEEDS):
+        wobble = np.empty(points)
+        wobble[0] = rng.normal(0.0, wobble_sd)
+        for t in range(1, points):
+            wobble[t] = rho * wobble[t - 1] + rng.normal(0.0, wobble_sd * math.sqrt(1 - rho**2))
+        start = rng.uniform(1.3, 1.7, HEADS)
+        moves = rng.normal(0.0, HEAD_MOVE_SD, HEADS) + rng.normal(drift, spread)
+        alphas = (
+            start[None, :]
+            + share[:, None] * moves[None, :]
+            + wobble[:, None]
+            + rng.normal(0.0, HEAD_NOISE_SD, (points, HEADS))
+        )
+        record.append(
+            [(step, row.tolist()) for step, row in zip(WINDOW_STEPS, alphas, strict=True)]
+        )
+    return record
+
+
+def _drift_block_rate(
+    drift: float,
+    wobble_sd: float,
+    rho: float = 0.0,
+    spread: float = SEED_MOVE_SD,
+    seed: int = 0,
+    runs: int = DRIFT_RUNS,
+) -> float:
+    """Share of simulated records (:func:`_wobbling_alpha`) the α gate holds back."""
+    rng = np.random.default_rng(seed)
+    blocked = 0
+    for _ in range(runs):
+        record = _wobbling_alpha(rng, drift, wobble_sd, rho, spread)
+        blocked += nmt_checks._alpha_still_moving(Results(alpha_trajectories=record)) is not None
+    return blocked / runs
+
+
+# (wobble sd, its lag-1 correlation, the seeds' own moves' spread): the kept records' noise, issue
+# 46's shared wobble of 0.2 head-sd at every checkpoint (7× the records'), white and AR(1)
+WOBBLES = [
+    (RECORD_WOBBLE_SD, 0.8, SEED_MOVE_SD),
+    (0.2 * HEAD_MOVE_SD, 0.0, SEED_MOVE_SD),
+    (0.2 * HEAD_MOVE_SD, 0.8, SEED_MOVE_SD),
+    (0.2 * HEAD_MOVE_SD, 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("wobble_sd", "rho", "spread"), WOBBLES)
+def test_a_shared_zero_mean_wobble_is_held_back_at_most_at_the_level(
+    wobble_sd: float, rho: float, spread: float
+) -> None:
+    """Rule alpha_drift_test: a wobble every head of a seed shares at each logged α, zero-mean in
+    time, and seeds that each drift by their own amount, zero-mean over seeds, are held back at
+    most at rule alpha_drift_level (measured 1.6-3.7%; the sign test it replaced: 21-64%,
+    docs/claims.md)."""
+    rate = _drift_block_rate(0.0, wobble_sd, rho, spread)
+    assert rate <= checks.rule("alpha_drift_level") + TOLERANCE, rate
+
+
+@pytest.mark.parametrize(
+    ("drift", "wobble_sd", "rho", "at_least"),
+    [
+        (-0.015, RECORD_WOBBLE_SD, 0.8, 0.99),  # the bible record's fall
+        (-0.015, 0.2 * HEAD_MOVE_SD, 0.0, 0.99),
+        (-0.006, RECORD_WOBBLE_SD, 0.8, 0.65),  # 3 × alpha_drift_material
+        (-0.004, RECORD_WOBBLE_SD, 0.8, 0.35),  # 2 ×
+    ],
+)
+def test_a_real_common_drift_is_held_back(
+    drift: float, wobble_sd: float, rho: float, at_least: float
+) -> None:
+    """Power at the kept records' noise (measured 99.9% / 99.9% / 78% / 51%; the sign test: 100%
+    / 100% / 99.7% / 91% — three seeds give the t-test 2 degrees of freedom)."""
+    assert _drift_block_rate(drift, wobble_sd, rho, seed=1) >= at_least
 
 
 # ------------------------------------------------------------------------------ α per head
@@ -272,5 +388,9 @@ def test_a_counted_head_still_rising_is_seen_but_cannot_undo_the_verdict() -> No
     counted = [h for h in turns if h.counted]
     assert len(counted) == 1 and counted[0].tested > counted[0].beyond  # seen
     assert nmt_checks._heads_could_turn([turns], found=True) is None
-    # the mean over all heads does not see it
-    assert nmt_checks._alpha_still_moving(Results(alpha_trajectories=[trajectory])) is None
+    # the mean over all heads does not see it, nor the seeds' common moves beside two settled
+    # seeds (one seed alone is untested: its mean α, 0.5 / 72 higher, would hold it back)
+    seeds = [[_head(rng, rng.uniform(0, 0.4), (0.1, 0.1)) for _ in range(HEADS)] for _ in "12"]
+    settled = [list(zip(TURN_STEPS, zip(*seed, strict=True), strict=True)) for seed in seeds]
+    record = Results(alpha_trajectories=[trajectory, *settled])
+    assert nmt_checks._alpha_still_moving(record) is None

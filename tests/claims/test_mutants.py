@@ -624,27 +624,73 @@ def _seed(before: list[float], after: list[float]) -> list[tuple[float, list[flo
     return [(800, before), (1000, after)]
 
 
-def test_the_alpha_gate_divides_its_level_among_the_seeds() -> None:
-    """All 6 heads of a seed rise by 0.003 (beyond alpha_drift_material's 0.002): a sign test p
-    of 2/64 = 0.031 holds α back in one seed (level 5%), not beside two seeds that did not move
-    (level 5%/3); a head that stays puts 5 of 5 (p = 1/16) and blocks no more; a rise of 0.0015
-    is too small to matter."""
-    rising = _seed([1.5] * 6, [1.503] * 6)
-    still = _seed([1.5] * 6, [1.5] * 6)
-    gate = nmt_checks._alpha_still_moving(Results(alpha_trajectories=[rising]))
-    assert gate is not None
-    assert gate.numbers["alpha_common_drift"] == [
-        "seed #0: 6 of 6 heads rose (p = 0.031), by 0.0030 on average"
-    ]
-    assert gate.numbers["alpha_drift"] == pytest.approx([_alpha_move(1.5, 1.503)])
-    small = Results(alpha_trajectories=[_seed([1.5] * 6, [1.5015] * 6)])
-    assert nmt_checks._alpha_still_moving(small) is None
-    assert (
-        nmt_checks._alpha_still_moving(Results(alpha_trajectories=[rising, still, still])) is None
+def _rising(*moves: float) -> Results:
+    """Seeds of 6 heads at α 1.5 logged at 800, 900 and 1000, each seed's heads all rising
+    linearly by its ``moves``."""
+    return Results(
+        alpha_trajectories=[
+            [(t, [1.5 + move * (t - 800) / 200] * 6) for t in (800, 900, 1000)] for move in moves
+        ]
     )
-    for stays_put in ([1.503] * 5 + [1.5], [1.497] * 5 + [1.5]):
-        results = Results(alpha_trajectories=[_seed([1.5] * 6, stays_put)])
-        assert nmt_checks._alpha_still_moving(results) is None
+
+
+def _t_df2_p(moves: tuple[float, float, float]) -> float:
+    """Two-sided p of a one-sample t-test of three values' mean, by hand: with df 2 the t
+    distribution's tail is P(T > t) = (1 − t/√(t² + 2))/2."""
+    mean = sum(moves) / 3
+    sd = math.sqrt(sum((m - mean) ** 2 for m in moves) / 2)
+    t = abs(mean) / (sd / math.sqrt(3))
+    return 1 - t / math.sqrt(t * t + 2)
+
+
+def test_the_alpha_gate_tests_the_seeds_common_moves() -> None:
+    """Rule alpha_drift_test: each seed's mean α fitted by its line, the seeds' moves tested
+    by a t-test (df = seeds − 1) at alpha_drift_level, beyond alpha_drift_material. One seed
+    rising 0.003 (beyond 0.002) holds α back untested, 0.0015 does not; three seeds rising
+    0.0025 / 0.003 / 0.0035 (p = 0.009) hold it back; 0.003 beside two seeds that did not move
+    (mean 0.001), or 0.003 / 0.003 / −0.003, is too small; 0 / 0.003 / 0.006 (mean 0.003,
+    p = 0.23) is not significant."""
+    gate = nmt_checks._alpha_still_moving(_rising(0.003))
+    assert gate is not None
+    common = gate.numbers["alpha_common_drift"]
+    assert common["moves"] == pytest.approx([0.003])
+    assert common["p"] is None and common["blocks"] is True
+    assert gate.numbers["alpha_drift"] == pytest.approx([_alpha_move(1.5, 1.503)])
+    assert nmt_checks._alpha_still_moving(_rising(0.0015)) is None
+    moves = (0.0025, 0.003, 0.0035)
+    gate = nmt_checks._alpha_still_moving(_rising(*moves))
+    assert gate is not None
+    common = gate.numbers["alpha_common_drift"]
+    assert common["moves"] == pytest.approx(list(moves))
+    assert common["change"] == pytest.approx(0.003)
+    assert common["p"] == pytest.approx(_t_df2_p(moves)) and _t_df2_p(moves) < 0.01
+    for settled in ((0.003, 0.0, 0.0), (0.003, 0.003, -0.003), (0.0, 0.003, 0.006)):
+        assert nmt_checks._alpha_still_moving(_rising(*settled)) is None
+    assert _t_df2_p((0.0, 0.003, 0.006)) == pytest.approx(0.225, abs=1e-3)
+
+
+def test_a_wobble_every_head_shares_is_scatter_about_the_seeds_line() -> None:
+    """Three seeds of 8 heads at α 1.5, logged every 20 steps from 800 to 1000, every head of a
+    seed shifted alike by −0.005, +0.00625, −0.00625, +0.005 at 800, 820, 980, 1000 (a shared
+    wobble, zero-mean in time and without a slope: Σ(t − t̄)·shift = 0): every head rose by
+    0.01 from the window's first logged α to its last, which the sign test rule
+    alpha_drift_test replaced took for a drift in every seed (8 of 8, p = 2⁻⁷ < 5%/3, beyond
+    0.002); each seed's line through its mean α does not move. A real rise of 0.01 in every
+    seed, with the same wobble, holds α back."""
+    wobble = {800: -0.005, 820: 0.00625, 980: -0.00625, 1000: 0.005}
+
+    def seeds(rise: float) -> Results:
+        return Results(
+            alpha_trajectories=[
+                [(t, [1.5 + wobble.get(t, 0.0) + rise * (t - 800) / 200] * 8) for t in steps]
+                for steps in [range(800, 1001, 20)] * 3
+            ]
+        )
+
+    assert nmt_checks._alpha_still_moving(seeds(0.0)) is None
+    gate = nmt_checks._alpha_still_moving(seeds(0.01))
+    assert gate is not None
+    assert gate.numbers["alpha_common_drift"]["moves"] == pytest.approx([0.01] * 3)
 
 
 def test_the_alpha_gate_gives_both_of_its_reasons() -> None:
@@ -653,12 +699,14 @@ def test_the_alpha_gate_gives_both_of_its_reasons() -> None:
     assert gate.evidence == (
         "not measurable in this profile: over the last 20% of the steps α still moves by "
         f"{_alpha_move(1.3, 1.5):.3f} on average per head (read in its logit; settled: at most "
-        "0.02) and its heads still drift together (seed #0: 6 of 6 heads rose (p = 0.031), by "
-        "0.2000 on average; p < 0.05, beyond 0.002 in α); what would decide it: a longer run: "
-        "if α's move falls as 1/step, it settles "
-        # a move over the last fifth of 1000 steps falling as 1/step: 0.02 at 1000 × move / 0.02
-        f"after about {1000 * _alpha_move(1.3, 1.5) / 0.02:,.0f} steps, and its heads no longer "
-        "drift one way together"
+        "0.02) and its heads still drift together (the mean α of a seed's heads rose by 0.2000 "
+        "(its line's move per seed +0.2000; one seed with a line: no spread to test against; "
+        "beyond 0.002 in α)); what would decide it: a longer run: if α's move falls as 1/step, "
+        "it settles "
+        # moves over the last fifth of 1000 steps falling as 1/step: the mean move per head
+        # (0.21) within 0.02 at 1000 × 0.21 / 0.02, the common move 0.2 within 0.002 at
+        # 1000 × 0.2 / 0.002 — the later
+        "after about 100,000 steps, and its heads no longer drift one way together"
     )
 
 
@@ -1049,7 +1097,7 @@ CALLS = {
 
 
 def _drifting_seeds() -> Results:
-    rising = _seed([1.5] * 7, [1.503] * 7)  # sign test p = 2/128 = 0.016, below 5%/2
+    rising = _seed([1.5] * 7, [1.503] * 7)  # two seeds that moved alike: p = 0
     return Results(alpha_trajectories=[rising, rising], final_alphas={"encoder": [1.5] * 3})
 
 
@@ -1097,10 +1145,10 @@ WORDS = [
     (
         lambda: nmt_checks.alpha_modes(_drifting_seeds(), ["encoder"], [], 1.5, 1.2),
         "not measurable in this profile: over the last 20% of the steps its heads still drift "
-        "together (seed #0: 7 of 7 heads rose (p = 0.016), by 0.0030 on average; seed #1: 7 of "
-        "7 heads rose (p = 0.016), by 0.0030 on average; p < 0.025, beyond 0.002 in α); what "
+        "together (the mean α of a seed's heads rose by 0.0030 (its line's move per seed "
+        "+0.0030 / +0.0030; p = 0 over 2 seeds (t, df 1) < 0.05; beyond 0.002 in α)); what "
         "would decide it: a longer run: if α's move falls as 1/step, it "
-        "settles after about 1,000 steps, and its heads no longer drift one way together",
+        "settles after about 1,500 steps, and its heads no longer drift one way together",
     ),
     (
         lambda: nmt_checks.heads_dense_then_sparse(Results(), 0.1, 0.35, 100),
@@ -1767,7 +1815,7 @@ def test_the_alpha_gate_without_a_common_drift_says_only_when_alpha_settles() ->
     gate = nmt_checks._alpha_still_moving(
         Results(alpha_trajectories=[_seed([1.3] * 3 + [1.7] * 3, [1.5] * 6)])
     )
-    assert gate is not None and gate.numbers["alpha_common_drift"] == []
+    assert gate is not None and gate.numbers["alpha_common_drift"]["blocks"] is False
     move = (_alpha_move(1.3, 1.5) + _alpha_move(1.7, 1.5)) / 2
     assert gate.evidence.endswith(
         f"what would decide it: a longer run: if α's move falls as 1/step, it settles after about "

@@ -439,12 +439,15 @@ def _moving(x: float) -> bool:
 
 
 def _drift_p(p: float) -> bool:
-    """Whether the α gate holds back one seed whose heads drift one way by 0.01 (k of n up) with
-    a sign test's p-value just below (n = 37, k = 25: 0.0470) or above (22, 16: 0.0525) 0.05."""
-    n, k = (37, 25) if p < 0.05 else (22, 16)
-    before = [_alpha(0.0)] * n
-    after = [_alpha(0.0) + (0.01 if h < k else -0.01) for h in range(n)]
-    results = Results(alpha_trajectories=[[(800, before), (1000, after)]])
+    """Whether the α gate holds back three seeds whose 10 heads' mean α moves linearly by
+    0.01 ± s over the window (rule alpha_drift_test: the seeds' moves, a t-test of their mean,
+    df 2, two-sided p = ``p``), every head of a seed alike."""
+    se = 0.01 / float(stats.t.isf(p / 2, 2))  # the moves' sd is se·√3
+    moves = (0.01 - se * math.sqrt(3), 0.01, 0.01 + se * math.sqrt(3))
+    steps = (800, 900, 1000)
+    results = Results(
+        alpha_trajectories=[[(t, [1.5 + m * (t - 800) / 200] * 10) for t in steps] for m in moves]
+    )
     return nmt_checks._alpha_still_moving(results) is not None
 
 
