@@ -89,6 +89,18 @@ def write_spec(project: Path, name: str, spec: dict) -> str:
     return f"sweeps/{name}.yaml"
 
 
+def sparsemax_sweep(params: dict[str, Any]) -> dict[str, Any]:
+    """A sweep spec of one trial: the ci-sized semi-supervised VAE with sparsemax, by accuracy."""
+    return {
+        "stages": ["train_lvm@ssvae"],
+        "profile": "ci",
+        "params": params,
+        "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
+        "metric": "accuracy",
+        "mode": "max",
+    }
+
+
 def sweep_here(project: Path, spec: str, uri: str) -> str:
     """`python -m pipelines.sweeps.run SPEC` in ``project`` (a local Ray) logging to ``uri``; its
     log."""
@@ -214,14 +226,7 @@ def test_a_trial_killed_after_its_run_ended_continues_that_run_writing_no_point_
     spec_file = write_spec(
         project,
         "retried",
-        {
-            "stages": ["train_lvm@ssvae"],
-            "profile": "ci",
-            "params": {"lvm.ssvae.steps": 40, **SSVAE},
-            "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
-            "metric": "accuracy",
-            "mode": "max",
-        },
+        sparsemax_sweep({"lvm.ssvae.steps": 40, **SSVAE}),
     )
     monkeypatch.chdir(project)  # run_trial moves into the trial's directory
     monkeypatch.setattr(sys, "path", list(sys.path))  # and puts the project on the path
@@ -437,14 +442,7 @@ def test_a_submitted_sweep_puts_its_reports_in_the_submitting_checkout(
     spec = write_spec(
         project,
         "fetched",
-        {
-            "stages": ["train_lvm@ssvae"],
-            "profile": "ci",
-            "params": {"lvm.ssvae.steps": 60, **SSVAE},
-            "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
-            "metric": "accuracy",
-            "mode": "max",
-        },
+        sparsemax_sweep({"lvm.ssvae.steps": 60, **SSVAE}),
     )
     folder = project / "reports/sweeps/fetched"
     env = {**environment(uri), **ray_cluster.env, "MLFLOW_TRACKING_URI": uri}
@@ -492,14 +490,7 @@ def test_ray_job_submit_carries_the_data_only_when_told_to(
     spec = write_spec(
         project,
         "submitted",
-        {
-            "stages": ["train_lvm@ssvae"],
-            "profile": "ci",
-            "params": SSVAE,
-            "search": {"lvm.ssvae.methods": {"grid": ["sparsemax"]}},
-            "metric": "accuracy",
-            "mode": "max",
-        },
+        sparsemax_sweep(SSVAE),
     )
     runtime = json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": mlflow_server[0]}})
     command = [
