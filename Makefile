@@ -68,8 +68,9 @@ $(INSTALLED): $(LOCKED) pyproject.toml
 	touch $@
 
 # The CPU kernels of make repro: portable (the default: torch's and MKL's kernels pinned, the
-# fused normalizers compiled for the x86-64 baseline; the committed outputs' bytes on any x86
-# machine, docs/pipeline.md) or native (this CPU's own: faster, numbers off in the last digits).
+# fused normalizers compiled for the x86-64 baseline; the committed outputs' bytes on other x86
+# machines for NMT and LVM, not yet for APE: docs/pipeline.md) or native (this CPU's own: faster,
+# numbers off in the last digits).
 KERNELS ?= portable
 ifeq ($(filter $(KERNELS),portable native),)
 $(error KERNELS must be portable or native, got "$(KERNELS)")
