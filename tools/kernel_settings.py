@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from learnable_sparsity.files import atomic_write_text
+from learnable_sparsity.files import atomic_write_text, sha256_of
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reports" / "measurements" / "kernel_settings"
@@ -95,9 +95,7 @@ def outputs(repo: Path) -> dict[str, str]:
     """SHA-256 of every file under ``results/`` and ``reports/`` and of ``dvc.lock``."""
     files = [repo / "dvc.lock", *(repo / "results").rglob("*"), *(repo / "reports").rglob("*")]
     return {
-        str(path.relative_to(repo)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(files)
-        if path.is_file()
+        str(path.relative_to(repo)): sha256_of(path) for path in sorted(files) if path.is_file()
     }
 
 
@@ -160,6 +158,8 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.rounds < 0:
+        parser.error(f"--rounds must be 0 or more, got {args.rounds}")
     out = args.out or RESULTS / f"{args.profile}.json"
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
