@@ -500,8 +500,8 @@ def test_a_rerun_under_other_kernels_is_compared_with_the_committed_outputs(
     repro: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     """What `make repro` ends with, on the ci profile under two kernel settings: a copy's native
-    outputs committed, the semi-supervised VAE rerun with pinned kernels (ATEN_CPU_CAPABILITY=
-    default, MKL_CBWR=COMPATIBLE) and the claims judged again; the comparison lists exactly the
+    outputs committed, the semi-supervised VAE rerun with pinned kernels (make repro's
+    KERNEL_ENV) and the claims judged again; the comparison lists exactly the
     files git sees changed, each JSON's largest move as recomputed here, and the claims whose
     verdicts moved."""
     repo, _, _ = repro
@@ -511,7 +511,11 @@ def test_a_rerun_under_other_kernels_is_compared_with_the_committed_outputs(
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid"]
     run([*git, "add", "-A"], copy, env)
     run([*git, "commit", "-qm", "native outputs"], copy, env)
-    pinned = env | {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+    pinned = env | {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_CBWR": "COMPATIBLE",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    }
     run(["dvc", "repro", "-f", "-s", "train_lvm@ssvae"], copy, pinned)
     run(["dvc", "repro", "claims"], copy, pinned)
     printed = run([sys.executable, "-m", "pipelines.commands.compare_outputs"], copy, env)

@@ -4,7 +4,8 @@ the same bytes whatever instruction set the machine has.
 Another x86 machine is emulated here by telling torch, MKL and oneDNN to use a smaller
 instruction set than this CPU has (``ATEN_CPU_CAPABILITY``, ``MKL_ENABLE_INSTRUCTIONS``,
 ``ONEDNN_MAX_CPU_ISA``): the kernels an AVX2 or an SSE4.2 machine would pick. A few training
-updates of a small Transformer (softmax, α-entmax and sparsemax attention) give different weights
+updates of a small Transformer (softmax, α-entmax and sparsemax attention) and of a small BERT
+(whose GELU oneDNN computes, as in APE's models) give different weights
 under the native kernels of two such machines, and identical weights under the pinned kernels on
 all of them —
 the fused CPU normalizers, compiled on each machine, compiled for the x86-64 baseline then."""
@@ -44,9 +45,25 @@ for variant in ("softmax", "entmax_alpha", "sparsemax"):
         optimizer.step()
     for _, tensor in sorted(model.state_dict().items()):
         digest.update(tensor.detach().numpy().tobytes())
+# APE's BERT: its GELU is oneDNN's, not torch's
+from transformers import BertConfig, BertModel
+torch.manual_seed(0)
+bert = BertModel(BertConfig(
+    vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+    intermediate_size=64, max_position_embeddings=32,
+))
+optimizer = torch.optim.Adam(bert.parameters(), lr=1e-3)
+data = torch.Generator().manual_seed(1)
+for _ in range(8):
+    hidden = bert(input_ids=torch.randint(4, 500, (16, 20), generator=data)).last_hidden_state
+    optimizer.zero_grad()
+    hidden.square().mean().backward()
+    optimizer.step()
+for _, tensor in sorted(bert.state_dict().items()):
+    digest.update(tensor.detach().numpy().tobytes())
 print(digest.hexdigest())
 """
-PINNED = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+PINNED = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 MACHINES = {
     "this CPU": {},
     "an AVX2 machine": {

@@ -37,7 +37,13 @@ from learnable_sparsity.files import atomic_write_text, sha256_of
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reports" / "measurements" / "kernel_settings"
-PORTABLE = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+# make repro's pins (Makefile, KERNEL_ENV). A cap is a maximum: an AVX2 machine capped at SSE4.1
+# runs the SSE4.1 kernels this CPU runs under the same cap, so the pins override the emulation.
+PORTABLE = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+}
 # What another x86 machine's kernels look like from here: an AVX2 machine's torch, MKL and oneDNN
 # code paths, then each library alone; the pinned setting of docs/pipeline.md under both.
 AVX2_MACHINE = {
@@ -51,6 +57,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "aten_avx2": {"ATEN_CPU_CAPABILITY": "avx2"},
     "aten_default": {"ATEN_CPU_CAPABILITY": "default"},
     "mkl_avx2": {"MKL_CBWR": "AVX2"},
+    "onednn_avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
     "portable": PORTABLE,
     "portable_on_avx2_machine": {**AVX2_MACHINE, **PORTABLE},
 }

@@ -36,7 +36,12 @@ GIT_COMMIT_ENV = "LEARNABLE_SPARSITY_GIT_COMMIT"
 GIT_DIRTY_ENV = "LEARNABLE_SPARSITY_GIT_DIRTY"
 DVC_EXPERIMENT_TAG = "dvc.experiment"
 # Environment variables that pin the CPU kernels (docs/pipeline.md, "Rerunning on another machine").
-PORTABILITY_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR")
+PORTABILITY_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+)
 # A smoke cell lasts from half a minute to a few minutes: a sample every 5 s draws its curve.
 SYSTEM_METRICS_INTERVAL_S = 5.0
 
