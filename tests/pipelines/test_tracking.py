@@ -21,7 +21,7 @@ from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
 from learnable_sparsity.errors import LearnableSparsityError
 from pipelines.scaffold.runner import Resources, run_grid
-from pipelines.scaffold.tracking.provenance import system_metrics
+from pipelines.scaffold.tracking.provenance import system_metrics, system_tags
 from pipelines.scaffold.tracking.runs import (
     END_REASON_TAG,
     MAX_PARAM_VALUE_CHARS,
@@ -449,3 +449,17 @@ def test_a_server_that_does_not_answer_stops_a_stage_at_once(
     assert ran == []
     assert f"the MLflow tracking server {uri} does not answer" in caplog.text
     assert "Traceback" not in caplog.text
+
+
+def test_a_run_records_which_cpu_kernels_were_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """make repro's pins (docs/pipeline.md, "Rerunning on another machine") and the caps that
+    emulate another machine are tagged as set, or as unset."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    tags = system_tags()
+    assert tags["system.ATEN_CPU_CAPABILITY"] == "default"
+    assert tags["system.MKL_CBWR"] == "COMPATIBLE"
+    assert tags["system.ONEDNN_MAX_CPU_ISA"] == "SSE41"
+    assert tags["system.MKL_ENABLE_INSTRUCTIONS"] == "unset"
