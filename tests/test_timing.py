@@ -8,8 +8,11 @@ one), so the checks are exact and never depend on the machine's speed.
 from __future__ import annotations
 
 import itertools
+import random
+import re
 
 import pytest
+import torch
 
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.timing import (
@@ -17,6 +20,7 @@ from learnable_sparsity.timing import (
     RatioSummary,
     calls_for,
     interleaved_rounds,
+    machine,
     quartiles,
     spreads_overlap,
     summarize,
@@ -235,3 +239,113 @@ def test_the_baseline_must_measure_every_quantity() -> None:
         interleaved_rounds({"b": {"t": lambda: 1.0}, "x": {"u": lambda: 1.0}}, "b", rounds=1)
     with pytest.raises(LearnableSparsityError, match="a baseline value is 0"):
         RatioSummary.of([1.0], [0.0])
+
+
+def test_the_spread_is_relative_to_the_median_and_on_its_bound_not_noisy() -> None:
+    """The interquartile range divided by the median (not multiplied: equal at a median of 1), a
+    median of 0 giving no relative spread, and a spread exactly at the bound not noisy."""
+    assert RatioSummary.of([1.8, 2.0, 2.2], [1.0] * 3).relative_spread == pytest.approx(0.1)
+    still = RatioSummary.of([0.0, 0.0, 0.0], [1.0] * 3)
+    assert still.relative_spread == 0.0 and not still.noisy
+    # quartiles 9.5 and 10.5 of a median of 10: exactly 1 / 10, the bound
+    at_the_bound = RatioSummary.of([9.0, 10.0, 11.0], [1.0] * 3)
+    assert at_the_bound.relative_spread == NOISY_RELATIVE_SPREAD and not at_the_bound.noisy
+
+
+def test_a_summary_as_json_names_every_field() -> None:
+    summary = RatioSummary.of([2.0, 4.0, 3.0], [1.0, 2.0, 1.0])
+    assert summary.to_dict() == {
+        "values": [2.0, 4.0, 3.0],
+        "ratios": [2.0, 2.0, 3.0],
+        "ratio": 2.0,
+        "ratio_quartiles": [2.0, 2.5],
+        "ratio_range": [2.0, 3.0],
+        "relative_spread": 0.25,
+        "noisy": True,
+    }
+
+
+def test_spreads_that_touch_overlap() -> None:
+    # [1, 1, 1]: quartiles (1, 1); [0, 1, 1]: quartiles (0.5, 1): they meet at 1
+    assert spreads_overlap([1.0, 1.0, 1.0], [0.0, 1.0, 1.0])
+    assert spreads_overlap([0.0, 1.0, 1.0], [1.0, 1.0, 1.0])
+
+
+def refused(message: str) -> pytest.RaisesExc:
+    """The error of bad input, its whole message."""
+    return pytest.raises(LearnableSparsityError, match=f"^{re.escape(message)}$")
+
+
+def test_empty_or_unpaired_values_are_refused_by_name() -> None:
+    with refused("quartiles of no values"):
+        quartiles([])
+    with refused("need one baseline value per round: 0 values, 0 baseline values"):
+        RatioSummary.of([], [])
+    with refused("the baseline 'b' is missing, got ['x']"):
+        summarize({"x": {"t": [1.0]}}, "b")
+    with refused("'x' measures ['u'], which the baseline 'b' does not"):
+        summarize({"b": {"t": [1.0]}, "x": {"u": [1.0]}}, "b")
+    with refused("rounds must be an integer >= 1, got True"):
+        interleaved_rounds({"b": {"t": lambda: 1.0}}, "b", rounds=True)
+    with refused("number must be an integer >= 1, got 0"):
+        timed(lambda: None, number=0)
+    with refused("probes must be an integer >= 1, got 0"):
+        calls_for(lambda: 1.0, 1.0, probes=0)
+
+
+def test_the_defaults_warm_up_once_and_shuffle_with_seed_0() -> None:
+    fake = Fake()
+    names = ["base", "a", "b", "c", "d"]
+    measures = {n: {"t": fake.measure(n, "t", [1.0] * 3)} for n in names}
+    rounds: list[int] = []
+    result = interleaved_rounds(measures, "base", rounds=2, on_round=rounds.append)
+    assert len(fake.calls) == len(names) * 3  # one warm-up call each, then two rounds
+    assert rounds == [0, 1] and result.baseline == "base"
+    expected = random.Random(0)
+    for order in result.order:
+        pairs = [(n, "t") for n in names]
+        expected.shuffle(pairs)
+        assert list(order) == pairs
+
+
+def test_the_median_sample_is_the_lower_median_by_the_value_read() -> None:
+    """Samples ordered by ``value``, not by their own order: (name, seconds) pairs whose names
+    sort the other way round."""
+    script = iter([("z", 1.0), ("y", 2.0), ("x", 3.0), ("w", 4.0)])
+    result = interleaved_rounds(
+        {"b": {"t": lambda: next(script)}}, "b", rounds=2, repeats=2, warmup=0,
+        value=lambda sample: sample[1],
+    )  # fmt: skip
+    assert result.median_sample("b", "t", lambda sample: sample[1]) == ("y", 2.0)
+
+
+def test_timed_with_setup_sums_its_timed_parts_and_averages_them() -> None:
+    ticks = itertools.count(start=0.0, step=1.0)
+
+    def clock() -> float:
+        return next(ticks)
+
+    def setup() -> None:
+        next(ticks)  # untimed
+
+    def run(_: None) -> None:
+        next(ticks)
+        next(ticks)  # each timed part: 3 ticks between its two clock reads
+
+    measure = timed(run, setup=setup, number=3, clock=clock)
+    assert measure() == 3.0
+
+
+def test_calls_for_a_measure_of_zero_seconds_is_one_and_one_probe_is_enough() -> None:
+    assert calls_for(lambda: 0.0, 0.01) == 1
+    assert calls_for(lambda: 0.004, 0.01, probes=1) == 3
+
+
+def test_the_machine_names_what_timings_ran_on() -> None:
+    assert machine() == {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": machine()["machine"],
+        "processor": machine()["processor"],
+        "cpu_count": machine()["cpu_count"],
+    }
