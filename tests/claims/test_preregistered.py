@@ -19,7 +19,13 @@ from learnable_sparsity.claims import (
     results_from_json,
     results_to_json,
 )
-from learnable_sparsity.claims.preregistered import parse_claims, parse_rules, threshold_changes
+from learnable_sparsity.claims.preregistered import (
+    parse_claims,
+    parse_rules,
+    rules_fixed_since,
+    threshold_changes,
+    thresholds_fixed_since,
+)
 from learnable_sparsity.errors import LearnableSparsityError
 
 CLAIM = {
@@ -262,3 +268,169 @@ def test_a_named_rule_keeps_its_earlier_names_as_text() -> None:
     (rule,) = parse_rules(yaml.safe_dump({"rules": {"pairing": entry}})).values()
     assert rule.value == "paired" and rule.history[0].value == "Welch"
     assert rule.history[0].describe("") == "Welch until 2026-11-28"
+
+
+def test_a_threshold_without_history_or_unit_is_described_by_its_value_and_source() -> None:
+    (claim,), _ = _parse(_with_margin(unit=None, history=None))
+    margin = claim.thresholds["margin"]
+    assert (margin.unit, margin.publication, margin.reason) == (
+        "",
+        "31.1 vs 30.6",
+        "the largest published difference",
+    )
+    assert margin.describe("margin") == "margin = 0.5 (Table 1)"
+    assert claim.work == "EST"
+    # moved since a record was kept: no unit then or now, the same name
+    (change,) = threshold_changes((claim,), {"c": {"margin": 1.0}}, datetime.date(2026, 11, 25))
+    assert change.describe() == (
+        "c margin: 1 when the record was kept, 0.5 now — NOT in the threshold's history"
+    )
+
+
+def test_a_fixed_time_is_read_in_its_zone_a_date_as_midnight_utc() -> None:
+    def fixed_at(at: object) -> datetime.datetime:
+        (claim,), _ = _parse(_with_margin(fixed={"commit": "f00d", "at": at}))
+        return claim.thresholds["margin"].fixed.at
+
+    assert fixed_at("2026-11-27T10:00:00+01:00") == datetime.datetime(
+        2026, 11, 27, 10, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
+    )
+    assert fixed_at("2026-11-27T10:00:00+01:00").utcoffset() == datetime.timedelta(hours=1)
+    assert fixed_at("2026-11-27T10:00:00") == datetime.datetime(
+        2026, 11, 27, 10, tzinfo=datetime.UTC
+    )
+    assert fixed_at(datetime.date(2026, 11, 27)) == datetime.datetime(
+        2026, 11, 27, tzinfo=datetime.UTC
+    )
+    naive = datetime.datetime(2026, 11, 27, 9, 30)
+    assert fixed_at(naive) == datetime.datetime(2026, 11, 27, 9, 30, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        (
+            _with_margin(history=[{"value": 1.0, "until": "soon", "why": "x"}]),
+            "claims.yaml: claim 'c' threshold 'margin'.history[0] is not a date (YYYY-MM-DD): "
+            "'soon'",
+        ),
+        (
+            _with_margin(history=[5]),
+            "claims.yaml: claim 'c' threshold 'margin'.history[0] needs ['until', 'value', 'why']"
+            " (and may have ['commit', 'name', 'unit'])",
+        ),
+        (
+            _with_margin(fixed={"commit": "f00d"}),
+            "claims.yaml: claim 'c' threshold 'margin'.fixed needs exactly ['at', 'commit']",
+        ),
+        (
+            _with_margin(fixed={"commit": "f00d", "at": "noon"}),
+            "claims.yaml: claim 'c' threshold 'margin'.fixed.at is not a time "
+            "(YYYY-MM-DDTHH:MM:SSZ): 'noon'",
+        ),
+    ],
+)
+def test_a_threshold_refused_names_where_in_claims_yaml(claim: dict, message: str) -> None:
+    with pytest.raises(LearnableSparsityError, match=f"^{re.escape(message)}$"):
+        _parse(claim)
+
+
+def test_an_out_of_scope_claim_with_an_unknown_key_is_refused_naming_it() -> None:
+    excluded = {"id": "x", "title": "t", "work": "EST", "source": "s", "text": "t", "reason": "r"}
+    with pytest.raises(LearnableSparsityError, match=re.escape("has unknown keys ['extra']")):
+        _parse(CLAIM, out_of_scope=({**excluded, "extra": 1},))
+
+
+def test_a_rule_keeps_its_fields_numbers_as_floats_and_names_where_it_is_refused() -> None:
+    entry = {**RULE, "value": 3, "history": [{"value": 2, "until": "2026-11-20", "why": "y"}]}
+    (rule,) = parse_rules(yaml.safe_dump({"rules": {"seeds": entry}})).values()
+    assert type(rule.value) is float and rule.value == 3.0
+    assert (rule.unit, rule.reason, rule.fixed.commit) == ("level", "conventional", "b2e1f63")
+    assert type(rule.history[0].value) is float and rule.history[0].why == "y"
+    (unitless,) = parse_rules(
+        yaml.safe_dump({"rules": {"seeds": {k: v for k, v in RULE.items() if k != "unit"}}})
+    ).values()
+    assert unitless.unit == ""
+    refusals = {
+        "claims.yaml: rule 'level' needs fixed": {k: v for k, v in RULE.items() if k != "fixed"},
+        "claims.yaml: rule 'level'.fixed needs exactly ['at', 'commit']": {
+            **RULE,
+            "fixed": {"commit": "x"},
+        },
+        "claims.yaml: rule 'level'.history[0] is not a date (YYYY-MM-DD): 'soon'": {
+            **RULE,
+            "history": [{"value": 1, "until": "soon", "why": "x"}],
+        },
+    }
+    for message, bad in refusals.items():
+        with pytest.raises(LearnableSparsityError, match=f"^{re.escape(message)}$"):
+            parse_rules(yaml.safe_dump({"rules": {"level": bad}}))
+    with pytest.raises(LearnableSparsityError, match=re.escape("needs a mapping `rules`")):
+        parse_rules(yaml.safe_dump({"rules": {}}))
+
+
+def test_a_threshold_change_is_found_under_todays_name_first_and_for_every_threshold() -> None:
+    earlier = {"value": 1.0, "until": "2026-11-26", "why": "x", "name": "old_margin"}
+    (claim,), _ = _parse(_with_margin(history=[earlier]))
+    kept_on = datetime.date(2026, 11, 25)
+    # a record that has both names was judged with today's: unchanged
+    assert threshold_changes((claim,), {"c": {"margin": 0.5, "old_margin": 1.0}}, kept_on) == []
+    # new: neither name in the record; it is named as today, in no unit then
+    (new,) = threshold_changes((claim,), {"c": {"other": 1.0}}, kept_on)
+    assert (new.recorded, new.recorded_name, new.recorded_unit) == (None, "margin", "")
+    # two thresholds, the first unchanged: the second's change is still found
+    two = {
+        **CLAIM,
+        "check": "two_thresholds",
+        "args": {},
+        "thresholds": {
+            "margin": CLAIM["thresholds"]["margin"],
+            "min_tokens": {**CLAIM["thresholds"]["margin"], "value": 2.0, "history": []},
+        },
+    }
+
+    def two_thresholds(results: Results, margin: float, min_tokens: float) -> None: ...
+
+    ((claim,), _) = parse_claims(
+        yaml.safe_dump({"claims": [two]}), {"two_thresholds": two_thresholds}
+    )
+    (moved,) = threshold_changes((claim,), {"c": {"margin": 0.5, "min_tokens": 3.0}}, kept_on)
+    assert (moved.name, moved.recorded, moved.value) == ("min_tokens", 3.0, 2.0)
+
+
+def test_the_rules_and_thresholds_fixed_or_replaced_since_a_record_was_kept() -> None:
+    kept = datetime.datetime(2026, 11, 25, 12, tzinfo=datetime.UTC)
+    rules = parse_rules(
+        yaml.safe_dump(
+            {
+                "rules": {
+                    "level": {
+                        **RULE,
+                        "fixed": {"commit": "0123456789abc", "at": "2026-11-26T08:05:00Z"},
+                        "history": [{"value": 0.1, "until": "2026-11-26", "why": "x"}],
+                    },
+                    "test": {**RULE, "value": "paired", "unit": ""},
+                    "window": {**RULE, "fixed": {"commit": "c", "at": "2026-11-25T12:00:00Z"}},
+                }
+            }
+        )
+    )
+    assert rules_fixed_since(rules, kept) == [
+        "level = 0.05 fixed 2026-11-26 08:05 (`0123456789`); was 0.1 until 2026-11-26"
+    ]
+    earlier = datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC)
+    assert (
+        rules_fixed_since(rules, earlier)[1] == "test = paired fixed 2026-11-24 01:06 (`b2e1f63`)"
+    )
+    # a threshold replaced on the day the record was kept, fixed at no recorded time
+    (claim,), _ = _parse(_with_margin(history=[{"value": 1.0, "until": "2026-11-25", "why": "x"}]))
+    assert thresholds_fixed_since(claim, kept) == ["margin = 0.5 BLEU; was 1 BLEU until 2026-11-25"]
+    assert thresholds_fixed_since(claim, datetime.datetime(2026, 11, 26, tzinfo=datetime.UTC)) == []
+    # fixed after the record, with no history
+    fixed = {"commit": "f00d", "at": "2026-11-25T12:00:01Z"}
+    (claim,), _ = _parse(_with_margin(history=None, fixed=fixed))
+    assert thresholds_fixed_since(claim, kept) == [
+        "margin = 0.5 BLEU fixed 2026-11-25 12:00 (`f00d`)"
+    ]
+    (claim,), _ = _parse(_with_margin(history=None, fixed={**fixed, "at": "2026-11-25T12:00:00Z"}))
+    assert thresholds_fixed_since(claim, kept) == []
