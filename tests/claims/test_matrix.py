@@ -4,10 +4,27 @@ own, the totals, the titles of the claims out of scope."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from learnable_sparsity.claims import Claim, OutOfScope
-from learnable_sparsity.claims.report import MATRIX_LEGEND, MatrixColumn, claims_matrix
+from learnable_sparsity.claims.catalog import ClaimResult
+from learnable_sparsity.claims.checks import (
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Verdict,
+)
+from learnable_sparsity.claims.preregistered import Change, Threshold
+from learnable_sparsity.claims.report import (
+    MATRIX_LEGEND,
+    KeptVerdict,
+    MatrixColumn,
+    claims_matrix,
+    kept_markdown,
+    kept_verdicts,
+)
 from learnable_sparsity.errors import LearnableSparsityError
 
 
@@ -74,3 +91,48 @@ def test_an_unknown_verdict_is_refused_naming_the_run_and_the_claim() -> None:
     odd = MatrixColumn("bible", "bible/claims.md", {"ast_bleu": "maybe"})
     with pytest.raises(LearnableSparsityError, match=r"run 'bible': claim 'ast_bleu' .* 'maybe'"):
         claims_matrix(CLAIMS, [odd])
+
+
+def test_the_verdicts_as_kept_and_today_word_for_word() -> None:
+    """A kept record's section beside its table: the claims whose verdict moved (one the record
+    was kept without among them), each with its thresholds fixed since; the rules fixed since."""
+    margin = Threshold(
+        0.5,
+        "BLEU",
+        "31.1 vs 30.6",
+        "Table 1",
+        "r",
+        (Change(1.0, datetime.date(2026, 11, 26), "x"),),
+    )
+    moved = Claim(
+        "ast_bleu", "t", "AST", "s", "x", "bleu_at_least_as_good", thresholds={"margin": margin}
+    )
+    results = [
+        ClaimResult(moved, Verdict(NOT_REPRODUCED, "e")),
+        ClaimResult(CLAIMS[0], Verdict(REPRODUCED, "e")),
+        ClaimResult(CLAIMS[2], Verdict(NOT_MEASURABLE, "e")),
+    ]
+    kept = {"ast_bleu": REPRODUCED, "est_topk": REPRODUCED}
+    kept_at = datetime.datetime(2026, 11, 25, tzinfo=datetime.UTC)
+    changed = kept_verdicts(results, kept, kept_at)
+    since = ("margin = 0.5 BLEU; was 1 BLEU until 2026-11-26",)
+    assert changed == [
+        KeptVerdict("ast_bleu", REPRODUCED, NOT_REPRODUCED, since),
+        KeptVerdict("ast_new", None, NOT_MEASURABLE, ()),
+    ]
+    rules = ["level = 0.05; was 0.1 until 2026-11-26"]
+    assert kept_markdown(changed, rules, "the checks of `abc`") == (
+        "\n### Verdicts as kept and today\n\n"
+        "The record was judged when kept (the checks of `abc`); today's rules give another verdict "
+        "for 2 claims. A rule changed after a record was kept applies to it beside the verdict it "
+        "was kept with, never in its place. Changes of the checks' code that no registry entry "
+        "names (before 2026-11-28 the gates' constants were code) lie between the two checks' "
+        "commits (`git log <kept commit>..HEAD -- learnable_sparsity/claims`).\n\n"
+        "Rules fixed since the record was kept: level = 0.05; was 0.1 until 2026-11-26.\n\n"
+        "| Claim | As kept | Today | Its thresholds fixed since |\n"
+        "|---|---|---|---|\n"
+        "| [ast_bleu](#claim-ast_bleu) | reproduced | **not reproduced** | "
+        "margin = 0.5 BLEU; was 1 BLEU until 2026-11-26 |\n"
+        "| [ast_new](#claim-ast_new) | not yet a claim | **not measurable** | — |\n"
+    )  # fmt: skip
+    assert "Rules fixed since the record was kept: none.\n" in kept_markdown([], [], "x")
