@@ -1351,3 +1351,21 @@ def test_report_lists_every_claim_with_its_thresholds_and_the_ones_out_of_scope(
     assert record["out_of_scope"][0]["title"]
     assert first["thresholds"]["margin"]["history"][0]["until"] == "2026-11-26"
     json.dumps(record)  # dates and all: JSON-ready
+
+
+def test_the_claims_page_shows_a_note_only_when_given_and_every_corpus_length_table() -> None:
+    """No empty paragraph where no note is given; one training-length table per corpus, a seed
+    that never reached softmax's final NLL as "—"."""
+    never = [(100, 3.0)]
+    measured = Results(
+        valid_nll={
+            "smoke": {"softmax": [FLAT], "sparsemax": [never]},
+            "bible": {"softmax": [FLAT], "sparsemax": [FALLING]},
+        }
+    )
+    text = claims_markdown([], "smoke", measured)
+    assert text.startswith(
+        "## The papers' claims, checked on these results (smoke profile)\n\n0 reproduced, "
+    )
+    assert "Training length (smoke)" in text and "Training length (bible)" in text
+    assert "| sparsemax | — |" in text and "| sparsemax | 400 |" in text
