@@ -1893,3 +1893,51 @@ def test_a_counted_head_falling_too_little_to_fall_out_does_not_turn() -> None:
     head = nmt_checks._HeadTurn.of(_turning(1.7, 1.73), 0.1, 0.35, 1)[0]
     assert head.counted and head.room == pytest.approx(0.15)
     assert -head.tested > head.beyond and not head.could_turn()
+
+
+# ------------------------------------------------------------------------------ pairing by seed
+
+# Seeds that differ far more from one another than the methods do within a seed: only a test
+# paired by seed sees the methods' difference (Welch's spread is the seeds', ~10 or ~0.2).
+SPREAD_SEEDS = [40.0, 50.0, 60.0]
+
+
+def test_ape_comparisons_pair_the_systems_by_seed() -> None:
+    curves = {"bert": [FLAT] * 3, "dual": [FLAT] * 3}
+    below = Results(
+        ape={"bert": {"test": [39.1, 48.9, 59.0]}, "dual": {"test": SPREAD_SEEDS}},
+        ape_valid_nll=curves,
+    )
+    verdict = ape_checks.ape_ter_below(below, "bert", ["dual"], "test")
+    assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
+    close = Results(
+        ape={"bert": {"test": [40.2, 50.1, 60.3]}, "dual": {"test": SPREAD_SEEDS}},
+        ape_valid_nll=curves,
+    )
+    verdict = ape_checks.ape_best_of(close, "bert", ["dual"], "test", 1.0)
+    assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
+
+
+def test_lvm_comparisons_pair_the_methods_by_seed_of_each_latent_size() -> None:
+    accuracy = [0.5, 0.7, 0.9]
+    below = (0.01, 0.011, 0.009)
+    runs = {
+        "sparsemax": [{"accuracy": a, "latent_dim": 8} for a in accuracy],
+        "sfe": [{"accuracy": a - d, "latent_dim": 8} for a, d in zip(accuracy, below, strict=True)],
+    }
+    verdict = lvm_checks.methods_below(
+        Results(lvm={"ssvae": runs}), "ssvae", "accuracy", ["sfe"], "sparsemax"
+    )
+    assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
+    # D = 8 pairs its three seeds; the runs of D = 16 beside them do not unpair them
+    sparsemap = [_bits(n + 0.001, 8) for n in (1.0, 1.5, 2.0)] + [_bits(9.0, 16)] * 3
+    sfe = [_bits(n, 8) for n in (1.0, 1.5, 2.0)] + [_bits(1.0, 16), _bits(5.0, 16), _bits(9.0, 16)]
+    verdict = lvm_checks.nll_at_or_below(
+        Results(lvm={"bits": {"sparsemap": sparsemap, "sfe": sfe}}),
+        "bits",
+        ["sparsemap"],
+        ["sfe"],
+        0.05,
+        [8],
+    )
+    assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
