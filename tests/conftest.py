@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from learnable_sparsity.errors import LearnableSparsityError
 from tests.loopback import LoopbackServer, serving
 
 # The devices a test of "every device" runs on: the CPU always, CUDA when torch can use it.
@@ -31,6 +33,11 @@ torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 # What the stages write: a copy of the project starts without them.
 OUTPUTS = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
+
+
+def refused(message: str) -> pytest.RaisesExc:
+    """Bad input refused with exactly ``message``, word for word."""
+    return pytest.raises(LearnableSparsityError, match=f"^{re.escape(message)}$")
 
 
 def copy_project(destination: Path) -> None:

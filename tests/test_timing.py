@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import re
 
 import pytest
 import torch
@@ -26,6 +25,7 @@ from learnable_sparsity.timing import (
     summarize,
     timed,
 )
+from tests.conftest import refused
 
 
 class Fake:
@@ -269,11 +269,6 @@ def test_spreads_that_touch_overlap() -> None:
     # [1, 1, 1]: quartiles (1, 1); [0, 1, 1]: quartiles (0.5, 1): they meet at 1
     assert spreads_overlap([1.0, 1.0, 1.0], [0.0, 1.0, 1.0])
     assert spreads_overlap([0.0, 1.0, 1.0], [1.0, 1.0, 1.0])
-
-
-def refused(message: str) -> pytest.RaisesExc:
-    """The error of bad input, its whole message."""
-    return pytest.raises(LearnableSparsityError, match=f"^{re.escape(message)}$")
 
 
 def test_empty_or_unpaired_values_are_refused_by_name() -> None:

@@ -20,6 +20,7 @@ from learnable_sparsity.analysis.alpha import (
     alpha_movement,
     alpha_statistics,
     alpha_trajectories,
+    flagged_heads,
     modality,
     softmax_then_sparser,
 )
@@ -47,6 +48,7 @@ from learnable_sparsity.data.registry import CORPORA
 from learnable_sparsity.errors import LearnableSparsityError
 from learnable_sparsity.nmt.model import Transformer
 from learnable_sparsity.settings import SettingsError, build
+from tests.conftest import refused
 from tests.tiny_transformer import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -427,3 +429,58 @@ def test_analyze_heads_reads_the_question_words_of_the_source_language(tmp_path:
     cell = summary(english, [])
     assert cell["source_language"] == "en"
     assert cell["roles"] == english["roles"]
+
+
+def test_softmax_then_sparser_on_its_edges() -> None:
+    """A dip and a rebound of exactly the bounds count (binary fractions, exact); bounds of 0
+    are allowed; ``alpha_init`` replaces the first logged α as the start."""
+    assert softmax_then_sparser([1.5, 1.25, 1.75], min_dip=0.25, min_rebound=0.5)
+    assert softmax_then_sparser([1.5], min_dip=0.0, min_rebound=0.0)
+    assert softmax_then_sparser([1.35, 1.3, 1.7], alpha_init=1.5)  # dip 0.2 from 1.5
+    assert not softmax_then_sparser([1.35, 1.3, 1.7])  # dip 0.05 from 1.35
+    with refused("softmax_then_sparser needs a non-empty α trajectory"):
+        softmax_then_sparser([])
+
+
+def test_alpha_trajectories_of_one_step_and_a_step_with_other_heads() -> None:
+    steps, series = alpha_trajectories([{"step": 10, "alphas": {"encoder.self.layer0": [1.2]}}])
+    assert (steps, series) == ([10], {"encoder.self.layer0": [[1.2]]})
+    with refused("the α history is empty (was the model α-entmax?)"):
+        alpha_trajectories([])
+    uneven = [
+        {"step": 10, "alphas": {"encoder.self.layer0": [1.2]}},
+        {"step": 20, "alphas": {"encoder.self.layer0": [1.2, 1.3]}},
+    ]
+    with refused("α history at step 20 has 2 heads in encoder.self.layer0, expected 1"):
+        alpha_trajectories(uneven)
+
+
+def test_alpha_statistics_on_their_edges() -> None:
+    """The dip test from exactly 4 values, of two distinct values too, never of equal ones; a
+    head exactly on a flat tail's edge is not in the tail; every field named."""
+    two_values = alpha_statistics({"encoder.self.layer0": [1.2, 1.2, 1.8, 1.8]})["encoder.self"]
+    assert two_values["p_unimodal"] is not None
+    assert (
+        alpha_statistics({"encoder.self.layer0": [1.5] * 4})["encoder.self"]["p_unimodal"] is None
+    )
+    assert (
+        alpha_statistics({"encoder.self.layer0": [1.2, 1.8, 1.5]})["encoder.self"]["p_unimodal"]
+        is None
+    )
+    edges = alpha_statistics({"decoder.self.layer0": list(FLAT_TAIL_ALPHAS)})["decoder.self"]
+    assert edges == {
+        "mean": pytest.approx(sum(FLAT_TAIL_ALPHAS) / 2),
+        "min": FLAT_TAIL_ALPHAS[0],
+        "max": FLAT_TAIL_ALPHAS[1],
+        "p_unimodal": None,
+        "flat_tail_softmax": 0,
+        "flat_tail_sparsemax": 0,
+    }  # fmt: skip
+
+
+def test_flagged_heads_are_the_heads_that_dip_then_turn_sparser() -> None:
+    history = [
+        {"step": s, "alphas": {"encoder.self.layer0": [a, 1.5], "decoder.self.layer0": [b]}}
+        for s, a, b in [(10, 1.5, 1.5), (20, 1.3, 1.3), (30, 1.9, 1.35)]
+    ]
+    assert flagged_heads(history) == [("encoder.self.layer0", 0)]
