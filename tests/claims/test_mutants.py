@@ -1941,3 +1941,86 @@ def test_lvm_comparisons_pair_the_methods_by_seed_of_each_latent_size() -> None:
         [8],
     )
     assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
+
+
+# ---------------------------------------------------------------------- the comparisons' edges
+
+# Student's t quantile with 2 degrees of freedom, closed form: (2p − 1) / √(2p(1 − p)).
+T95_DF2 = 0.9 / math.sqrt(2 * 0.95 * 0.05)  # 2.92
+
+
+def _paired(deficits: tuple[float, float, float], base: float = 10.0) -> tuple[list, list]:
+    """Three seeds, the candidate below the baseline by ``deficits`` (paired by seed)."""
+    return [base - d for d in deficits], [base] * 3
+
+
+def test_compare_defaults_to_higher_is_better_unpaired_and_welchs_df() -> None:
+    c = checks.compare([1.0, 1.1, 1.2], [2.0, 2.5, 3.0])
+    assert c.paired is False and c.text.endswith(", Welch") and c.better_by == pytest.approx(-1.4)
+    va, vb = 0.01 / 3, 0.25 / 3  # each mean's variance
+    assert c.df == pytest.approx((va + vb) ** 2 / (va**2 / 2 + vb**2 / 2))  # 2.16
+    constant = checks.compare([1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
+    assert (constant.se, constant.df) == (0.0, 4.0)  # no spread: n1 + n2 - 2
+
+
+def test_a_bound_at_another_level_and_p_beyond_without_spread() -> None:
+    c = checks.compare([2.0, 3.0, 4.0], [1.0, 2.0, 3.0], paired=True)  # +1 in every seed
+    assert c.se == 0.0 and c.bound(lower=True, level=0.25) == 1.0
+    assert (c.p_beyond(1.0, above=True), c.p_beyond(0.5, above=True)) == (1.0, 0.0)
+    assert (c.p_beyond(1.0, above=False), c.p_beyond(2.0, above=False)) == (1.0, 0.0)
+    spread = checks.compare([2.0, 2.9, 4.1], [1.0, 2.0, 3.0], paired=True)  # gains 1, 0.9, 1.1
+    half_width = T95_DF2 * 0.1 / math.sqrt(3)
+    assert spread.bound(lower=True) == pytest.approx(1.0 - half_width)
+    assert spread.bound(lower=True, level=0.5) == pytest.approx(1.0)
+    # t = 1 / (0.1 / √3) = 17.3: "better_by > 0" has p = 1 − F₂(17.3), small, not F₂(17.3)
+    t = 1.0 / (0.1 / math.sqrt(3))
+    assert spread.p_beyond(0.0, above=True) == pytest.approx(1 - _t_cdf_2(t))
+
+
+def test_at_least_as_good_on_its_margin_and_its_deciding_bound() -> None:
+    on_edge = checks.at_least_as_good(*_paired((1.0, 1.0, 1.0)), 1.0, paired=True)
+    assert on_edge.status == NOT_MEASURABLE and "the estimate lies on the edge" in on_edge.evidence
+    refuted = checks.at_least_as_good(*_paired((2.1, 2.0, 1.9)), 1.0, paired=True)
+    reach = T95_DF2 * 0.1 / math.sqrt(3)
+    assert refuted.status == NOT_REPRODUCED
+    assert refuted.numbers["edge"] == pytest.approx(
+        {"statistic": 2.0 - reach, "threshold": 1.0, "distance": 1.0 - (2.0 - reach)}
+    )
+    open_ = checks.at_least_as_good(*_paired((0.0, 1.0, 2.0)), 1.5, paired=True)
+    assert open_.status == NOT_MEASURABLE
+    gains = [-0.0, -1.0, -2.0]
+    assert open_.numbers["seeds_needed"] == checks.seeds_for([gains], 0.5)  # |1.5 − 1|
+
+
+def test_worse_by_at_most_on_every_side_of_its_interval() -> None:
+    """'A little below': reproduced with both bounds inside (0, largest gap); the edge the
+    nearer in absolute terms of the lower bound to 0 and the upper to the largest gap."""
+    reach = T95_DF2 * 0.1 / math.sqrt(3)
+    little = checks.worse_by_at_most(*_paired((0.4, 0.5, 0.6)), 2.0)
+    assert little.status == REPRODUCED and little.numbers["paired"] is False
+    little = checks.worse_by_at_most(*_paired((0.4, 0.5, 0.6)), 2.0, paired=True)
+    assert little.status == REPRODUCED
+    t = -0.5 / (0.1 / math.sqrt(3))
+    _assert_numbers(
+        little.numbers,
+        {
+            "gap": -0.5,
+            "deficit_bounds": [0.5 - reach, 0.5 + reach],
+            "largest_gap": 2.0,
+            "paired": True,
+            # "better than 0" (1 − F(t)) and "worse than the largest gap" (F((−0.5 + 2) / se))
+            "p_refutes": min(1 - _t_cdf_2(t), _t_cdf_2((-0.5 + 2.0) / (0.1 / math.sqrt(3)))),
+            "edge": {"statistic": 0.5, "threshold": 0.0, "distance": 0.5 - reach},
+        },
+    )
+    too_far = checks.worse_by_at_most(*_paired((2.9, 3.0, 3.1)), 2.0, paired=True)
+    assert too_far.status == NOT_REPRODUCED and too_far.numbers["largest_gap"] == 2.0
+    # wide: the lower bound's distance from 0 (−2.71) is the nearer in absolute terms, the upper's
+    # from the largest gap (−3.71) the smaller number
+    wide = checks.worse_by_at_most(*_paired((-1.0, 1.5, 4.0)), 2.0, paired=True)
+    half = T95_DF2 * 2.5 / math.sqrt(3)
+    assert wide.status == NOT_MEASURABLE
+    assert wide.numbers["edge"] == pytest.approx(
+        {"statistic": 1.5, "threshold": 0.0, "distance": 1.5 - half}
+    )
+    assert wide.numbers["seeds_needed"] == checks.seeds_for([[1.0, -1.5, -4.0]], 0.5)
