@@ -9,7 +9,9 @@ import math
 from collections.abc import Callable
 
 import pytest
+from scipy import stats
 
+from learnable_sparsity.analysis.alpha import alpha_movement
 from learnable_sparsity.claims import (
     NOT_MEASURABLE,
     NOT_REPRODUCED,
@@ -2024,3 +2026,32 @@ def test_worse_by_at_most_on_every_side_of_its_interval() -> None:
         {"statistic": 1.5, "threshold": 0.0, "distance": 1.5 - half}
     )
     assert wide.numbers["seeds_needed"] == checks.seeds_for([[1.0, -1.5, -4.0]], 0.5)
+
+
+def test_a_heads_per_head_bound_is_its_seeds_noise_at_a_bonferroni_level() -> None:
+    """_HeadTurn.of on four heads in α's middle: each head's move read in its logit, signed; the
+    seed's noise the MAD of those moves × 1.4826; the bound that noise × the normal quantile of
+    alpha_drift_level / (2 × heads × seeds), at least alpha_settled. Worked out here from the
+    trajectory with alpha_movement (tests/analysis) and the normal quantile."""
+    start = [1.5, 1.5, 1.5, 1.25]
+    final = [1.6, 1.45, 1.58, 1.0]  # the last dips exactly 0.25 from its start
+    steps = range(100, 1001, 100)
+    trajectory = [
+        (s, [a + (b - a) * (s - 100) / 900 for a, b in zip(start, final, strict=True)])
+        for s in steps
+    ]
+    earlier = nmt_checks._window_start(trajectory)
+    tested = [
+        math.copysign(alpha_movement(a, b, 0.0), b - a) for a, b in zip(earlier, final, strict=True)
+    ]
+    centre = sorted(tested)[1:3]
+    median = (centre[0] + centre[1]) / 2
+    deviations = sorted(abs(m - median) for m in tested)
+    noise = 1.4826 * (deviations[1] + deviations[2]) / 2
+    level = checks.rule("alpha_drift_level") / (2 * 4 * 3)
+    beyond = max(checks.rule("alpha_settled"), noise * float(stats.norm.isf(level)))
+    turns = nmt_checks._HeadTurn.of(trajectory, 0.25, 0.5, seeds=3)
+    assert [t.tested for t in turns] == pytest.approx(tested)
+    assert all(t.beyond == pytest.approx(beyond) for t in turns)
+    assert beyond > checks.rule("alpha_settled")  # the noise decides, not the floor
+    assert [t.dipped for t in turns] == [False, False, False, True]
