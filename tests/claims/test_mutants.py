@@ -772,6 +772,14 @@ def test_head_diversity_judges_each_variant_with_an_analysis() -> None:
     assert verdict.status == NOT_MEASURABLE and "no head analysis of entmax15" in verdict.evidence
 
 
+def test_head_diversity_pairs_the_variants_by_seed() -> None:
+    """Seeds far apart in JS, the variant a little above softmax within each: only the test
+    paired by seed sees it."""
+    results = Results(js={"entmax15": _js(0.11, 0.52, 0.909), "softmax": _js(0.1, 0.5, 0.9)})
+    verdict = nmt_checks.sparse_heads_more_diverse(results, ["entmax15"], "softmax")
+    assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
+
+
 def test_head_roles_skip_what_they_cannot_judge_and_count_a_single_head() -> None:
     """A role the corpus cannot show and one no model has are skipped; one softmax head with the
     previous-token role, none in α-entmax: not reproduced. Curves ending at the same step are
