@@ -306,12 +306,19 @@ def test_the_defaults_warm_up_once_and_shuffle_with_seed_0() -> None:
 def test_the_median_sample_is_the_lower_median_by_the_value_read() -> None:
     """Samples ordered by ``value``, not by their own order: (name, seconds) pairs whose names
     sort the other way round."""
-    script = iter([("z", 1.0), ("y", 2.0), ("x", 3.0), ("w", 4.0)])
+    script = iter(
+        [("z", 1.0), ("y", 2.0), ("x", 3.0), ("w", 4.0), ("v", 7.0), ("u", 6.0), ("t", 5.0)]
+    )
     result = interleaved_rounds(
         {"b": {"t": lambda: next(script)}}, "b", rounds=2, repeats=2, warmup=0,
         value=lambda sample: sample[1],
     )  # fmt: skip
     assert result.median_sample("b", "t", lambda sample: sample[1]) == ("y", 2.0)
+    odd = interleaved_rounds(
+        {"b": {"t": lambda: next(script)}}, "b", rounds=3, repeats=1, warmup=0,
+        value=lambda sample: sample[1],
+    )  # fmt: skip
+    assert odd.median_sample("b", "t", lambda sample: sample[1]) == ("u", 6.0)
 
 
 def test_timed_with_setup_sums_its_timed_parts_and_averages_them() -> None:

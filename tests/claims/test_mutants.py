@@ -1941,7 +1941,9 @@ def test_lvm_comparisons_pair_the_methods_by_seed_of_each_latent_size() -> None:
     assert verdict.status == REPRODUCED and "paired by seed" in verdict.evidence
     # D = 8 pairs its three seeds; the runs of D = 16 beside them do not unpair them
     sparsemap = [_bits(n + 0.001, 8) for n in (1.0, 1.5, 2.0)] + [_bits(9.0, 16)] * 3
-    sfe = [_bits(n, 8) for n in (1.0, 1.5, 2.0)] + [_bits(1.0, 16), _bits(5.0, 16), _bits(9.0, 16)]
+    # one run of D = 16 collapsed: D = 8's seeds still pair, read at D = 8 alone
+    sfe = [_bits(n, 8) for n in (1.0, 1.5, 2.0)] + [_bits(1.0, 16, kl=0.0), _bits(5.0, 16)]
+    sfe += [_bits(9.0, 16)]
     verdict = lvm_checks.nll_at_or_below(
         Results(lvm={"bits": {"sparsemap": sparsemap, "sfe": sfe}}),
         "bits",
