@@ -105,8 +105,9 @@ test: $(INSTALLED) debian
 	$(IN_VENV) python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$status
 
-# mutmut (pyproject.toml's [tool.mutmut]: the claims' checks, tests/claims) on 1 worker, from
-# scratch: about 10 minutes on 2 cores. Its counts go to reports/measurements/claims_mutation.
+# mutmut (pyproject.toml's [tool.mutmut]: what decides a verdict, and its tests) on 1 worker,
+# from scratch: about an hour on 2 cores (34 min with tools/mutation.py --workers 2). Its counts
+# go to reports/measurements/claims_mutation.
 mutation: $(INSTALLED)
 	$(IN_VENV) python tools/mutation.py
 
