@@ -142,7 +142,7 @@ def _ape_against_each(
 def ape_ter_below(
     results: Results, candidate: str, baselines: Sequence[str], split: str
 ) -> Verdict:
-    """The candidate's TER significantly below each baseline's (one-sided Welch over seeds)."""
+    """The candidate's TER significantly below each baseline's (one-sided, paired by seed)."""
     return _ape_against_each(
         results,
         candidate,

@@ -636,8 +636,8 @@ def _mean_over_blocks(per_seed: list[dict[str, float | None]]) -> list[float]:
 
 def sparse_heads_more_diverse(results: Results, variants: Sequence[str], baseline: str) -> Verdict:
     """Mean Jensen–Shannon divergence between the heads of a block, averaged over blocks, per
-    seed: each sparse variant's significantly above the baseline's (one-sided Welch), once
-    neither still catches up with the other in validation perplexity."""
+    seed: each sparse variant's significantly above the baseline's (one-sided, paired by seed),
+    once neither still catches up with the other in validation perplexity."""
     blocked = missing_results(results.missing, "heads")
     if blocked:
         return blocked
@@ -737,7 +737,7 @@ def roles_more_confident(
     results: Results, variant: str, baseline: str, roles: Sequence[str]
 ) -> Verdict:
     """Per role, the confidence of the variant's strongest head for it (per seed) significantly
-    above the baseline's (one-sided Welch), once neither catches up with the other.
+    above the baseline's (one-sided, paired by seed), once neither catches up with the other.
 
     A role that no head of either model holds (at the role's threshold, in any seed) has no
     confidence to compare: the strongest heads are then heads without the role."""
