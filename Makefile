@@ -76,8 +76,8 @@ KERNELS ?= portable
 ifeq ($(filter $(KERNELS),portable native),)
 $(error KERNELS must be portable or native, got "$(KERNELS)")
 endif
-KERNEL_ENV := $(if $(filter portable,$(KERNELS)),ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE \
-	ONEDNN_MAX_CPU_ISA=SSE41)
+PORTABLE_KERNELS := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+KERNEL_ENV := $(if $(filter portable,$(KERNELS)),$(PORTABLE_KERNELS))
 
 repro: $(INSTALLED)
 	$(KERNEL_ENV) $(IN_VENV) python -m pipelines.commands.preflight

@@ -42,6 +42,8 @@ def test_settings_are_grouped_by_identical_bytes_and_the_differing_files_named()
 def test_the_portable_settings_are_make_repros() -> None:
     makefile = (ROOT / "Makefile").read_text()
     pinned = " ".join(f"{key}={value}" for key, value in kernel_settings.PORTABLE.items())
-    assert f"KERNEL_ENV := $(if $(filter portable,$(KERNELS)),{pinned})" in makefile
+    assert f"PORTABLE_KERNELS := {pinned}\n" in makefile
+    assert "KERNEL_ENV := $(if $(filter portable,$(KERNELS)),$(PORTABLE_KERNELS))" in makefile
     on_avx2 = kernel_settings.SETTINGS["portable_on_avx2_machine"]
     assert on_avx2["ATEN_CPU_CAPABILITY"] == "default"  # the pin wins over the machine's
+    assert on_avx2["ONEDNN_MAX_CPU_ISA"] == "SSE41"  # a cap below the machine's: the pin's
