@@ -501,9 +501,9 @@ def test_a_rerun_under_other_kernels_is_compared_with_the_committed_outputs(
 ) -> None:
     """What `make repro` ends with, on the ci profile under two kernel settings: a copy's native
     outputs committed, the semi-supervised VAE rerun with pinned kernels (make repro's
-    KERNEL_ENV) and the claims judged again; the comparison lists exactly the
-    files git sees changed, each JSON's largest move as recomputed here, and the claims whose
-    verdicts moved."""
+    PORTABLE_KERNELS) and the claims judged again; the comparison lists exactly the files git
+    sees changed, each JSON's largest move as recomputed here, and the claims whose verdicts
+    moved."""
     repo, _, _ = repro
     copy = tmp_path / "repo"
     shutil.copytree(repo, copy, symlinks=True)

@@ -37,8 +37,9 @@ from learnable_sparsity.files import atomic_write_text, sha256_of
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "reports" / "measurements" / "kernel_settings"
-# make repro's pins (Makefile, KERNEL_ENV). A cap is a maximum: an AVX2 machine capped at SSE4.1
-# runs the SSE4.1 kernels this CPU runs under the same cap, so the pins override the emulation.
+# make repro's pins (Makefile, PORTABLE_KERNELS). A cap is a maximum: an AVX2 machine capped at
+# SSE4.1 runs the SSE4.1 kernels this CPU runs under the same cap, so the pins override the
+# emulation.
 PORTABLE = {
     "ATEN_CPU_CAPABILITY": "default",
     "MKL_CBWR": "COMPATIBLE",
