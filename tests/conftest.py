@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -38,6 +40,25 @@ OUTPUTS = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
 def refused(message: str) -> pytest.RaisesExc:
     """Bad input refused with exactly ``message``, word for word."""
     return pytest.raises(LearnableSparsityError, match=f"^{re.escape(message)}$")
+
+
+def load_script(relative: str) -> ModuleType:
+    """A script of the tree outside the packages (tools/, benchmarks/) as a module named by its
+    file: its folder on sys.path while it loads (for its helpers), the module in sys.modules (its
+    dataclasses look their module up), loaded once."""
+    path = ROOT / relative
+    loaded = sys.modules.get(path.stem)
+    if loaded is not None and getattr(loaded, "__file__", None) == str(path):
+        return loaded
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
 
 
 def copy_project(destination: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from learnable_sparsity.timing import NOISY_RELATIVE_SPREAD
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,9 +112,7 @@ def test_normalizer_rows_hold_per_round_ratios_spread_and_the_noisy_flag(tmp_pat
 
 def test_the_gpu_page_is_generated_from_the_committed_run() -> None:
     """docs/gpu-benchmarks.md holds no number by hand: regenerating it changes nothing."""
-    spec = importlib.util.spec_from_file_location("gpu_report", ROOT / "benchmarks/gpu/report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script("benchmarks/gpu/report.py")
     page = (ROOT / "docs/gpu-benchmarks.md").read_text()
     assert page == report.render(ROOT / "results/benchmarks"), "run benchmarks/gpu/report.py"
 
@@ -140,9 +138,7 @@ def test_the_footprint_probe_reads_an_environment() -> None:
 def test_the_mutation_count_reads_mutmuts_results(tmp_path: Path) -> None:
     """``mutation.py`` runs mutmut for minutes; here its count reads results laid out as mutmut
     leaves them: per file ``mutants/<path>.meta``, each mutant's exit code."""
-    spec = importlib.util.spec_from_file_location("mutation", ROOT / "tools/mutation.py")
-    mutation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mutation)
+    mutation = load_script("tools/mutation.py")
     meta = tmp_path / "learnable_sparsity/claims/checks.py.meta"
     meta.parent.mkdir(parents=True)
     codes = {
@@ -165,14 +161,11 @@ def test_the_mutation_count_reads_mutmuts_results(tmp_path: Path) -> None:
     }
 
 
-def test_the_prewarm_expects_adasplash_s_bf16_compile_failure_only(monkeypatch) -> None:
+def test_the_prewarm_expects_adasplash_s_bf16_compile_failure_only() -> None:
     """The H100 run's prewarm failures (results/benchmarks/gpu_run.log) are all AdaSplash's bf16
     ``triton_entmax`` compile error, which ``prewarm.py`` now reports as expected; the same
     error of another task, or another error of that task, is not."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks/gpu"))
-    spec = importlib.util.spec_from_file_location("prewarm", ROOT / "benchmarks/gpu/prewarm.py")
-    prewarm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prewarm)
+    prewarm = load_script("benchmarks/gpu/prewarm.py")
     failures = [
         line.split("] worker ", 1)[1].split(": ", 1)[1].split(": FAILED ", 1)
         for line in (ROOT / "results/benchmarks/gpu_run.log").read_text().splitlines()

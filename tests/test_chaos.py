@@ -4,7 +4,6 @@ the killing of a node's processes, and the counting of metric points against the
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import subprocess
 import sys
@@ -14,12 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tools/chaos.py"
-_spec = importlib.util.spec_from_file_location("chaos", SCRIPT)
-chaos = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = chaos  # its dataclasses look their module up
-_spec.loader.exec_module(chaos)
+chaos = load_script("tools/chaos.py")
 
 
 def run_chaos(*arguments: str) -> subprocess.CompletedProcess:

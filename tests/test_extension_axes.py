@@ -7,8 +7,6 @@ counts the sites)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from pipelines import lvm_experiments as experiments
 from pipelines.commands import preflight
 from pipelines.scaffold.params import Params, deep_merge
 from pipelines.stages.report import benchmark_normalizers
+from tests.conftest import load_script
 from tests.tiny_transformer import PAD, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,18 +101,6 @@ def test_the_nmt_tables_give_a_registered_normalizer_a_row_without_published_num
         assert LABEL in to_markdown(table)
 
 
-def _benchmark_module(name: str, path: Path):
-    """A benchmark script as a module (its folder on sys.path for its helpers)."""
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
-
-
 def test_the_normalizer_benchmark_times_a_registered_normalizer(toy: Normalizer) -> None:
     pytest.importorskip("entmax", reason="the benchmark compares with the entmax package (dev)")
     candidates = benchmark_normalizers._candidates()
@@ -125,12 +112,7 @@ def test_the_normalizer_benchmark_times_a_registered_normalizer(toy: Normalizer)
 
 
 def test_the_gpu_transformer_benchmark_lists_every_registered_normalizer() -> None:
-    gpu = ROOT / "benchmarks" / "gpu"
-    sys.path.insert(0, str(gpu))
-    try:
-        bench = _benchmark_module("gpu_transformer", gpu / "transformer.py")
-    finally:
-        sys.path.remove(str(gpu))
+    bench = load_script("benchmarks/gpu/transformer.py")
     assert tuple(NORMALIZERS) == bench.VARIANTS
 
 

@@ -4,15 +4,12 @@ same bytes, which files differ, and that every setting it runs is one the docs d
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("kernel_settings", ROOT / "tools/kernel_settings.py")
-kernel_settings = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = kernel_settings
-_spec.loader.exec_module(kernel_settings)
+kernel_settings = load_script("tools/kernel_settings.py")
 
 
 def run(setting: str, **files: str) -> dict:

@@ -30,6 +30,7 @@ from mlflow.tracking import MlflowClient
 from learnable_sparsity.core import fused
 from learnable_sparsity.timing import MIN_ROUNDS_FOR_SPREAD
 from pipelines.commands import compare_outputs
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["softmax", "sparsemax", "entmax15", "entmax_alpha", "topk"]
@@ -511,11 +512,7 @@ def test_a_rerun_under_other_kernels_is_compared_with_the_committed_outputs(
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.invalid"]
     run([*git, "add", "-A"], copy, env)
     run([*git, "commit", "-qm", "native outputs"], copy, env)
-    pinned = env | {
-        "ATEN_CPU_CAPABILITY": "default",
-        "MKL_CBWR": "COMPATIBLE",
-        "ONEDNN_MAX_CPU_ISA": "SSE41",
-    }
+    pinned = env | load_script("tools/kernel_settings.py").PORTABLE
     run(["dvc", "repro", "-f", "-s", "train_lvm@ssvae"], copy, pinned)
     run(["dvc", "repro", "claims"], copy, pinned)
     printed = run([sys.executable, "-m", "pipelines.commands.compare_outputs"], copy, env)

@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from learnable_sparsity.core import fused
+from tests.conftest import load_script
 
 # The weights' digest after a few updates with each attention normalizer, one thread.
 TRAIN = """
@@ -63,7 +64,7 @@ for _, tensor in sorted(bert.state_dict().items()):
     digest.update(tensor.detach().numpy().tobytes())
 print(digest.hexdigest())
 """
-PINNED = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+PINNED = load_script("tools/kernel_settings.py").PORTABLE  # make repro's PORTABLE_KERNELS
 MACHINES = {
     "this CPU": {},
     "an AVX2 machine": {
