@@ -36,8 +36,12 @@ COMPARED = ("results", "reports", "dvc.lock")
 BINARY = {".png", ".jpg", ".pdf", ".gz", ".pt"}  # compared as bytes, whatever they decode to
 REPORT = Path("results") / "comparison"
 CLAIMS_FILES = re.compile(r"^(results/claims/claims\.json|reports/[^/]+/claims\.json)$")
-# Numbers in text: what a table cell or a sentence prints (1,234.5 counts as 1234.5).
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# Numbers in text: what a table cell or a sentence prints (1,234.5 counts as 1234.5); the digits
+# of a name (md5, fp64, seed0) are not.
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+# Digests and commit ids (dvc.lock's md5s, a record's commit) are names, not numbers: their digit
+# runs would read as numbers ("9e999" as infinity) and fill the report with moves that mean nothing.
+HEX_NAME = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,}\b")
 
 
 def _git(*args: str, root: Path) -> bytes:
@@ -81,7 +85,7 @@ def _csv_numbers(text: str) -> Iterator[tuple[str, float]]:
 
 def _text_numbers(text: str) -> Iterator[tuple[str, float]]:
     for row, line in enumerate(text.splitlines(), start=1):
-        for column, found in enumerate(NUMBER.findall(line)):
+        for column, found in enumerate(NUMBER.findall(HEX_NAME.sub(" ", line))):
             yield f"line {row} number {column}", float(found.replace(",", ""))
 
 

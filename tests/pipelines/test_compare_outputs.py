@@ -85,3 +85,19 @@ def test_numbers_and_verdicts_that_moved_are_measured_and_named(tmp_path: Path, 
         ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True
     )
     assert "comparison" not in status.stdout.decode()
+
+
+def test_digests_in_text_are_names_not_numbers(tmp_path: Path) -> None:
+    """dvc.lock's md5s changed with a stage: only the size that moved is a number that moved (a
+    digest's digit runs read as numbers would be moves, "9e999" one to infinity)."""
+    root = _repository(tmp_path)
+    lock = root / "dvc.lock"
+    lock.write_text("outs:\n- md5: 76434b01dda24b893257ca4e58254740.dir\n  size: 1000\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "dvc.lock"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-qm", "lock"], cwd=root, check=True)
+    lock.write_text("outs:\n- md5: 1f2a9e999d0b4c8d7e6f5a4b3c2d1e0f.dir\n  size: 1010\n")
+    compare_outputs.main(["--root", str(root)])
+    [entry] = json.loads((root / "results" / "comparison.json").read_text())["files"]
+    assert (entry["path"], entry["numbers"], entry["moved"]) == ("dvc.lock", 1, 1)
+    assert (entry["max_abs"], entry["max_abs_at"]) == (10, "line 3 number 0")
