@@ -4,6 +4,7 @@ the killing of a node's processes, and the counting of metric points against the
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -157,3 +158,40 @@ def test_points_are_counted_against_the_twin() -> None:
         "unexpected": 2,
     }
     assert chaos.point_counts(twin, twin)["found_once"] == 3
+
+
+def test_each_worker_keeps_the_hazard_of_a_full_cluster_as_the_sweep_drains() -> None:
+    """A full cluster: a kill at every tick. One trial left: a kill at about one tick in SLOTS,
+    not at every tick (the last trial of e9a6a1e's record, killed every 15 s, never finished)."""
+    rng = random.Random(0)
+    full = [("head", i) for i in range(chaos.SLOTS)]
+    assert all(chaos.choose_victim(full, rng) in full for _ in range(200))
+    assert chaos.choose_victim([], rng) is None
+    last = [("node", 7)]
+    kills = sum(chaos.choose_victim(last, rng) is not None for _ in range(3000))
+    assert chaos.SLOTS == 3 and abs(kills / 3000 - 1 / 3) < 0.03
+
+
+def test_a_trial_unequal_to_its_twin_is_named_with_what_differs() -> None:
+    twin = {
+        "status": "FINISHED",
+        "pid": 1,
+        "points": {"loss": [(9, 1.0), (19, 2.0)], "accuracy": [(0, 0.5)], "elbo": [(0, 1.0)]},
+        "done": {"fingerprint": "f", "result": {"accuracy": 0.5, "curves": [1]}, "files": "d"},
+    }
+    trial = {
+        "status": "FAILED",
+        "pid": 2,
+        "points": {"loss": [(19, 2.0), (9, 1.0)], "accuracy": [(0, 0.25)], "elbo": [(0, 1.0)]},
+        "done": {"fingerprint": "f", "result": {"accuracy": 0.5, "curves": [2]}, "files": "e"},
+    }
+    assert chaos.differences(trial, twin) == [
+        "status FAILED (twin FINISHED)",
+        "points of accuracy: at (step, value) (0, 0.25)",
+        "points of loss: their order",
+        "done.json files",
+        "done.json result.curves",
+    ]
+    assert chaos.differences(twin | {"pid": 5}, twin) == []
+    assert chaos.differences(twin | {"done": None}, twin)[-1] == "done.json missing"
+    assert chaos.differences(None, twin) == ["no trial"]

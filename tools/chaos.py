@@ -20,7 +20,9 @@ times as a user submits it,
   every worker: the process tree of its ``ray start`` and whatever names its temp dir), left down
   ``--node-down`` seconds, then started again;
 * ``worker_kills``: every ``--kill-every`` seconds one Ray worker process running a trial, chosen
-  at random on either node, is SIGKILLed, until the sweep ends.
+  at random on either node, is SIGKILLed, until the sweep ends; once fewer trials run than the
+  cluster's slots, a tick kills with probability running / slots (each worker keeps the hazard
+  of a full cluster: ``choose_victim``).
 
 Each faulted sweep is checked against the twin: its job SUCCEEDED with every trial finished
 (its retries counted from the job's log), every metric point of every trial's MLflow run there
@@ -80,6 +82,7 @@ OUTPUTS = ("data/corpora", "data/bpe", "data/images", "models/", "results/")
 # The cluster: the head takes one trial at a time, the worker node two, so that most trials run
 # on the node that dies.
 HEAD_CPUS, NODE_CPUS = 1, 2
+SLOTS = HEAD_CPUS + NODE_CPUS  # trials running at once: each takes one CPU
 OBJECT_STORE_BYTES = 100 * 1024**2  # per node; the trials pass no objects (Ray's minimum: 75 MiB)
 # Ports Ray would otherwise take at their defaults on both nodes (and another Ray's on this
 # machine): each node gets free ones.
@@ -567,21 +570,37 @@ def kill_node_mid_sweep(
     raise ChaosError(f"sweep {sweep.name} ended before the worker node could be killed mid-sweep")
 
 
+def choose_victim(workers: list[Any], rng: random.Random) -> Any | None:
+    """The trial worker to kill at a tick, or None: one of ``workers`` with probability
+    ``len(workers) / SLOTS``, so that every worker keeps the hazard it has in a full cluster
+    (one kill per ``SLOTS`` ticks on average), however few trials are left. Killing one at
+    every tick would kill the last trial of a draining sweep every tick, faster than a retried
+    trial starts and reports: at e9a6a1e (2026-11-29) the last trial was killed 10 times in a
+    row, 15 s apart, none of those attempts reaching its cell, until its 20 retries ran out."""
+    if not workers or rng.random() >= len(workers) / SLOTS:
+        return None
+    return rng.choice(workers)
+
+
 def kill_workers_throughout(
     sweep: Sweep, watcher: Watcher, every_s: float, rng: random.Random
 ) -> list[dict[str, Any]]:
-    """Every ``every_s`` seconds until the sweep ends, SIGKILL one of the trial workers of
-    either node, chosen by ``rng``. The kills: when, which node, which process."""
+    """Every ``every_s`` seconds until the sweep ends, SIGKILL the trial worker of either node
+    that ``choose_victim`` picks, if any. The kills: when, which node, which process, and how
+    many trial workers were running."""
     kills = []
     while not sweep.wait(timeout=every_s):
         workers = watcher.trial_workers()
-        if not workers:
+        chosen = choose_victim(workers, rng)
+        if chosen is None:
             continue
-        label, victim = rng.choice(workers)
+        label, victim = chosen
         with contextlib.suppress(psutil.NoSuchProcess):
             victim.kill()
             at = time.monotonic() - sweep.started
-            kills.append({"at_s": round(at, 1), "node": label, "pid": victim.pid})
+            kills.append(
+                {"at_s": round(at, 1), "node": label, "pid": victim.pid, "running": len(workers)}
+            )
             log(f"{sweep.name}: trial worker {victim.pid} on {label} SIGKILLed at {at:.0f} s")
     return kills
 
@@ -663,6 +682,11 @@ def phase_outcome(
         outcome["equal_to_twin"] = sum(same(t, twin.get(name)) for name, t in trials.items())
         equal = sum(same(trials.get(name), twin.get(name)) for name in set(retried))
         outcome["retried_equal_to_twin"] = f"{equal} of {len(set(retried))}"
+        outcome["unequal_to_twin"] = {
+            name: differences(t, twin.get(name))
+            for name, t in sorted(trials.items())
+            if not same(t, twin.get(name))
+        }
     return outcome, trials
 
 
@@ -674,6 +698,43 @@ def same(trial: dict | None, twin: dict | None) -> bool:
         and trial["done"] is not None
         and trial | {"pid": None} == twin | {"pid": None}
     )
+
+
+def differences(trial: dict | None, twin: dict | None) -> list[str]:
+    """What of a trial's record differs from its twin's: its status, each metric whose points
+    differ (where first, or only in their order), each part of its ``done.json`` that differs
+    (one level down). The two records of e9a6a1e's and 6168f6c's runs that were neither failed
+    nor equal could not be told apart after the fact; a record names them now."""
+    if trial is None or twin is None:
+        return ["no trial" if trial is None else "no twin"]
+    found = []
+    if trial["status"] != twin["status"]:
+        found.append(f"status {trial['status']} (twin {twin['status']})")
+    for key in sorted(trial["points"].keys() | twin["points"].keys()):
+        mine, theirs = trial["points"].get(key, []), twin["points"].get(key, [])
+        if mine == theirs:
+            continue
+        if sorted(mine) == sorted(theirs):
+            found.append(f"points of {key}: their order")
+            continue
+        first = next((a for a, b in zip(mine, theirs, strict=False) if a != b), None)
+        where = f"at (step, value) {first}" if first else f"{len(mine)} vs the twin's {len(theirs)}"
+        found.append(f"points of {key}: {where}")
+    done, done_twin = trial["done"], twin["done"]
+    if done is None or done_twin is None:
+        if done is not done_twin:
+            found.append("done.json missing" if done is None else "the twin's done.json missing")
+        return found
+    for part in sorted(done.keys() | done_twin.keys()):
+        mine, theirs = done.get(part), done_twin.get(part)
+        if mine == theirs:
+            continue
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            found.extend(f"done.json {part}.{key}" for key in keys)
+        else:
+            found.append(f"done.json {part}")
+    return found
 
 
 def own_points_ok(trials: dict[str, dict]) -> bool:
