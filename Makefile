@@ -70,7 +70,7 @@ $(INSTALLED): $(LOCKED) pyproject.toml
 # The CPU kernels of make repro: portable (the default: torch's, MKL's and oneDNN's kernels
 # pinned — oneDNN capped at SSE4.1, which every x86-64 machine of the last 15 years has, for
 # the GELU of APE's BERT — the fused normalizers compiled for the x86-64 baseline: the same
-# bytes on other x86 machines; how far the committed outputs are from them: docs/pipeline.md)
+# bytes on other x86 machines, the committed outputs' among them, docs/pipeline.md)
 # or native (this CPU's own: faster, numbers off in the last digits).
 KERNELS ?= portable
 ifeq ($(filter $(KERNELS),portable native),)
