@@ -195,3 +195,27 @@ def test_a_trial_unequal_to_its_twin_is_named_with_what_differs() -> None:
     assert chaos.differences(twin | {"pid": 5}, twin) == []
     assert chaos.differences(twin | {"done": None}, twin)[-1] == "done.json missing"
     assert chaos.differences(None, twin) == ["no trial"]
+
+
+def test_every_tick_is_kept_with_the_trial_workers_running() -> None:
+    """A record shows whether the kills lasted as long as the trials: a tick that finds no
+    trial worker (or spares one) is kept, not only the kills."""
+
+    class Sweep:
+        name, started = "worker_kills", time.monotonic()
+        ends = iter([False, False, False, True])
+
+        def wait(self, timeout: float) -> bool:
+            return next(self.ends)
+
+    class Watcher:
+        running = iter([[], [("head", psutil.Process())], []])
+
+        def trial_workers(self) -> list:
+            return next(self.running)
+
+    never = random.Random(0)
+    never.random = lambda: 1.0  # a tick with one worker of SLOTS spares it
+    kills, ticks = chaos.kill_workers_throughout(Sweep(), Watcher(), 15.0, never)
+    assert kills == []
+    assert [running for _, running in ticks] == [0, 1, 0]

@@ -480,6 +480,7 @@ class Sweep:
     deadline: float
     process: subprocess.Popen | None = None
     started: float = 0.0
+    started_epoch: float = 0.0  # the same moment on the clock MLflow's run times are on
 
     @property
     def log(self) -> Path:
@@ -489,7 +490,7 @@ class Sweep:
         spec = self.project / "sweeps" / f"{self.name}.yaml"
         spec.write_text(yaml.safe_dump(sweep_spec(self.storage.parent), sort_keys=False))
         command = [PYTHON, "-m", "pipelines.sweeps.run", f"sweeps/{self.name}.yaml"]
-        self.started = time.monotonic()
+        self.started, self.started_epoch = time.monotonic(), time.time()
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
                 [*command, "--submit", self.cluster.dashboard],
@@ -584,13 +585,15 @@ def choose_victim(workers: list[Any], rng: random.Random) -> Any | None:
 
 def kill_workers_throughout(
     sweep: Sweep, watcher: Watcher, every_s: float, rng: random.Random
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[tuple[float, int]]]:
     """Every ``every_s`` seconds until the sweep ends, SIGKILL the trial worker of either node
     that ``choose_victim`` picks, if any. The kills: when, which node, which process, and how
-    many trial workers were running."""
-    kills = []
+    many trial workers were running; and every tick's (when, trial workers running), so that a
+    record shows whether the faults lasted as long as the trials."""
+    kills, ticks = [], []
     while not sweep.wait(timeout=every_s):
         workers = watcher.trial_workers()
+        ticks.append((round(time.monotonic() - sweep.started, 1), len(workers)))
         chosen = choose_victim(workers, rng)
         if chosen is None:
             continue
@@ -602,7 +605,7 @@ def kill_workers_throughout(
                 {"at_s": round(at, 1), "node": label, "pid": victim.pid, "running": len(workers)}
             )
             log(f"{sweep.name}: trial worker {victim.pid} on {label} SIGKILLed at {at:.0f} s")
-    return kills
+    return kills, ticks
 
 
 def trial_record(client: Any, run: Any, storage: Path) -> dict[str, Any]:
@@ -676,6 +679,12 @@ def phase_outcome(
         ),
         "trial_workers_seen": dict(sorted(Counter(watcher.seen.values()).items())),
     }
+    ends = [run.info.end_time for run in runs if run.info.end_time]
+    # When the last trial's run ended, after the submission: the rest of wall_s is the job's
+    # report and the submitter's fetch of it.
+    outcome["last_trial_ended_s"] = (
+        round(max(ends) / 1000 - sweep.started_epoch, 1) if ends else None
+    )
     reference = twin or trials
     outcome["metric_points"] = point_counts(trials, reference)
     if twin is not None:
@@ -793,12 +802,14 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             if name == "node_death":
                 kills = kill_node_mid_sweep(sweep, client, watcher, args.node_down)
             elif name == "worker_kills":
-                kills = kill_workers_throughout(sweep, watcher, args.kill_every, rng)
+                kills, ticks = kill_workers_throughout(sweep, watcher, args.kill_every, rng)
             else:
                 kills = []
             sweep.wait()
             outcome, trials = phase_outcome(sweep, client, watcher, twin)
             outcome["kills"] = kills
+            if name == "worker_kills":
+                outcome["ticks"] = ticks
             if twin is None:
                 outcome["points_as_specified"] = own_points_ok(trials)
                 twin = trials
@@ -808,7 +819,8 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 outcome["killed_cells_equal_to_twin"] = f"{equal} of {len(killed)}"
             outcome["passed"] = passed(outcome) and outcome.get("points_as_specified", True)
             phases[name] = outcome
-            log(f"{name}: {json.dumps({k: v for k, v in outcome.items() if k != 'kills'})}")
+            counts = {k: v for k, v in outcome.items() if k not in ("kills", "ticks")}
+            log(f"{name}: {json.dumps(counts)}")
     finally:
         watcher.done.set()
         if sweep is not None:
