@@ -219,3 +219,15 @@ def test_every_tick_is_kept_with_the_trial_workers_running() -> None:
     kills, ticks = chaos.kill_workers_throughout(Sweep(), Watcher(), 15.0, never)
     assert kills == []
     assert [running for _, running in ticks] == [0, 1, 0]
+
+
+def test_a_sweeps_wall_time_ends_with_its_submitter_not_with_the_checks(tmp_path: Path) -> None:
+    """The checks read every trial's points back afterwards (minutes): not the sweep's time."""
+    sweep = chaos.Sweep("twin", tmp_path, None, tmp_path, deadline=time.monotonic() + 60)
+    sweep.started = time.monotonic()
+    sweep.process = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert sweep.wait()
+    ended = sweep.ended
+    time.sleep(0.2)
+    assert sweep.wait() and sweep.ended == ended  # a second wait keeps the first end
+    assert 0 < ended - sweep.started < 30

@@ -481,6 +481,7 @@ class Sweep:
     process: subprocess.Popen | None = None
     started: float = 0.0
     started_epoch: float = 0.0  # the same moment on the clock MLflow's run times are on
+    ended: float = 0.0  # when the submitter was first seen to have ended
 
     @property
     def log(self) -> Path:
@@ -515,6 +516,7 @@ class Sweep:
                 return False
             self.stop()
             raise ChaosError(f"sweep {self.name} did not end within --timeout") from None
+        self.ended = self.ended or time.monotonic()
         return True
 
     def stop(self) -> None:
@@ -666,7 +668,10 @@ def phase_outcome(
     trials = {run.info.run_name: trial_record(client, run, sweep.storage) for run in runs}
     statuses = Counter(t["status"] for t in trials.values())
     outcome: dict[str, Any] = {
-        "wall_s": round(time.monotonic() - sweep.started, 1),
+        # The sweep, from its submission to the submitter's end; then the checks, which read
+        # every trial's points back from the server (about 3 minutes at 4230b81, 2 cores).
+        "wall_s": round(sweep.ended - sweep.started, 1),
+        "checks_s": round(time.monotonic() - sweep.ended, 1),
         "job": "SUCCEEDED" if sweep.process.returncode == 0 else "not SUCCEEDED",
         "trials": len(trials),
         "finished": statuses["FINISHED"],
