@@ -113,9 +113,9 @@ mutation: $(INSTALLED)
 
 # Three sweeps of 24 trials on a head and a worker node started here (loopback, token auth, a
 # loopback MLflow server): no fault, the worker node SIGKILLed mid-sweep and restarted, running
-# trial workers SIGKILLed at random every 15 s; 29 min alone on 2 cores against the authenticated
-# server at 4e5d0cf (its checks read every metric history through basic auth; the failed run
-# before it took 47 min: tools/chaos.py --timeout).
+# trial workers SIGKILLed at random every 15 s; 27-36 min alone on 2 cores against the
+# authenticated server (three runs, 2026-11-29; its checks read every metric history back through
+# basic auth; a run that fails takes longer: tools/chaos.py --timeout).
 # Counts: reports/measurements/chaos.
 chaos: $(INSTALLED)
 	$(IN_VENV) python tools/chaos.py --kill-every 15
